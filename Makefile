@@ -1,0 +1,41 @@
+# Fleetwatch: `make demo` runs it all on the embedded default; `make test` runs the suite.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint fmt typecheck venv bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+fmt: $(STAMP)
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+typecheck: $(STAMP)
+	FLEETWATCH_TESTING=1 $(BIN)/mypy .
+
+test: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	FLEETWATCH_TESTING=1 $(BIN)/mypy .
+	$(BIN)/python -m tests.run
+
+demo: $(STAMP)
+	$(BIN)/python -m fleetwatch.demo
+
+bench: $(STAMP)
+	$(BIN)/python bench/ingest.py
+
+clean:
+	rm -rf var .pytest_cache .mypy_cache .ruff_cache

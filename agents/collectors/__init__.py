@@ -1,0 +1,1 @@
+"""Collectors: each reads one thing on the host or the facility and returns samples."""

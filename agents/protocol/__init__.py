@@ -1,0 +1,33 @@
+"""Fleetwatch agent protocol v1: the wire contract between agents and the backend.
+
+Pure Python (no Django): the agent, the simulator and the backend's ingest all
+import it. `docs/protocol.md` explains it; `schema-v1.json` is its JSON Schema.
+"""
+
+from __future__ import annotations
+
+PROTOCOL_VERSION = 1
+
+WS_PATH = "/ws/ingest/v1"
+HTTP_INGEST_PATH = "/api/v1/ingest"
+HTTP_ENROLL_PATH = "/api/v1/enroll"
+
+# A batch larger than this is refused with 413 (WebSocket: an error frame).
+MAX_BATCH_BYTES = 1 << 20
+# Samples stamped further ahead of the server clock than this are refused (400).
+MAX_FUTURE_S = 300.0
+
+# WebSocket close codes (4000 + the HTTP status they mirror).
+CLOSE_UNAUTHORIZED = 4401
+CLOSE_FORBIDDEN = 4403
+CLOSE_PROTOCOL = 4400
+
+SOURCE_KINDS = ("node", "rack", "loop", "site")
+
+
+def parse_source(source: str) -> tuple[str, str]:
+    """Split `kind:name` (e.g. `node:gpu-a01-03`, `rack:lon1/A01`)."""
+    kind, sep, name = source.partition(":")
+    if not sep or kind not in SOURCE_KINDS or not name:
+        raise ValueError(f"source must be one of {SOURCE_KINDS} as 'kind:name', got {source!r}")
+    return kind, name

@@ -1,0 +1,180 @@
+"""Fast validation of a decoded batch (a dict from `orjson.loads`).
+
+Runs on the ingest hot path, so it uses exact `type()` tests and one pass per
+sample instead of a JSON-Schema engine; `schema-v1.json` states the same rules
+for people and other tools, and a test keeps the two in step.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from agents.protocol import MAX_FUTURE_S, PROTOCOL_VERSION, parse_source
+from agents.protocol.metrics import ENTITY_KEYS, METRICS, SAMPLE_KINDS, SampleKind
+
+_NUM = (int, float)
+
+
+class ProtocolError(Exception):
+    """A batch the server refuses. `code` mirrors HTTP (400, 403, 413)."""
+
+    def __init__(self, code: int, field: str, reason: str) -> None:
+        super().__init__(f"{field}: {reason}")
+        self.code = code
+        self.field = field
+        self.reason = reason
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"code": self.code, "field": self.field, "reason": self.reason}
+
+
+@dataclass(slots=True)
+class Batch:
+    source: str
+    seq: int
+    # kind -> list of (ts, entity keys..., values in catalogue order)
+    rows: dict[SampleKind, list[tuple[Any, ...]]] = field(default_factory=dict)
+    gpu_info: list[dict[str, Any]] = field(default_factory=list)
+    node_info: dict[str, Any] | None = None
+    events: list[dict[str, Any]] = field(default_factory=list)
+    agent: dict[str, Any] | None = None
+
+    @property
+    def gpu_samples(self) -> int:
+        return len(self.rows.get("gpu", ()))
+
+
+# name -> (lo, hi, integer) per kind, built once.
+_SPECS: dict[str, dict[str, tuple[float, float, bool]]] = {
+    kind: {m.name: (m.lo, m.hi, m.integer) for m in metrics} for kind, metrics in METRICS.items()
+}
+_ORDER: dict[str, tuple[str, ...]] = {
+    kind: tuple(m.name for m in metrics) for kind, metrics in METRICS.items()
+}
+_TOP_KEYS = frozenset(
+    {"protocol", "source", "seq", "sent_at", "gpu_info", "node_info", "events", "agent"}
+    | set(SAMPLE_KINDS)
+)
+_EVENT_KINDS = frozenset({"xid", "ecc_sbe", "ecc_dbe", "gpu_lost", "collector_error", "note"})
+
+
+def validate_batch(obj: Any, now: float) -> Batch:
+    """Check a decoded batch and return it as rows; raise ProtocolError on the first fault."""
+    if type(obj) is not dict:
+        raise ProtocolError(400, "$", "a batch must be a JSON object")
+    for key in obj:
+        if key not in _TOP_KEYS:
+            raise ProtocolError(400, key, "unknown top-level field")
+    if obj.get("protocol") != PROTOCOL_VERSION:
+        raise ProtocolError(400, "protocol", f"must be {PROTOCOL_VERSION}")
+    source = obj.get("source")
+    if type(source) is not str:
+        raise ProtocolError(400, "source", "required string 'kind:name'")
+    try:
+        parse_source(source)
+    except ValueError as exc:
+        raise ProtocolError(400, "source", str(exc)) from None
+    seq = obj.get("seq")
+    if type(seq) is not int or seq < 0:
+        raise ProtocolError(400, "seq", "required non-negative integer")
+    batch = Batch(source=source, seq=seq)
+    limit = now + MAX_FUTURE_S
+    for kind in SAMPLE_KINDS:
+        samples = obj.get(kind)
+        if samples is None:
+            continue
+        if type(samples) is not list:
+            raise ProtocolError(400, kind, "must be a list of samples")
+        batch.rows[kind] = [_row(kind, i, s, limit) for i, s in enumerate(samples)]
+    batch.gpu_info = _list_of_objects(obj, "gpu_info")
+    batch.events = [_event(i, e, limit) for i, e in enumerate(_list_of_objects(obj, "events"))]
+    batch.node_info = _object(obj, "node_info")
+    batch.agent = _object(obj, "agent")
+    return batch
+
+
+def _row(kind: SampleKind, i: int, sample: Any, limit: float) -> tuple[Any, ...]:
+    where = f"{kind}[{i}]"
+    if type(sample) is not dict:
+        raise ProtocolError(400, where, "a sample must be an object")
+    ts = _timestamp(sample.get("ts"), f"{where}.ts", limit)
+    keys = ENTITY_KEYS[kind]
+    ident: list[Any] = []
+    for key in keys:
+        ident.append(_entity_key(kind, key, sample.get(key), f"{where}.{key}"))
+    specs = _SPECS[kind]
+    for name, value in sample.items():
+        if name == "ts" or name in keys:
+            continue
+        spec = specs.get(name)
+        if spec is None:
+            raise ProtocolError(400, f"{where}.{name}", f"unknown {kind} metric")
+        _check_value(value, spec, f"{where}.{name}")
+    return (ts, *ident, *[sample.get(n) for n in _ORDER[kind]])
+
+
+def _check_value(value: Any, spec: tuple[float, float, bool], where: str) -> None:
+    t = type(value)
+    if t is not int and t is not float:
+        if value is None:
+            raise ProtocolError(400, where, "null: leave an unsupported field out instead")
+        raise ProtocolError(400, where, f"must be a number, got {t.__name__}")
+    lo, hi, integer = spec
+    if value >= 2147483632 and hi < 2147483632:
+        raise ProtocolError(400, where, f"{value} is a DCGM blank sentinel, not a reading")
+    if not lo <= value <= hi:  # also false for NaN
+        raise ProtocolError(400, where, f"{value} is outside [{lo:g}, {hi:g}]")
+    if integer and t is float and not value.is_integer():
+        raise ProtocolError(400, where, "must be an integer")
+
+
+def _entity_key(kind: str, key: str, value: Any, where: str) -> Any:
+    if key == "gpu":
+        if type(value) is not int or not 0 <= value < 1024:
+            raise ProtocolError(400, where, "required GPU index 0..1023")
+        return value
+    if type(value) is not str or not value or len(value) > 100:
+        raise ProtocolError(400, where, f"required {key} name (1-100 characters)")
+    return value
+
+
+def _timestamp(ts: Any, where: str, limit: float) -> float:
+    if type(ts) is not float and type(ts) is not int:
+        raise ProtocolError(400, where, "required Unix time in seconds")
+    if not math.isfinite(ts) or ts < 1_000_000_000:
+        raise ProtocolError(400, where, f"{ts} is not a plausible Unix time")
+    if ts > limit:
+        raise ProtocolError(400, where, "timestamp is too far in the future (check the clock)")
+    return float(ts)
+
+
+def _list_of_objects(obj: dict[str, Any], key: str) -> list[dict[str, Any]]:
+    value = obj.get(key)
+    if value is None:
+        return []
+    if type(value) is not list or any(type(v) is not dict for v in value):
+        raise ProtocolError(400, key, "must be a list of objects")
+    return value
+
+
+def _object(obj: dict[str, Any], key: str) -> dict[str, Any] | None:
+    value = obj.get(key)
+    if value is not None and type(value) is not dict:
+        raise ProtocolError(400, key, "must be an object")
+    return value
+
+
+def _event(i: int, event: dict[str, Any], limit: float) -> dict[str, Any]:
+    where = f"events[{i}]"
+    _timestamp(event.get("ts"), f"{where}.ts", limit)
+    if event.get("kind") not in _EVENT_KINDS:
+        raise ProtocolError(400, f"{where}.kind", f"must be one of {sorted(_EVENT_KINDS)}")
+    gpu = event.get("gpu")
+    if gpu is not None and (type(gpu) is not int or gpu < 0):
+        raise ProtocolError(400, f"{where}.gpu", "must be a GPU index")
+    code = event.get("code")
+    if code is not None and type(code) is not int:
+        raise ProtocolError(400, f"{where}.code", "must be an integer")
+    return event

@@ -1,0 +1,157 @@
+"""Fleetwatch settings, all from the environment (see docs/configuration.md).
+
+Embedded default: SQLite in `var/`, in-memory channel layer, Celery over kombu's
+filesystem transport. `DATABASE_URL` and `REDIS_URL` switch to PostgreSQL and
+Redis, the production shape.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from django.core.exceptions import ImproperlyConfigured
+
+from fleetwatch.env import (
+    database_from_url,
+    env_bool,
+    env_float,
+    env_int,
+    env_str,
+    sqlite_database,
+)
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(env_str("FLEETWATCH_VAR_DIR", str(BASE_DIR / "var")))
+
+DEMO = env_bool("FLEETWATCH_DEMO", False)
+DEBUG = env_bool("DEBUG", False)
+TESTING = env_bool("FLEETWATCH_TESTING", False)
+
+SECRET_KEY = env_str("SECRET_KEY")
+if not SECRET_KEY:
+    if DEMO or DEBUG or TESTING:
+        SECRET_KEY = "fleetwatch-demo-only-not-secret"
+    else:
+        raise ImproperlyConfigured(
+            "SECRET_KEY is required (or SECRET_KEY_FILE); only the demo runs without one"
+        )
+
+ALLOWED_HOSTS = [h for h in env_str("ALLOWED_HOSTS", "127.0.0.1,localhost").split(",") if h]
+CSRF_TRUSTED_ORIGINS = [o for o in env_str("CSRF_TRUSTED_ORIGINS").split(",") if o]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "channels",
+    "fleet",
+    "dashboard",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "fleetwatch.urls"
+ASGI_APPLICATION = "fleetwatch.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASE_URL = env_str("DATABASE_URL")
+if DATABASE_URL:
+    DATABASES = {"default": database_from_url(DATABASE_URL)}
+else:
+    VAR_DIR.mkdir(parents=True, exist_ok=True)
+    DATABASES = {"default": sqlite_database(str(VAR_DIR / "fleetwatch.sqlite3"))}
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+REDIS_URL = env_str("REDIS_URL")
+if REDIS_URL:
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [REDIS_URL], "capacity": 1000, "expiry": 10},
+        }
+    }
+else:
+    # One process serves HTTP and WebSockets in the embedded shape, so an
+    # in-memory layer reaches every browser. Ingest writers hand live updates
+    # back to their server process rather than using the layer themselves.
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+
+# Celery: Redis when REDIS_URL is set; otherwise kombu's filesystem transport,
+# which works across processes on one host with no server to install.
+CELERY_QUEUE_DIR = VAR_DIR / "celery"
+if REDIS_URL:
+    CELERY_BROKER_URL = REDIS_URL
+    CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {"visibility_timeout": 3600}
+else:
+    CELERY_BROKER_URL = "filesystem://"
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(CELERY_QUEUE_DIR / "queue"),
+        "data_folder_out": str(CELERY_QUEUE_DIR / "queue"),
+        "processed_folder": str(CELERY_QUEUE_DIR / "processed"),
+        "store_processed": False,
+    }
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TIMEZONE = "UTC"
+
+# Storage tiers: retention per tier (hours). Defaults keep a 512-GPU demo at
+# 1 Hz near 2.5 GB: raw ~0.8 GB, 1-minute ~1.1 GB, 1-hour ~0.5 GB (docs/operations.md).
+RETENTION_RAW_HOURS = env_float("FLEETWATCH_RETENTION_RAW_HOURS", 3, minimum=0.1)
+RETENTION_1M_HOURS = env_float("FLEETWATCH_RETENTION_1M_HOURS", 72, minimum=1)
+RETENTION_1H_HOURS = env_float("FLEETWATCH_RETENTION_1H_HOURS", 24 * 90, minimum=1)
+
+# Ingest: writer processes per server process (PostgreSQL can take two).
+INGEST_WRITERS = env_int("FLEETWATCH_INGEST_WRITERS", 1, minimum=1)
+# How often the writer publishes latest state to the DB and live pages (s).
+LIVE_INTERVAL_S = env_float("FLEETWATCH_LIVE_INTERVAL_S", 0.5, minimum=0.05)
+
+SLACK_WEBHOOK_URL = env_str("SLACK_WEBHOOK_URL")
+
+LANGUAGE_CODE = "en-gb"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = VAR_DIR / "static"
+
+LOGIN_URL = "/admin/login/"
+LOGIN_REDIRECT_URL = "/"
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+    "loggers": {"django.channels.server": {"level": "WARNING"}},
+}
