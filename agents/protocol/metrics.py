@@ -144,7 +144,7 @@ FACILITY_METRICS: tuple[Metric, ...] = (
     _c("it_energy_kwh", _BIG, "IT energy (kWh)", integer=False),
 )
 
-METRICS: dict[SampleKind, tuple[Metric, ...]] = {
+METRICS: dict[str, tuple[Metric, ...]] = {
     "gpu": GPU_METRICS,
     "node": NODE_METRICS,
     "rack": RACK_METRICS,
@@ -155,7 +155,7 @@ METRICS: dict[SampleKind, tuple[Metric, ...]] = {
 
 # Keys that identify a sample inside its kind (besides `ts`). A gpu/node sample
 # belongs to the batch's node source; the others name their entity.
-ENTITY_KEYS: dict[SampleKind, tuple[str, ...]] = {
+ENTITY_KEYS: dict[str, tuple[str, ...]] = {
     "gpu": ("gpu",),
     "node": (),
     "rack": ("rack",),
@@ -165,5 +165,5 @@ ENTITY_KEYS: dict[SampleKind, tuple[str, ...]] = {
 }
 
 
-def metric_names(kind: SampleKind) -> tuple[str, ...]:
+def metric_names(kind: str) -> tuple[str, ...]:
     return tuple(m.name for m in METRICS[kind])

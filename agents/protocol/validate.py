@@ -111,11 +111,13 @@ def _row(kind: SampleKind, i: int, sample: Any, limit: float) -> tuple[Any, ...]
         spec = specs.get(name)
         if spec is None:
             raise ProtocolError(400, f"{where}.{name}", f"unknown {kind} metric")
-        _check_value(value, spec, f"{where}.{name}")
+        if _check_value(value, spec, f"{where}.{name}"):
+            sample[name] = int(value)  # 4.0 for an integer field: store it as 4
     return (ts, *ident, *[sample.get(n) for n in _ORDER[kind]])
 
 
-def _check_value(value: Any, spec: tuple[float, float, bool], where: str) -> None:
+def _check_value(value: Any, spec: tuple[float, float, bool], where: str) -> bool:
+    """Raise on a bad value; True when an integer field arrived as a whole float."""
     t = type(value)
     if t is not int and t is not float:
         if value is None:
@@ -126,8 +128,11 @@ def _check_value(value: Any, spec: tuple[float, float, bool], where: str) -> Non
         raise ProtocolError(400, where, f"{value} is a DCGM blank sentinel, not a reading")
     if not lo <= value <= hi:  # also false for NaN
         raise ProtocolError(400, where, f"{value} is outside [{lo:g}, {hi:g}]")
-    if integer and t is float and not value.is_integer():
-        raise ProtocolError(400, where, "must be an integer")
+    if integer and t is float:
+        if not value.is_integer():
+            raise ProtocolError(400, where, "must be an integer")
+        return True
+    return False
 
 
 def _entity_key(kind: str, key: str, value: Any, where: str) -> Any:

@@ -1,0 +1,9 @@
+from __future__ import annotations
+
+from django.urls import URLPattern, path
+
+from dashboard import views
+
+urlpatterns: list[URLPattern] = [
+    path("", views.fleet_overview, name="fleet-overview"),
+]

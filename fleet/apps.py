@@ -1,0 +1,9 @@
+from __future__ import annotations
+
+from django.apps import AppConfig
+
+
+class FleetConfig(AppConfig):
+    name = "fleet"
+    verbose_name = "Fleet"
+    default_auto_field = "django.db.models.BigAutoField"

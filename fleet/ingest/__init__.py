@@ -1,0 +1,1 @@
+"""Ingest: authentication, validation and the batched durable write path."""

@@ -1,0 +1,108 @@
+"""HTTP endpoints for agents: enrolment, inventory, and ingest (the WebSocket's fallback)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import orjson
+from channels.db import database_sync_to_async
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_GET, require_POST
+
+from agents.protocol import MAX_BATCH_BYTES
+from fleet.ingest.auth import SourceIdentity, authenticate_source, bearer_from_meta
+from fleet.ingest.enrollment import (
+    EnrollmentError,
+    inventory_for_site,
+    site_for_enrollment_token,
+)
+from fleet.ingest.enrollment import (
+    enroll as enroll_source,
+)
+from fleet.ingest.writer import get_pool
+
+HTTP_WAIT_S = 30.0
+
+
+def _error(status: int, field: str, reason: str) -> JsonResponse:
+    return JsonResponse(
+        {"error": {"code": status, "field": field, "reason": reason}}, status=status
+    )
+
+
+@csrf_exempt
+@require_POST
+def enroll(request: HttpRequest) -> HttpResponse:
+    try:
+        body = orjson.loads(request.body)
+    except orjson.JSONDecodeError:
+        return _error(400, "$", "body must be JSON")
+    if not isinstance(body, dict) or not isinstance(body.get("source"), str):
+        return _error(400, "source", "required: the source to enrol, e.g. node:<hostname>")
+    try:
+        enrolled = enroll_source(body.get("enroll_token"), body["source"])
+    except EnrollmentError as exc:
+        return _error(exc.status, "enroll_token" if exc.status == 401 else "source", exc.reason)
+    return JsonResponse({"source": enrolled.source, "token": enrolled.token}, status=201)
+
+
+@require_GET
+def inventory(request: HttpRequest) -> HttpResponse:
+    try:
+        site = site_for_enrollment_token(bearer_from_meta(request.META))
+    except EnrollmentError as exc:
+        return _error(exc.status, "authorization", exc.reason)
+    return JsonResponse(inventory_for_site(site))
+
+
+class _OneShot:
+    """A WriterHandler for one HTTP request."""
+
+    def __init__(self) -> None:
+        self.done: asyncio.Future[tuple[int | None, int, dict[str, Any] | None]] = (
+            asyncio.get_running_loop().create_future()
+        )
+
+    async def writer_result(self, seq: int | None, code: int, error: dict[str, Any] | None) -> None:
+        if not self.done.done():
+            self.done.set_result((seq, code, error))
+
+    async def writer_lost(self) -> None:
+        if not self.done.done():
+            self.done.set_result((None, 503, {"code": 503, "field": "$", "reason": "retry"}))
+
+
+async def submit_over_http(identity: SourceIdentity, body: bytes) -> JsonResponse:
+    pool = get_pool()
+    conn_id = pool.next_conn_id()
+    writer = await pool.writer_for(conn_id)
+    handler = _OneShot()
+    writer.open(conn_id, identity.source, identity.site_id, handler)
+    try:
+        writer.submit(conn_id, body)
+        seq, code, error = await asyncio.wait_for(handler.done, HTTP_WAIT_S)
+    except TimeoutError:
+        return _error(503, "$", "the writer did not answer in time; resend")
+    finally:
+        writer.close(conn_id)
+    if code == 0:
+        return JsonResponse({"ack": seq})
+    return JsonResponse({"nack": seq, "error": error}, status=code)
+
+
+@csrf_exempt
+async def ingest(request: HttpRequest) -> HttpResponse:
+    if request.method != "POST":
+        return _error(405, "$", "POST a batch")
+    identity = await database_sync_to_async(authenticate_source)(bearer_from_meta(request.META))
+    if identity is None:
+        return _error(401, "authorization", "unknown or revoked source token")
+    declared = request.META.get("CONTENT_LENGTH") or "0"
+    if not declared.isdigit() or int(declared) > MAX_BATCH_BYTES:
+        return _error(413, "$", "batch larger than 1 MiB")
+    body = request.body
+    if len(body) > MAX_BATCH_BYTES:
+        return _error(413, "$", "batch larger than 1 MiB")
+    return await submit_over_http(identity, body)

@@ -1,0 +1,28 @@
+"""The inventory and agent registry: Site → Hall → Rack → Node → GPU, feeds, loops, meters."""
+
+from __future__ import annotations
+
+from fleet.models.agents import EnrollmentToken, SourceToken, hash_token, new_secret
+from fleet.models.cooling import CoolingLoop
+from fleet.models.events import Event
+from fleet.models.facility import FacilityMeter, pue_category_for_roles
+from fleet.models.nodes import GPU, Node
+from fleet.models.racks import PowerFeed, Rack
+from fleet.models.sites import Hall, Site
+
+__all__ = (
+    "GPU",
+    "CoolingLoop",
+    "EnrollmentToken",
+    "Event",
+    "FacilityMeter",
+    "Hall",
+    "Node",
+    "PowerFeed",
+    "Rack",
+    "Site",
+    "SourceToken",
+    "hash_token",
+    "new_secret",
+    "pue_category_for_roles",
+)

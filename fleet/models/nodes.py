@@ -1,0 +1,65 @@
+"""GPU servers (nodes) and their GPUs, with each GPU's own limits."""
+
+from __future__ import annotations
+
+from django.core.exceptions import ValidationError
+from django.core.validators import RegexValidator
+from django.db import models
+
+from fleet.models.racks import Rack
+
+__all__ = ("GPU", "Node")
+
+hostname_validator = RegexValidator(r"^[A-Za-z0-9][A-Za-z0-9.-]*$", "a hostname")
+
+
+class Node(models.Model):
+    name = models.CharField(
+        max_length=100, unique=True, validators=[hostname_validator], help_text="hostname"
+    )
+    rack = models.ForeignKey(Rack, on_delete=models.PROTECT, related_name="nodes")
+    position = models.PositiveSmallIntegerField(default=0, help_text="rack unit")
+    model = models.CharField(max_length=100, blank=True, help_text="e.g. HGX H200 8-GPU")
+    info = models.JSONField(default=dict, blank=True, help_text="node_info from the agent")
+
+    class Meta:
+        ordering = ("rack", "position", "name")
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def source(self) -> str:
+        return f"node:{self.name}"
+
+
+class GPU(models.Model):
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="gpus")
+    index = models.PositiveSmallIntegerField()
+    model = models.CharField(max_length=100, blank=True)
+    uuid = models.CharField(max_length=64, blank=True)
+    # The device's own limits, read once by the agent (absent = not reported).
+    slowdown_c = models.FloatField(null=True, blank=True)
+    shutdown_c = models.FloatField(null=True, blank=True)
+    gpu_max_c = models.FloatField(null=True, blank=True)
+    mem_max_c = models.FloatField(null=True, blank=True)
+    tlimit_slowdown_c = models.FloatField(
+        null=True, blank=True, help_text="slowdown as a T.Limit offset (e.g. −2)"
+    )
+    power_limit_max_w = models.FloatField(null=True, blank=True)
+    info = models.JSONField(default=dict, blank=True, help_text="gpu_info from the agent")
+
+    class Meta:
+        ordering = ("node", "index")
+        constraints = [models.UniqueConstraint(fields=("node", "index"), name="gpu_unique_index")]
+
+    def __str__(self) -> str:
+        return f"{self.node.name}/gpu{self.index}"
+
+    def clean(self) -> None:
+        # The driver slows the GPU before it shuts it down, never after.
+        both = self.slowdown_c is not None and self.shutdown_c is not None
+        if both and self.slowdown_c > self.shutdown_c:  # type: ignore[operator]
+            raise ValidationError({"slowdown_c": "slowdown must not exceed shutdown"})
+        if self.index is not None and self.index > 1023:
+            raise ValidationError({"index": "GPU index must be 0–1023"})

@@ -1,0 +1,34 @@
+"""Sites and halls: where racks stand."""
+
+from __future__ import annotations
+
+from django.core.validators import RegexValidator
+from django.db import models
+
+__all__ = ("Hall", "Site")
+
+slug_validator = RegexValidator(r"^[a-z0-9][a-z0-9-]*$", "lower-case letters, digits and dashes")
+
+
+class Site(models.Model):
+    slug = models.CharField(max_length=50, unique=True, validators=[slug_validator])
+    name = models.CharField(max_length=100)
+    timezone = models.CharField(max_length=64, default="UTC")
+
+    class Meta:
+        ordering = ("slug",)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Hall(models.Model):
+    site = models.ForeignKey(Site, on_delete=models.CASCADE, related_name="halls")
+    name = models.CharField(max_length=100)
+
+    class Meta:
+        ordering = ("site", "name")
+        constraints = [models.UniqueConstraint(fields=("site", "name"), name="hall_unique_in_site")]
+
+    def __str__(self) -> str:
+        return f"{self.site.slug}/{self.name}"

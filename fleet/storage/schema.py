@@ -1,0 +1,119 @@
+"""DDL for the time-series tables, generated from a column list per sample kind.
+
+Migrations call these functions with a *frozen* column list, so a later change
+to the catalogue arrives as a new migration (add column), never by rewriting
+history.
+
+Key order is chosen per engine (measured in ingest-feasibility.md): on SQLite a
+ts-first WITHOUT ROWID key keeps inserts append-only (node-first made it
+I/O-bound at a fifth of the rate); PostgreSQL is fine node-first, which also
+serves per-entity history reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+Columns = Sequence[tuple[str, bool]]  # (metric name, integer?)
+
+# Entity key columns of each sample kind, as stored (names resolved to ids).
+ENTITY_COLUMNS: dict[str, tuple[str, ...]] = {
+    "gpu": ("node_id", "gpu"),
+    "node": ("node_id",),
+    "rack": ("rack_id",),
+    "feed": ("feed_id",),
+    "loop": ("loop_id",),
+    "facility": ("site_id",),
+}
+
+TIERS = ("1m", "1h")
+TIER_SECONDS = {"1m": 60, "1h": 3600}
+ROLLUP_STATS = ("min", "mean", "max", "last")
+
+
+def raw_table(kind: str) -> str:
+    return f"fw_{kind}_raw"
+
+
+def latest_table(kind: str) -> str:
+    return f"fw_{kind}_latest"
+
+
+def rollup_table(kind: str, tier: str) -> str:
+    return f"fw_{kind}_{tier}"
+
+
+def _num(integer: bool, vendor: str) -> str:
+    if vendor == "postgresql":
+        return "BIGINT" if integer else "DOUBLE PRECISION"
+    return "INTEGER" if integer else "REAL"
+
+
+def _ts_type(vendor: str) -> str:
+    return "DOUBLE PRECISION" if vendor == "postgresql" else "REAL"
+
+
+def create_raw(kind: str, columns: Columns, vendor: str) -> list[str]:
+    keys = ENTITY_COLUMNS[kind]
+    cols = [f"ts {_ts_type(vendor)} NOT NULL"] + [f"{k} INTEGER NOT NULL" for k in keys]
+    cols += [f"{name} {_num(integer, vendor)}" for name, integer in columns]
+    if vendor == "postgresql":
+        pk = ", ".join((*keys, "ts"))
+        return [f"CREATE TABLE {raw_table(kind)} ({', '.join(cols)}, PRIMARY KEY ({pk}))"]
+    pk = ", ".join(("ts", *keys))
+    return [f"CREATE TABLE {raw_table(kind)} ({', '.join(cols)}, PRIMARY KEY ({pk})) WITHOUT ROWID"]
+
+
+def create_latest(kind: str, columns: Columns, vendor: str) -> list[str]:
+    keys = ENTITY_COLUMNS[kind]
+    cols = [f"{k} INTEGER NOT NULL" for k in keys] + [f"ts {_ts_type(vendor)} NOT NULL"]
+    cols += [f"{name} {_num(integer, vendor)}" for name, integer in columns]
+    return [
+        f"CREATE TABLE {latest_table(kind)} ({', '.join(cols)}, PRIMARY KEY ({', '.join(keys)}))"
+    ]
+
+
+def create_rollup(kind: str, tier: str, columns: Columns, vendor: str) -> list[str]:
+    keys = ENTITY_COLUMNS[kind]
+    cols = [f"{k} INTEGER NOT NULL" for k in keys] + [
+        "bucket BIGINT NOT NULL",
+        "n INTEGER NOT NULL",
+    ]
+    for name, integer in columns:
+        # mean is never an integer; min/max/last keep the metric's type
+        cols += [
+            f"{name}_min {_num(integer, vendor)}",
+            f"{name}_mean {_num(False, vendor)}",
+            f"{name}_max {_num(integer, vendor)}",
+            f"{name}_last {_num(integer, vendor)}",
+        ]
+    pk = ", ".join((*keys, "bucket"))
+    table = rollup_table(kind, tier)
+    return [
+        f"CREATE TABLE {table} ({', '.join(cols)}, PRIMARY KEY ({pk}))",
+        f"CREATE INDEX {table}_bucket ON {table} (bucket)",
+    ]
+
+
+def create_all(columns_by_kind: Mapping[str, Columns], vendor: str) -> list[str]:
+    statements: list[str] = []
+    for kind, columns in columns_by_kind.items():
+        statements += create_raw(kind, columns, vendor)
+        statements += create_latest(kind, columns, vendor)
+        for tier in TIERS:
+            statements += create_rollup(kind, tier, columns, vendor)
+    statements.append(
+        "CREATE TABLE fw_rollup_state (tier VARCHAR(4) NOT NULL, kind VARCHAR(16) NOT NULL, "
+        "done_until BIGINT NOT NULL, dirty_from BIGINT, PRIMARY KEY (tier, kind))"
+    )
+    return statements
+
+
+def drop_all(kinds: Sequence[str]) -> list[str]:
+    statements = ["DROP TABLE IF EXISTS fw_rollup_state"]
+    for kind in kinds:
+        statements.append(f"DROP TABLE IF EXISTS {raw_table(kind)}")
+        statements.append(f"DROP TABLE IF EXISTS {latest_table(kind)}")
+        for tier in TIERS:
+            statements.append(f"DROP TABLE IF EXISTS {rollup_table(kind, tier)}")
+    return statements

@@ -1,0 +1,11 @@
+from __future__ import annotations
+
+from django.urls import URLPattern, path
+
+from fleet.ingest import views
+
+urlpatterns: list[URLPattern] = [
+    path("api/v1/enroll", views.enroll, name="enroll"),
+    path("api/v1/ingest", views.ingest, name="ingest"),
+    path("api/v1/inventory", views.inventory, name="inventory"),
+]
