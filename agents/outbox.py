@@ -1,0 +1,116 @@
+"""One source's way out: assemble a batch from a reading, spool it, wake the uplink.
+
+The real agent has one `Outbox`; the simulator has one per virtual node plus one for the
+site. Both go through exactly this code, so the simulator exercises the spool and the uplink
+the way a fleet of real agents would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from agents.collectors.base import Reading
+from agents.log import get_logger
+from agents.protocol import MAX_BATCH_BYTES, PROTOCOL_VERSION
+from agents.spool import Spool, SpoolSettings
+from agents.uplink import Uplink, UplinkRejected, UplinkSettings
+
+log = get_logger("agents.outbox")
+
+
+def build_batch(source: str, seq: int, reading: Reading, agent: dict[str, Any]) -> dict[str, Any]:
+    """The protocol-v1 batch for one reading: empty parts are left out, not sent empty."""
+    batch: dict[str, Any] = {
+        "protocol": PROTOCOL_VERSION,
+        "source": source,
+        "seq": seq,
+        "sent_at": round(time.time(), 3),
+    }
+    for kind, samples in reading.samples.items():
+        if samples:
+            batch[kind] = samples
+    if reading.gpu_info:
+        batch["gpu_info"] = reading.gpu_info
+    if reading.node_info:
+        batch["node_info"] = reading.node_info
+    if reading.events:
+        batch["events"] = reading.events
+    batch["agent"] = agent
+    return batch
+
+
+class Outbox:
+    def __init__(
+        self,
+        source: str,
+        spool_dir: Path,
+        uplink_settings: UplinkSettings,
+        spool_settings: SpoolSettings | None = None,
+    ) -> None:
+        self.source = source
+        self.spool = Spool(spool_dir, spool_settings)
+        self._uplink_settings = uplink_settings
+        self.uplink = Uplink(uplink_settings, self.spool)
+        self.ticks_skipped = 0
+        self._last_size = 0
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run_uplink(), name=f"uplink {self.source}")
+
+    def submit(self, reading: Reading) -> int:
+        """Spool one batch (durably) and hand it to the uplink; return its seq."""
+        seq = self.spool.next_seq()
+        self.spool.make_room(self._last_size)
+        agent = {
+            "spool_batches": len(self.spool),
+            "dropped_batches": self.spool.dropped_batches,
+            "ticks_skipped": self.ticks_skipped,
+        }
+        payload = orjson.dumps(build_batch(self.source, seq, reading, agent))
+        if len(payload) > MAX_BATCH_BYTES:
+            # The server would refuse it (413) and resending cannot help: say so, keep going.
+            log.error("batch over 1 MiB not sent", source=self.source, seq=seq, size=len(payload))
+            return seq
+        self._last_size = len(payload)
+        self.spool.put(seq, payload)
+        self.uplink.notify()
+        return seq
+
+    async def pause_uplink(self) -> None:
+        """Cut the link (a network partition): batches keep going to the spool."""
+        self.uplink.stop()
+        if self._task is not None:
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+
+    def resume_uplink(self) -> None:
+        """Reconnect after `pause_uplink`; the spool drains oldest first."""
+        if self._task is None:
+            self.uplink = Uplink(self._uplink_settings, self.spool)
+            self.start()
+
+    @property
+    def rejected(self) -> str | None:
+        return self.uplink.rejected
+
+    async def close(self, flush_timeout_s: float) -> bool:
+        """Try to deliver what is spooled, then stop; whatever is left waits on disk."""
+        delivered = True
+        if self._task is not None and not self._task.done():
+            delivered = await self.uplink.flush(flush_timeout_s)
+        self.uplink.stop()
+        if self._task is not None:
+            with contextlib.suppress(UplinkRejected):
+                await self._task
+        return delivered
+
+    async def _run_uplink(self) -> None:
+        with contextlib.suppress(UplinkRejected):  # logged by the uplink; `rejected` says why
+            await self.uplink.run()

@@ -1,0 +1,134 @@
+"""Configuration for `run` and `check`: defaults < TOML file < FLEET_AGENT_* environment < flags.
+
+```toml
+# /etc/fleet-agent/agent.toml
+server = "https://fleet.example"
+token_file = "/var/lib/fleet-agent/token"
+interval_s = 1.0
+[spool]
+dir = "/var/lib/fleet-agent/spool"
+max_mb = 256
+```
+
+Every key can also be set as `FLEET_AGENT_<KEY>` (nested keys joined by `_`, e.g.
+`FLEET_AGENT_SPOOL_MAX_MB=64`) and as a flag (`--spool-max-mb 64`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import tomllib
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+
+class ConfigError(Exception):
+    pass
+
+
+@dataclass(slots=True)
+class AgentConfig:
+    server: str = ""
+    token_file: Path = Path("/var/lib/fleet-agent/token")
+    source: str = ""
+    interval_s: float = 1.0
+    spool_dir: Path = Path("/var/lib/fleet-agent/spool")
+    spool_max_mb: float = 256.0
+    flush_timeout_s: float = 10.0
+    http_fallback: bool = True
+    backoff_cap_s: float = 30.0
+    # Slow NVML reads, in ticks (docs/agent.md explains the figures).
+    throttle_every: int = 10
+    energy_every: int = 30
+    pcie_every: int = 60
+    nvml: str = "auto"  # auto | off | fake:<capture dir> (tests and benches)
+    bmc_url: str = ""
+    bmc_user: str = ""
+    bmc_password_file: str = ""
+    ipmitool: str = "ipmitool"
+    collectors: str = "gpu,host,power,tuning"
+    log_level: str = "info"
+
+    def resolved_source(self) -> str:
+        return self.source or f"node:{socket.gethostname()}"
+
+    def enabled(self, collector: str) -> bool:
+        return collector in {c.strip() for c in self.collectors.split(",")}
+
+
+_TOML_KEYS = {"spool": {"dir": "spool_dir", "max_mb": "spool_max_mb"}}
+
+
+def _flatten(data: dict[str, Any]) -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            renames = _TOML_KEYS.get(key, {})
+            for sub, inner in value.items():
+                flat[renames.get(sub, f"{key}_{sub}")] = inner
+        else:
+            flat[key] = value
+    return flat
+
+
+def _coerce(name: str, value: Any) -> Any:
+    kind = type(getattr(AgentConfig(), name))
+    try:
+        if kind is bool and isinstance(value, str):
+            lowered = value.strip().lower()
+            if lowered not in ("1", "0", "true", "false", "yes", "no", "on", "off"):
+                raise ValueError(value)
+            return lowered in ("1", "true", "yes", "on")
+        return kind(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{name}: {value!r} is not a valid {kind.__name__}") from None
+
+
+def load_config(
+    config_file: Path | None, env: dict[str, str], flags: dict[str, Any]
+) -> AgentConfig:
+    values: dict[str, Any] = {}
+    if config_file is not None:
+        try:
+            values.update(_flatten(tomllib.loads(config_file.read_text())))
+        except FileNotFoundError:
+            raise ConfigError(f"config file {config_file} does not exist") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{config_file}: {exc}") from None
+    known = {f.name for f in fields(AgentConfig)}
+    unknown = set(values) - known
+    if unknown:
+        raise ConfigError(f"unknown setting(s) in {config_file}: {', '.join(sorted(unknown))}")
+    for name in known:
+        env_value = env.get(f"FLEET_AGENT_{name.upper()}")
+        if env_value is not None:
+            values[name] = env_value
+        if flags.get(name) is not None:
+            values[name] = flags[name]
+    config = AgentConfig(**{k: _coerce(k, v) for k, v in values.items()})
+    if config.interval_s <= 0:
+        raise ConfigError("interval_s must be positive")
+    return config
+
+
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", type=Path, default=None, help="TOML file")
+    for spec in fields(AgentConfig):
+        flag = "--" + spec.name.replace("_", "-")
+        if spec.name == "log_level":
+            continue  # a global flag
+        parser.add_argument(
+            flag, dest=spec.name, default=None, help=f"(env FLEET_AGENT_{spec.name.upper()})"
+        )
+
+
+def config_from_args(args: argparse.Namespace) -> AgentConfig:
+    flags = {f.name: getattr(args, f.name, None) for f in fields(AgentConfig)}
+    flags["log_level"] = None
+    config_file = args.config
+    if config_file is None and os.environ.get("FLEET_AGENT_CONFIG"):
+        config_file = Path(os.environ["FLEET_AGENT_CONFIG"])
+    return load_config(config_file, dict(os.environ), flags)

@@ -1,0 +1,1 @@
+"""The fleet simulator: many virtual nodes and a site, one asyncio process, the real uplink."""

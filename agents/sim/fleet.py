@@ -1,0 +1,415 @@
+"""The simulated site: nodes in racks, racks on feeds and cooling loops, a facility around them.
+
+`SiteModel.step(dt, elapsed)` advances everything; it needs no network, so tests can run
+minutes of simulated time in milliseconds. Readings come out in protocol-v1 shape.
+
+- Rack power is the sum of its nodes plus overhead (switches, PDUs, rack fans), split over
+  its feeds.
+- A cooling loop (CDU) carries the heat of its liquid and rear-door racks:
+  return = supply + heat / (flow · c_p). Its nominal flow gives a 10 K rise at capacity. The
+  liquid around a rack's cold plates follows that with a lag (the thermal mass of the
+  manifold), so when the pumps stop the GPUs heat up over tens of seconds, not at once.
+- Facility PUE: IT power plus cooling (by cooling type, worse when it is hot outside or the
+  chiller is degraded) plus distribution losses, over IT power.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+import zlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from agents.collectors.base import Reading
+from agents.sim.faults import Fault, FaultPlan
+from agents.sim.inventory import Inventory, Loop, Node, Rack
+from agents.sim.physics import GpuModel, HostModel, Workload
+
+WATER_CP_KJ_PER_KG_K = 4.186
+DESIGN_RISE_K = 10.0
+HALL_AIR_C = 24.0
+RACK_OVERHEAD_W = 1_500.0
+BOIL_CLAMP_C = 95.0
+RACK_WATER_KG = 25.0  # water in one rack's manifolds and cold plates
+# Share of a rack's heat each cooling type puts into the liquid loop.
+LIQUID_SHARE = {"air": 0.0, "rear_door": 1.0, "direct_liquid": 0.8, "immersion": 1.0}
+# Cooling plant power per watt of IT, at 15 °C outside (air needs chillers and CRAH fans).
+COOLING_PER_W = {"air": 0.30, "rear_door": 0.18, "direct_liquid": 0.08, "immersion": 0.05}
+
+
+def _seeded(name: str, seed: int) -> random.Random:
+    return random.Random(zlib.crc32(name.encode()) ^ seed)
+
+
+@dataclass(slots=True)
+class VirtualNode:
+    node: Node
+    rack: Rack
+    host: HostModel
+    gpus: list[GpuModel]
+    workload: Workload
+    powered: bool = True
+    load: float = 0.0
+    pending_events: list[dict[str, Any]] = field(default_factory=list)
+    lost_until: dict[int, float] = field(default_factory=dict)  # gpu index -> elapsed
+
+    @property
+    def name(self) -> str:
+        return self.node.name
+
+    def power_w(self) -> float:
+        if not self.powered:
+            return 0.0
+        return self.host.power_w(self.load) + sum(g.power_avg_w for g in self.gpus if not g.lost)
+
+    def step(self, dt: float, coolant_c: float, inlet_c: float, full_load: bool) -> None:
+        if not self.powered:
+            for gpu in self.gpus:  # cools toward the coolant while off
+                gpu.temp_die_c = gpu.temp_sink_c = max(coolant_c, gpu.temp_die_c - dt * 0.2)
+            return
+        self.load = 1.0 if full_load else self.workload.step(dt)
+        for gpu in self.gpus:
+            jitter = 0.0 if self.load < 0.01 else gpu.rng.uniform(-0.02, 0.0)
+            gpu.step(dt, 0.0 if gpu.lost else max(0.0, self.load + jitter), coolant_c)
+        self.host.step(dt, self.load, inlet_c)
+
+    def reading(self, ts: float, inlet_c: float, outlet_c: float, with_info: bool) -> Reading:
+        reading = Reading()
+        for gpu in self.gpus:
+            if not gpu.lost:
+                reading.add("gpu", gpu.sample(ts))
+        reading.add(
+            "node",
+            {
+                "ts": ts,
+                "cpu_pct": round(self.host.cpu_pct, 1),
+                "load1": round(self.host.cpu_pct * 2.24 / 10.0, 2),
+                "mem_used_mib": round(self.host.mem_total_mib * (0.05 + 0.3 * self.load)),
+                "mem_total_mib": self.host.mem_total_mib,
+                "temp_cpu_c": round(self.host.temp_cpu_c, 1),
+                "temp_inlet_c": round(inlet_c, 1),
+                "temp_outlet_c": round(outlet_c, 1),
+                "power_w": round(self.power_w()),
+                "net_rx_bytes_s": round(self.host.rx_bytes_s),
+                "net_tx_bytes_s": round(self.host.tx_bytes_s),
+            },
+        )
+        if with_info:
+            models = dict(self.node.gpus)
+            reading.gpu_info = [g.info(self.name, models.get(g.index, "")) for g in self.gpus]
+            reading.node_info = {"hostname": self.name, "agent_version": "sim", "simulated": True}
+        reading.events, self.pending_events = self.pending_events, []
+        return reading
+
+
+@dataclass(slots=True)
+class RackState:
+    rack: Rack
+    nodes: list[VirtualNode]
+    power_w: float = 0.0
+    inlet_c: float = HALL_AIR_C
+    outlet_c: float = HALL_AIR_C + 10.0
+    liquid_supply_c: float = 30.0
+    liquid_return_c: float = 35.0
+    coolant_c: float = 32.0  # what the cold plates see
+    flow_lpm: float = 0.0
+    energy_kwh: float = 0.0
+
+
+@dataclass(slots=True)
+class LoopState:
+    loop: Loop
+    racks: list[RackState]
+    supply_c: float
+    return_c: float = 0.0
+    flow_lpm: float = 0.0
+    heat_kw: float = 0.0
+    pumps_total: int = 3
+    pumps_failed: int = 0
+
+    @property
+    def nominal_flow_lpm(self) -> float:
+        kg_s = self.loop.capacity_kw / (WATER_CP_KJ_PER_KG_K * DESIGN_RISE_K)
+        return kg_s * 60.0  # water: 1 kg ≈ 1 L
+
+    @property
+    def setpoint_c(self) -> float:
+        return self.loop.supply_limit_c - 4.0
+
+
+class SiteModel:
+    def __init__(
+        self, inventory: Inventory, faults: FaultPlan | None = None, seed: int = 0
+    ) -> None:
+        self.inventory = inventory
+        self.faults = faults or FaultPlan()
+        self.nodes: dict[str, VirtualNode] = {}
+        self.racks: dict[str, RackState] = {}
+        for rack in inventory.racks:
+            self.racks[rack.name] = RackState(rack, [])
+        for node in inventory.nodes:
+            rack_state = self.racks.get(node.rack)
+            if rack_state is None:
+                continue  # a node in a rack the inventory does not list: nothing to cool it
+            rng = _seeded(node.name, seed)
+            gpus = [
+                GpuModel(
+                    index=i, cooling=rack_state.rack.cooling, rng=_seeded(f"{node.name}/{i}", seed)
+                )
+                for i, _ in node.gpus
+            ]
+            virtual = VirtualNode(
+                node, rack_state.rack, HostModel(rng, len(gpus)), gpus, Workload(rng)
+            )
+            self.nodes[node.name] = virtual
+            rack_state.nodes.append(virtual)
+        self.loops = {
+            lp.name: LoopState(
+                lp,
+                [r for r in self.racks.values() if r.rack.loop == lp.name],
+                supply_c=lp.supply_limit_c - 4.0,
+            )
+            for lp in inventory.loops
+        }
+        self.outdoor_c = 15.0
+        self.it_power_w = 0.0
+        self.cooling_power_w = 0.0
+        self.total_power_w = 0.0
+        self.total_energy_kwh = 0.0
+        self.it_energy_kwh = 0.0
+        self.elapsed_s = 0.0
+
+    # -- stepping --------------------------------------------------------------------------
+
+    def step(self, dt: float, elapsed_s: float, wall: float | None = None) -> None:
+        self.elapsed_s = elapsed_s
+        self.outdoor_c = _outdoor_c(wall if wall is not None else time.time())
+        chiller = self.faults.active("chiller-degraded", "", elapsed_s)
+        self._one_shot_faults(dt, elapsed_s)
+        for loop in self.loops.values():
+            self._step_loop_supply(loop, dt, elapsed_s)
+        for rack in self.racks.values():
+            self._step_rack(rack, dt, elapsed_s, chiller is not None)
+        for loop in self.loops.values():
+            self._step_loop_return(loop)
+        self._step_facility(dt, chiller is not None)
+
+    def _one_shot_faults(self, dt: float, elapsed_s: float) -> None:
+        for node in self.nodes.values():
+            node.powered = self.faults.active("node-offline", node.name, elapsed_s) is None and (
+                self.faults.active("node-offline", node.rack.name, elapsed_s) is None
+            )
+            for gpu in node.gpus:
+                target = f"{node.name}/{gpu.index}"
+                xid = self.faults.started("gpu-xid", target, elapsed_s, dt)
+                if xid is not None:
+                    self._xid(node, gpu, xid, elapsed_s)
+                if gpu.lost and elapsed_s >= node.lost_until.get(gpu.index, math.inf):
+                    gpu.lost = False
+                dbe = self.faults.started("ecc-dbe", target, elapsed_s, dt)
+                if dbe is not None:
+                    gpu.ecc_dbe += 1
+                    gpu.remapped_uncorrectable += 1
+                    gpu.remap_pending = 1
+                    ts = time.time()
+                    node.pending_events += [
+                        {"ts": ts, "gpu": gpu.index, "kind": "ecc_dbe", "detail": "volatile DBE"},
+                        {
+                            "ts": ts,
+                            "gpu": gpu.index,
+                            "kind": "xid",
+                            "code": 48,
+                            "detail": "double-bit ECC error",
+                        },
+                    ]
+
+    def _xid(self, node: VirtualNode, gpu: GpuModel, fault: Fault, elapsed_s: float) -> None:
+        code = int(fault.number("code", 79))
+        ts = time.time()
+        detail = "GPU has fallen off the bus" if code == 79 else f"XID {code}"
+        node.pending_events.append(
+            {"ts": ts, "gpu": gpu.index, "kind": "xid", "code": code, "detail": detail}
+        )
+        if code == 79:
+            gpu.lost = True
+            end = math.inf if fault.duration_s is None else fault.start_s + fault.duration_s
+            node.lost_until[gpu.index] = end
+            node.pending_events.append(
+                {"ts": ts, "gpu": gpu.index, "kind": "gpu_lost", "detail": "NVML: GPU is lost"}
+            )
+
+    def _step_loop_supply(self, loop: LoopState, dt: float, elapsed_s: float) -> None:
+        pump = self.faults.active("cdu-pump-fail", loop.loop.name, elapsed_s)
+        loop.pumps_failed = 0
+        if pump is not None:
+            loop.pumps_failed = min(loop.pumps_total, int(pump.number("pumps", loop.pumps_total)))
+        running = loop.pumps_total - loop.pumps_failed
+        # N+1: two of the three pumps carry the nominal flow, so one failure costs nothing.
+        loop.flow_lpm = loop.nominal_flow_lpm * min(running, 2) / 2.0
+        chiller = self.faults.active("chiller-degraded", loop.loop.name, elapsed_s)
+        target = loop.setpoint_c + (chiller.number("rise", 8.0) if chiller else 0.0)
+        loop.supply_c += (target - loop.supply_c) * (1 - math.exp(-dt / 120.0))
+
+    def _step_rack(self, rack: RackState, dt: float, elapsed_s: float, chiller: bool) -> None:
+        overload = self.faults.active("rack-overload", rack.rack.name, elapsed_s)
+        rack.inlet_c = HALL_AIR_C + (3.0 if chiller else 0.0)
+        loop = self.loops.get(rack.rack.loop or "")
+        liquid = loop is not None and LIQUID_SHARE[rack.rack.cooling] > 0
+        if liquid and loop is not None:
+            self._step_rack_liquid(rack, loop, dt)
+        for node in rack.nodes:
+            coolant = rack.coolant_c if rack.rack.liquid else rack.inlet_c
+            node.host.extra_w = 0.0
+            node.step(dt, coolant, rack.inlet_c, overload is not None)
+        if overload is not None and rack.nodes:
+            # Someone plugged in more than the budget: load beyond the GPUs (factor × budget).
+            want_w = overload.number("factor", 1.15) * rack.rack.budget_kw * 1000.0
+            short = want_w - self._rack_power(rack)
+            for node in rack.nodes:
+                node.host.extra_w = max(0.0, short / len(rack.nodes))
+        rack.power_w = self._rack_power(rack)
+        rack.energy_kwh += rack.power_w * dt / 3.6e6
+        air_share = 1.0 - LIQUID_SHARE[rack.rack.cooling]
+        if rack.rack.cooling == "rear_door":
+            rack.outlet_c = rack.inlet_c + 1.5
+        else:
+            rack.outlet_c = (
+                rack.inlet_c + 12.0 * air_share * min(1.5, rack.power_w / 40_000.0) + 2.0
+            )
+
+    @staticmethod
+    def _step_rack_liquid(rack: RackState, loop: LoopState, dt: float) -> None:
+        """Energy balance of the water in the rack's cold-plate circuit.
+
+        M·c_p·dT/dt = Q − 2·ṁ·c_p·(T − T_supply), T the mean water temperature. At nominal
+        flow it settles within seconds at supply + Q/(2ṁc_p); with the pumps stopped nothing
+        carries the heat away and it climbs by Q/(M·c_p) per second.
+        """
+        rack.liquid_supply_c = loop.supply_c
+        rack.flow_lpm = loop.flow_lpm / max(1, len(loop.racks))
+        heat_kw = rack.power_w / 1000.0 * LIQUID_SHARE[rack.rack.cooling]
+        capacity_kj_k = RACK_WATER_KG * WATER_CP_KJ_PER_KG_K
+        conductance_kw_k = 2.0 * (rack.flow_lpm / 60.0) * WATER_CP_KJ_PER_KG_K
+        if conductance_kw_k < 1e-6:
+            rack.coolant_c += heat_kw * dt / capacity_kj_k
+        else:
+            steady = rack.liquid_supply_c + heat_kw / conductance_kw_k
+            decay = math.exp(-dt * conductance_kw_k / capacity_kj_k)
+            rack.coolant_c = steady + (rack.coolant_c - steady) * decay
+        rack.coolant_c = min(BOIL_CLAMP_C, rack.coolant_c)
+        rack.liquid_return_c = min(BOIL_CLAMP_C, 2.0 * rack.coolant_c - rack.liquid_supply_c)
+
+    @staticmethod
+    def _rack_power(rack: RackState) -> float:
+        return RACK_OVERHEAD_W + sum(node.power_w() for node in rack.nodes)
+
+    def _step_loop_return(self, loop: LoopState) -> None:
+        heat_kw = sum(r.power_w / 1000.0 * LIQUID_SHARE[r.rack.cooling] for r in loop.racks)
+        kg_s = loop.flow_lpm / 60.0
+        # Heat actually carried to the CDU; with no flow it stays in the racks.
+        loop.heat_kw = heat_kw if kg_s > 0 else 0.0
+        if loop.racks:
+            loop.return_c = sum(r.liquid_return_c for r in loop.racks) / len(loop.racks)
+        else:
+            loop.return_c = loop.supply_c
+
+    def _step_facility(self, dt: float, chiller: bool) -> None:
+        it = sum(r.power_w for r in self.racks.values())
+        weather = max(0.5, 1.0 + 0.025 * (self.outdoor_c - 15.0))
+        cooling = sum(r.power_w * COOLING_PER_W[r.rack.cooling] for r in self.racks.values())
+        cooling *= weather * (1.4 if chiller else 1.0)
+        losses = 0.06 * it + 20_000.0  # UPS and distribution losses, lighting, offices
+        self.it_power_w, self.cooling_power_w = it, cooling
+        self.total_power_w = it + cooling + losses
+        self.it_energy_kwh += it * dt / 3.6e6
+        self.total_energy_kwh += self.total_power_w * dt / 3.6e6
+
+    # -- readings ----------------------------------------------------------------------------
+
+    def node_reading(self, name: str, ts: float, with_info: bool) -> Reading:
+        node = self.nodes[name]
+        rack = self.racks[node.rack.name]
+        return node.reading(ts, rack.inlet_c, rack.outlet_c, with_info)
+
+    def site_reading(self, ts: float) -> Reading:
+        reading = Reading()
+        for rack in self.racks.values():
+            sample: dict[str, Any] = {
+                "ts": ts,
+                "rack": rack.rack.name,
+                "power_w": round(rack.power_w),
+                "energy_kwh": round(rack.energy_kwh, 4),
+                "temp_inlet_c": round(rack.inlet_c, 1),
+                "temp_outlet_c": round(rack.outlet_c, 1),
+                "humidity_pct": 42.0,
+            }
+            if rack.rack.loop and rack.rack.loop in self.loops:
+                sample.update(
+                    liquid_supply_c=round(rack.liquid_supply_c, 2),
+                    liquid_return_c=round(rack.liquid_return_c, 2),
+                    liquid_flow_lpm=round(rack.flow_lpm, 1),
+                    leak=0,
+                )
+            reading.add("rack", sample)
+            feeds = rack.rack.feeds
+            for feed in feeds:
+                watts = rack.power_w / len(feeds)
+                reading.add(
+                    "feed",
+                    {
+                        "ts": ts,
+                        "rack": rack.rack.name,
+                        "feed": feed.name,
+                        "power_w": round(watts),
+                        "current_a": round(watts / (3 * 230.0), 1),  # three phases at 230 V
+                        "voltage_v": 230.0,
+                        "energy_kwh": round(rack.energy_kwh / len(feeds), 4),
+                    },
+                )
+        for loop in self.loops.values():
+            running = loop.pumps_total - loop.pumps_failed
+            reading.add(
+                "loop",
+                {
+                    "ts": ts,
+                    "loop": loop.loop.name,
+                    "supply_c": round(loop.supply_c, 2),
+                    "return_c": round(loop.return_c, 2),
+                    "delta_c": round(loop.return_c - loop.supply_c, 2),
+                    "flow_lpm": round(loop.flow_lpm, 1),
+                    "heat_removed_kw": round(loop.heat_kw, 1),
+                    "primary_supply_c": round(loop.supply_c - 3.0, 2),
+                    "primary_return_c": round(
+                        loop.supply_c - 3.0 + 0.8 * (loop.return_c - loop.supply_c), 2
+                    ),
+                    "pump_speed_pct": 70.0 if running else 0.0,
+                    "pumps_running": running,
+                    "pumps_failed": loop.pumps_failed,
+                    "leak": 0,
+                    "reservoir_low": 0,
+                },
+            )
+        if self.it_power_w > 0:
+            reading.add(
+                "facility",
+                {
+                    "ts": ts,
+                    "total_power_w": round(self.total_power_w),
+                    "it_power_w": round(self.it_power_w),
+                    "pue": round(self.total_power_w / self.it_power_w, 3),
+                    "pue_category": 2,  # IT measured at the rack PDUs
+                    "cooling_power_w": round(self.cooling_power_w),
+                    "outdoor_c": round(self.outdoor_c, 1),
+                    "total_energy_kwh": round(self.total_energy_kwh, 4),
+                    "it_energy_kwh": round(self.it_energy_kwh, 4),
+                },
+            )
+        return reading
+
+
+def _outdoor_c(wall: float) -> float:
+    """A mild day: 15 °C mean, warmest mid-afternoon UTC."""
+    hour = (wall % 86400) / 3600.0
+    return 15.0 + 7.0 * math.sin(2 * math.pi * (hour - 9.0) / 24.0)

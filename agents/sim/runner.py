@@ -1,0 +1,180 @@
+"""Run the simulated fleet: one asyncio process, one `Outbox` (spool + uplink) per source.
+
+Each virtual node enrols as `node:<name>` with its own token and WebSocket, exactly like a
+real agent; the site's racks, feeds, loops and facility go out as `site:<slug>`. Faults that
+belong to the agent rather than the hardware are played here:
+
+- agent-crash: the node keeps drawing power but stops sampling; its uplink dies without a
+  flush; on restart a new uplink drains the spool it left behind;
+- network-partition: sampling goes on into the spool; the link is cut, then restored;
+- node-offline: the node loses power: no samples, no link, a cold start afterwards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from agents.enroll import enroll
+from agents.log import get_logger
+from agents.outbox import Outbox
+from agents.schedule import Ticker
+from agents.sim.faults import FaultPlan
+from agents.sim.fleet import SiteModel
+from agents.sim.inventory import Inventory
+from agents.spool import SpoolSettings
+from agents.uplink import UplinkSettings
+
+log = get_logger("agents.sim")
+
+
+@dataclass(slots=True)
+class SimSettings:
+    server: str
+    enroll_token: str
+    spool_root: Path
+    interval_s: float = 1.0
+    seed: int = 0
+    spool_fsync: bool = False
+    backoff_cap_s: float = 10.0
+    enroll_concurrency: int = 8
+
+
+@dataclass(slots=True)
+class VirtualAgent:
+    source: str
+    token: str
+    outbox: Outbox | None = None
+    state: str = "running"  # running | crashed | offline | partitioned
+    needs_info: bool = True
+
+
+@dataclass(slots=True)
+class SimStats:
+    ticks: int = 0
+    batches: int = 0
+    agents: dict[str, str] = field(default_factory=dict)
+
+
+class Simulator:
+    def __init__(self, settings: SimSettings, inventory: Inventory, faults: FaultPlan) -> None:
+        self.settings = settings
+        self.inventory = inventory
+        self.faults = faults
+        self.model = SiteModel(inventory, faults, settings.seed)
+        self.agents: dict[str, VirtualAgent] = {}
+        self.site: VirtualAgent | None = None
+        self.stats = SimStats()
+        self.ticker = Ticker(settings.interval_s)
+
+    async def enroll_all(self) -> None:
+        """Enrol every virtual node and the site, a few at a time."""
+        gate = asyncio.Semaphore(self.settings.enroll_concurrency)
+
+        async def one(source: str) -> VirtualAgent:
+            async with gate:
+                token = await asyncio.to_thread(
+                    enroll, self.settings.server, self.settings.enroll_token, source
+                )
+            return VirtualAgent(source, token)
+
+        sources = [f"node:{name}" for name in self.model.nodes]
+        site_source = f"site:{self.inventory.site_slug}"
+        enrolled = await asyncio.gather(*(one(s) for s in [site_source, *sources]))
+        self.site = enrolled[0]
+        self.agents = {a.source.partition(":")[2]: a for a in enrolled[1:]}
+        log.info("simulator enrolled", nodes=len(self.agents), site=site_source)
+
+    def _open(self, agent: VirtualAgent) -> Outbox:
+        name = agent.source.replace(":", "_").replace("/", "_")
+        settings = UplinkSettings(
+            server=self.settings.server,
+            token=agent.token,
+            source=agent.source,
+            backoff_cap_s=self.settings.backoff_cap_s,
+        )
+        outbox = Outbox(
+            agent.source,
+            self.settings.spool_root / name,
+            settings,
+            SpoolSettings(max_bytes=64 << 20, fsync=self.settings.spool_fsync),
+        )
+        outbox.start()
+        return outbox
+
+    async def run(self, duration_s: float | None = None) -> SimStats:
+        if self.site is None:
+            await self.enroll_all()
+        assert self.site is not None
+        self.site.outbox = self._open(self.site)
+        for agent in self.agents.values():
+            agent.outbox = self._open(agent)
+        started = time.monotonic()
+        try:
+            async for ts in self.ticker.ticks():
+                elapsed = time.monotonic() - started
+                self.model.step(self.settings.interval_s, elapsed, ts)
+                await self._apply_agent_faults(elapsed)
+                self._emit(round(ts, 3))
+                self.stats.ticks += 1
+                if duration_s is not None and elapsed >= duration_s:
+                    break
+        finally:
+            await self.close()
+        return self.stats
+
+    def _emit(self, ts: float) -> None:
+        for name, agent in self.agents.items():
+            if agent.outbox is None or agent.state in ("crashed", "offline"):
+                continue
+            if agent.outbox.rejected:
+                continue
+            agent.outbox.ticks_skipped = self.ticker.skipped
+            agent.outbox.submit(self.model.node_reading(name, ts, agent.needs_info))
+            agent.needs_info = False
+            self.stats.batches += 1
+        if self.site is not None and self.site.outbox is not None:
+            self.site.outbox.ticks_skipped = self.ticker.skipped
+            self.site.outbox.submit(self.model.site_reading(ts))
+            self.stats.batches += 1
+
+    async def _apply_agent_faults(self, elapsed: float) -> None:
+        for name, agent in self.agents.items():
+            node = self.model.nodes[name]
+            rack = node.rack.name
+            if not node.powered:
+                wanted = "offline"
+            elif self.faults.active("agent-crash", name, elapsed):
+                wanted = "crashed"
+            elif self.faults.active("network-partition", name, elapsed) or self.faults.active(
+                "network-partition", rack, elapsed
+            ):
+                wanted = "partitioned"
+            else:
+                wanted = "running"
+            if wanted != agent.state:
+                await self._transition(agent, wanted)
+
+    async def _transition(self, agent: VirtualAgent, wanted: str) -> None:
+        log.info("virtual agent state", source=agent.source, was=agent.state, now=wanted)
+        if agent.state == "partitioned" and agent.outbox is not None:
+            agent.outbox.resume_uplink()
+        if wanted in ("crashed", "offline"):
+            if agent.outbox is not None:
+                await agent.outbox.close(flush_timeout_s=0.0)  # no goodbye: it just died
+                agent.outbox = None
+        elif wanted == "partitioned":
+            if agent.outbox is None:
+                agent.outbox = self._open(agent)
+            await agent.outbox.pause_uplink()
+        elif wanted == "running" and agent.outbox is None:
+            agent.outbox = self._open(agent)  # a restart: drains what the last run spooled
+            agent.needs_info = True
+        agent.state = wanted
+        self.stats.agents[agent.source] = wanted
+
+    async def close(self, flush_timeout_s: float = 5.0) -> None:
+        outboxes = [a.outbox for a in [*self.agents.values(), self.site] if a and a.outbox]
+        await asyncio.gather(*(o.close(flush_timeout_s) for o in outboxes))
