@@ -1,4 +1,4 @@
-"""Root pytest configuration: the test settings flag must be set before Django loads."""
+"""Loaded with `-p tests.testenv` before pytest-django reads the settings."""
 
 from __future__ import annotations
 

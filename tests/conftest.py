@@ -1,0 +1,65 @@
+"""Shared fixtures. Tiers: every test that takes `fleet_server` (or `tier`) runs on
+the embedded default (SQLite, in-memory layer) and, where PostgreSQL and Redis
+answer, on the production shape too. REQUIRE_SERVICES=1 (set by .ci/run) makes a
+missing service a failure instead of a skip."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support import services
+from tests.support.server import FleetServer
+
+
+def _services_available() -> bool:
+    return services.postgres_answers() and services.redis_answers()
+
+
+def active_tiers() -> list[str]:
+    tiers = ["embedded"]
+    wanted = os.environ.get("FLEETWATCH_TEST_TIERS")
+    if wanted:
+        return [t for t in wanted.split(",") if t]
+    if _services_available():
+        tiers.append("services")
+    return tiers
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if os.environ.get("REQUIRE_SERVICES") == "1" and not _services_available():
+        raise pytest.UsageError(
+            "REQUIRE_SERVICES=1 but PostgreSQL "
+            f"({services.services_database_url()}) or Redis ({services.services_redis_url()})"
+            " does not answer"
+        )
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "tier" in metafunc.fixturenames:
+        metafunc.parametrize("tier", active_tiers(), scope="module")
+
+
+@pytest.fixture(scope="module")
+def fleet_server(tier: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[FleetServer]:
+    """A running backend shared by a test module (use distinct nodes per test)."""
+    var_dir = tmp_path_factory.mktemp(f"server-{tier}")
+    with FleetServer.started(var_dir, tier=tier) as server:
+        yield server
+
+
+@pytest.fixture
+def fresh_server(tier: str, tmp_path: Path) -> Iterator[FleetServer]:
+    """A backend of the test's own, for tests that stop and start it."""
+    with FleetServer.started(tmp_path / "server", tier=tier) as server:
+        yield server
+
+
+def chromium_path() -> str | None:
+    return shutil.which("chromium") or (
+        "/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None
+    )

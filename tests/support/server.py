@@ -1,0 +1,190 @@
+"""A real Fleetwatch backend for tests: uvicorn in a subprocess on a free
+loopback port, over its own fresh database (SQLite file, or a new PostgreSQL
+database in the services tier), with a small seeded site.
+
+    with FleetServer.started(tmp_path) as server:
+        server.url, server.enroll_token, server.count("gpu"), server.stop(), server.start()
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from tests.support import services
+
+ROOT = Path(__file__).resolve().parents[2]
+ENROLL_TOKEN = "fwe_test-enrolment-token"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class FleetServer:
+    def __init__(
+        self,
+        var_dir: Path,
+        *,
+        database_url: str | None = None,
+        redis_url: str | None = None,
+        racks: int = 2,
+        extra_env: dict[str, str] | None = None,
+    ) -> None:
+        self.var_dir = var_dir
+        self.database_url = database_url
+        self.redis_url = redis_url
+        self.racks = racks
+        self.port = free_port()
+        self.enroll_token = ENROLL_TOKEN
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.extra_env = extra_env or {}
+        self.log_path = var_dir / "server.log"
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def ws_url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}"
+
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        for key in ("DATABASE_URL", "REDIS_URL"):
+            env.pop(key, None)
+        env.update(
+            {
+                "FLEETWATCH_VAR_DIR": str(self.var_dir),
+                "FLEETWATCH_TESTING": "1",
+                "FLEETWATCH_LIVE_INTERVAL_S": "0.2",
+                "DJANGO_SETTINGS_MODULE": "fleetwatch.settings",
+                "PYTHONPATH": str(ROOT),
+            }
+        )
+        if self.database_url:
+            env["DATABASE_URL"] = self.database_url
+        if self.redis_url:
+            env["REDIS_URL"] = self.redis_url
+        env.update(self.extra_env)
+        return env
+
+    def manage(self, *args: str) -> str:
+        out = subprocess.run(
+            [sys.executable, str(ROOT / "manage.py"), *args],
+            env=self.env(),
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        if out.returncode:
+            raise RuntimeError(f"manage.py {' '.join(args)} failed:\n{out.stdout}\n{out.stderr}")
+        return out.stdout
+
+    def prepare(self) -> None:
+        self.var_dir.mkdir(parents=True, exist_ok=True)
+        self.manage("migrate", "-v0")
+        self.manage("seed_demo", "--racks", str(self.racks), "--enroll-token", self.enroll_token)
+
+    def start(self) -> None:
+        log = self.log_path.open("ab")
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "uvicorn",
+                "fleetwatch.asgi:application",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--lifespan",
+                "off",
+                "--log-level",
+                "warning",
+            ],
+            env=self.env(),
+            cwd=ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited: {self.log_path.read_text()[-3000:]}")
+            try:
+                urllib.request.urlopen(self.url + "/api/v1/inventory", timeout=1)
+            except urllib.error.HTTPError:
+                return  # it answers (401 without a token)
+            except OSError:
+                time.sleep(0.1)
+        raise RuntimeError("server did not start in 30 s")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+    def kill(self) -> None:
+        """Stop abruptly, as a crash or power cut would (SIGKILL, no cleanup)."""
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc = None
+        # Its writer process sees the socket close and exits by itself.
+
+    # -- reading what was stored -------------------------------------------
+    def query(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        if self.database_url:
+            import psycopg
+
+            from fleet.ingest.store import pg_conninfo
+            from fleetwatch.env import database_from_url
+
+            with psycopg.connect(pg_conninfo(database_from_url(self.database_url))) as conn:
+                return list(conn.execute(sql.replace("?", "%s"), params).fetchall())  # type: ignore[arg-type]
+        with contextlib.closing(sqlite3.connect(self.var_dir / "fleetwatch.sqlite3")) as conn:
+            return list(conn.execute(sql, params).fetchall())
+
+    def count(self, kind: str, where: str = "1=1", params: tuple[Any, ...] = ()) -> int:
+        return int(self.query(f"SELECT count(*) FROM fw_{kind}_raw WHERE {where}", params)[0][0])
+
+    # -- lifecycle ---------------------------------------------------------
+    @classmethod
+    @contextlib.contextmanager
+    def started(cls, var_dir: Path, tier: str = "embedded", **kwargs: Any) -> Iterator[FleetServer]:
+        db_name = None
+        if tier == "services":
+            db_name = f"fwtest_{uuid.uuid4().hex[:10]}"
+            kwargs["database_url"] = services.create_database(
+                services.services_database_url(), db_name
+            )
+            kwargs["redis_url"] = services.services_redis_url()
+        server = cls(var_dir, **kwargs)
+        try:
+            server.prepare()
+            server.start()
+            yield server
+        finally:
+            server.stop()
+            if db_name:
+                services.drop_database(services.services_database_url(), db_name)

@@ -1,0 +1,69 @@
+"""Where PostgreSQL and Redis are, and whether they answer (the production tier)."""
+
+from __future__ import annotations
+
+import os
+import socket
+from urllib.parse import urlsplit
+
+DEFAULT_DATABASE_URL = "postgres://postgres@127.0.0.1:5432/postgres"
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+
+
+def services_database_url() -> str:
+    return os.environ.get("FLEETWATCH_TEST_DATABASE_URL") or DEFAULT_DATABASE_URL
+
+
+def services_redis_url() -> str:
+    return os.environ.get("FLEETWATCH_TEST_REDIS_URL") or DEFAULT_REDIS_URL
+
+
+def answers(url: str, timeout: float = 1.0) -> bool:
+    parts = urlsplit(url)
+    port = parts.port or (5432 if parts.scheme.startswith("postgres") else 6379)
+    try:
+        with socket.create_connection((parts.hostname or "127.0.0.1", port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def postgres_answers() -> bool:
+    if not answers(services_database_url()):
+        return False
+    try:
+        import psycopg
+
+        with psycopg.connect(_conninfo(services_database_url()), connect_timeout=2):
+            return True
+    except Exception:
+        return False
+
+
+def redis_answers() -> bool:
+    return answers(services_redis_url())
+
+
+def _conninfo(url: str) -> str:
+    from fleet.ingest.store import pg_conninfo
+    from fleetwatch.env import database_from_url
+
+    return pg_conninfo(database_from_url(url))
+
+
+def create_database(admin_url: str, name: str) -> str:
+    """Create an empty PostgreSQL database; return its URL."""
+    import psycopg
+
+    with psycopg.connect(_conninfo(admin_url), autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    parts = urlsplit(admin_url)
+    return parts._replace(path=f"/{name}").geturl()
+
+
+def drop_database(admin_url: str, name: str) -> None:
+    import psycopg
+
+    with psycopg.connect(_conninfo(admin_url), autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
