@@ -59,7 +59,7 @@ def test_batch_resent_after_a_lost_ack_is_stored_once(fleet_server: FleetServer)
 
 
 def test_unknown_token_is_refused_with_401_and_4401(fleet_server: FleetServer) -> None:
-    status, body = post_json(
+    status, _ = post_json(
         fleet_server.url + "/api/v1/ingest", gpu_batch("gpu-a01-04", 1), "fwn_not-a-token"
     )
     assert status == 401
