@@ -1,0 +1,99 @@
+"""The fleet overview in a real browser: it shows racks and updates by push, without reload."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from tests.conftest import chromium_path
+from tests.support.agent import enroll, gpu_batch, post_json
+from tests.support.server import FleetServer
+
+CHROMIUM = chromium_path()
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+]
+
+pytestmark = pytest.mark.browser
+
+if CHROMIUM is None and os.environ.get("REQUIRE_BROWSER") == "1":
+    raise RuntimeError("REQUIRE_BROWSER=1 but Debian chromium is not installed")
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[object]:
+    if CHROMIUM is None:
+        pytest.skip("Debian chromium is not installed (apt-get install chromium)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        yield b
+        b.close()
+
+
+def login(page, server: FleetServer) -> None:  # type: ignore[no-untyped-def]
+    page.goto(server.url + "/admin/login/?next=/")
+    page.fill("#id_username", "ops")
+    page.fill("#id_password", "ops-password-1")
+    page.click("input[type=submit]")
+    page.wait_for_selector("h1:has-text('Fleet overview')")
+
+
+@pytest.fixture(scope="module")
+def ops_user(fleet_server: FleetServer) -> None:
+    env = {"DJANGO_SUPERUSER_PASSWORD": "ops-password-1"}
+    fleet_server.extra_env.update(env)
+    fleet_server.manage("createsuperuser", "--noinput", "--username", "ops", "--email", "o@x.io")
+
+
+def test_fleet_page_needs_a_login(fleet_server: FleetServer, browser) -> None:  # type: ignore[no-untyped-def]
+    page = browser.new_page()
+    page.goto(fleet_server.url + "/")
+    assert "/admin/login/" in page.url
+    page.close()
+
+
+def test_fleet_page_updates_a_rack_by_push_after_ingest(
+    fleet_server: FleetServer,
+    ops_user: None,
+    browser,  # type: ignore[no-untyped-def]
+) -> None:
+    page = browser.new_page(viewport={"width": 1280, "height": 800})
+    login(page, fleet_server)
+    assert page.locator(".rack").count() == 2
+    page.wait_for_selector("#live-status[data-state='live']")
+    rack_id = fleet_server.query("SELECT id FROM fleet_rack WHERE name = 'A02'")[0][0]
+    tile = page.locator(f"#rack-{rack_id}")
+    before = tile.locator("[data-field=power]").inner_text()
+    page.evaluate("window.__reloaded = false")
+
+    token = enroll(fleet_server, "node:gpu-a02-01")
+    batch = gpu_batch("gpu-a02-01", 1, power_w=612.5, temp_gpu_c=80)
+    batch["gpu_info"] = [
+        {"gpu": i, "model": "NVIDIA H200", "limits": {"slowdown_c": 89}} for i in range(8)
+    ]
+    sent = time.monotonic()
+    assert post_json(fleet_server.url + "/api/v1/ingest", batch, token)[0] == 200
+    power = tile.locator("[data-field=power]")
+    page.wait_for_function(
+        "el => el.textContent.trim() === '4.9'", arg=power.element_handle(), timeout=5000
+    )
+    took = time.monotonic() - sent
+    assert before == "–"
+    assert tile.locator("[data-field=headroom]").inner_text() == "9 °C to slowdown"
+    assert page.evaluate("window.__reloaded") is False  # pushed, not reloaded
+    assert took < 3.0
+    page.screenshot(path=str(fleet_server.var_dir / "fleet.png"))
+    page.close()
