@@ -1,0 +1,192 @@
+"""`make demo`: the whole product on the embedded default, one command.
+
+Migrates, seeds the demo site (safe to run twice), then runs the web server,
+a Celery worker, exactly one beat and the fleet simulator, prints where to
+look, and stops them all on Ctrl-C. Everything lives under `var/`.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+
+
+def _secret_file(path: Path, prefix: str) -> str:
+    """A secret kept between runs, so the login and token stay the same."""
+    if path.exists():
+        return path.read_text().strip()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    value = f"{prefix}{secrets.token_urlsafe(18)}"
+    path.write_text(value + "\n")
+    path.chmod(0o600)
+    return value
+
+
+def _env(var_dir: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env.setdefault("FLEETWATCH_DEMO", "1")
+    env.setdefault("FLEETWATCH_VAR_DIR", str(var_dir))
+    env.setdefault("DJANGO_SETTINGS_MODULE", "fleetwatch.settings")
+    env["PYTHONPATH"] = str(ROOT)
+    return env
+
+
+def _manage(env: dict[str, str], *args: str) -> None:
+    subprocess.run([sys.executable, str(ROOT / "manage.py"), *args], env=env, cwd=ROOT, check=True)
+
+
+def _ensure_admin(env: dict[str, str], password: str) -> None:
+    script = (
+        "from django.contrib.auth import get_user_model\n"
+        "U = get_user_model()\n"
+        "u, _ = U.objects.get_or_create(username='admin', defaults={'email': 'admin@localhost'})\n"
+        "u.is_staff = u.is_superuser = True\n"
+        f"u.set_password({password!r})\n"
+        "u.save()\n"
+    )
+    _manage(env, "shell", "-c", script)
+
+
+def main() -> int:
+    var_dir = Path(os.environ.get("FLEETWATCH_VAR_DIR", ROOT / "var")).resolve()
+    host = os.environ.get("FLEETWATCH_HOST", "127.0.0.1")
+    port = os.environ.get("FLEETWATCH_PORT", "8000")
+    nodes = os.environ.get("FLEETWATCH_DEMO_NODES", "64")
+    env = _env(var_dir)
+    demo_dir = var_dir / "demo"
+    token = _secret_file(demo_dir / "enroll-token", "fwe_demo_")
+    password = _secret_file(demo_dir / "admin-password", "")
+
+    print("Fleetwatch demo: preparing the database in", var_dir, flush=True)
+    _manage(env, "migrate", "-v0")
+    _manage(env, "seed_demo", "--enroll-token", token)
+    _ensure_admin(env, password)
+
+    server = f"http://{host}:{port}"
+    commands = {
+        "web": [
+            str(BIN / "uvicorn"),
+            "fleetwatch.asgi:application",
+            "--host",
+            host,
+            "--port",
+            port,
+            "--lifespan",
+            "off",
+            "--log-level",
+            "warning",
+        ],
+        "worker": [
+            str(BIN / "celery"),
+            "-A",
+            "fleetwatch",
+            "worker",
+            "--pool",
+            "solo",
+            "--loglevel",
+            "WARNING",
+            "--without-mingle",
+            "--without-gossip",
+        ],
+        "beat": [
+            str(BIN / "celery"),
+            "-A",
+            "fleetwatch",
+            "beat",
+            "--loglevel",
+            "WARNING",
+            "--schedule",
+            str(var_dir / "celerybeat-schedule"),
+        ],
+        "simulator": [
+            str(BIN / "fleet-agent"),
+            "simulate",
+            "--server",
+            server,
+            "--enroll-token",
+            token,
+            "--nodes",
+            nodes,
+            "--spool-dir",
+            str(var_dir / "simulator-spool"),
+        ],
+    }
+    procs: dict[str, subprocess.Popen[bytes]] = {}
+    stopping = False
+
+    def stop(*_: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
+    for name in ("web", "worker", "beat"):
+        procs[name] = subprocess.Popen(commands[name], env=env, cwd=ROOT)
+    if not _wait_for_web(server, procs["web"]):
+        print("the web server did not start; see the messages above", file=sys.stderr)
+        _stop_all(procs)
+        return 1
+    procs["simulator"] = subprocess.Popen(commands["simulator"], env=env, cwd=ROOT)
+    print(
+        "\n"
+        f"  Fleetwatch is running:  {server}/\n"
+        f"  login:                  admin / {password}\n"
+        f"  enrolment token:        {token}\n"
+        f"  simulated nodes:        {nodes} (GPUs, racks, CDUs, facility meters)\n"
+        f"  Slack webhook:          {os.environ.get('SLACK_WEBHOOK_URL') or 'not set'}\n"
+        "  Ctrl-C stops everything.\n",
+        flush=True,
+    )
+    code = 0
+    while not stopping:
+        for name, proc in procs.items():
+            if proc.poll() is not None:
+                print(f"{name} exited with code {proc.returncode}; stopping", file=sys.stderr)
+                stopping, code = True, 1
+                break
+        time.sleep(0.5)
+    _stop_all(procs)
+    print("Fleetwatch demo stopped.")
+    return code
+
+
+def _wait_for_web(server: str, proc: subprocess.Popen[bytes]) -> bool:
+    import urllib.error
+    import urllib.request
+
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            return False
+        try:
+            urllib.request.urlopen(server + "/api/v1/inventory", timeout=1)
+        except urllib.error.HTTPError:
+            return True
+        except OSError:
+            time.sleep(0.2)
+    return False
+
+
+def _stop_all(procs: dict[str, subprocess.Popen[bytes]]) -> None:
+    # The simulator first, so its last batches reach a live server.
+    for name in ("simulator", "beat", "worker", "web"):
+        proc = procs.get(name)
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
