@@ -144,6 +144,7 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = VAR_DIR / "static"
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)
 # WhiteNoise serves static files from the ASGI server itself; with finders it
 # needs no collectstatic step, which keeps `make demo` and tests to one command.
 WHITENOISE_USE_FINDERS = True

@@ -11,6 +11,10 @@
   const staleAfter = state.stale_after_s;
   const status = document.getElementById("live-status");
   let clockSkew = Date.now() / 1000 - state.now;
+  const SOURCE_LABELS = {
+    pdu: "measured at the PDU", nodes: "sum of node meters",
+    gpus: "sum of GPU power only", none: "no live data",
+  };
 
   function nowS() { return Date.now() / 1000 - clockSkew; }
 
@@ -40,7 +44,7 @@
     el.querySelector('[data-field="bar"]').style.width = (pct === null ? 0 : Math.min(pct, 100)) + "%";
     el.querySelector('[data-field="headroom"]').textContent =
       v.headroom === null ? "no data" : v.headroom.toFixed(0) + " °C to slowdown";
-    el.querySelector('[data-field="source"]').textContent = v.source;
+    el.querySelector('[data-field="source"]').textContent = SOURCE_LABELS[v.source];
     el.dataset.level = pct === null ? "none" : pct >= 95 ? "crit" : pct >= 85 ? "warn" : "ok";
     el.dataset.heat = v.headroom === null ? "none" : v.headroom <= 3 ? "crit" : v.headroom <= 10 ? "warn" : "ok";
     el.dataset.updated = String(now);
