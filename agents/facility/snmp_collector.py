@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from agents.facility.collector import DeviceReading, TargetCollector
 from agents.facility.config import Target, TargetConfigError
-from agents.facility.snmp_profile import MetricSpec, SnmpProfile, load_profile, wanted_unit
+from agents.facility.snmp_profile import MetricSpec, SnmpProfile, load_profile
 from agents.facility.snmp_transport import SnmpSession, V2cSession, Value
 from agents.facility.snmp_v3 import V3Session
-from agents.facility.units import UnitMismatch, to_unit
+from agents.facility.units import UnitMismatch, combine, to_unit, wanted_unit
 
 
 def open_session(target: Target) -> SnmpSession:
@@ -95,7 +95,7 @@ class SnmpCollector(TargetCollector):
             numbers.append(number)
         if not numbers:
             return None
-        combined = _combine(spec.combine, numbers) * spec.scale
+        combined = combine(spec.combine, numbers) * spec.scale
         try:
             return to_unit(combined, spec.unit, wanted_unit(spec.metric))
         except UnitMismatch as exc:
@@ -110,13 +110,3 @@ def _as_number(raw: Value) -> float | None:
         return float(str(raw))
     except ValueError:
         return None
-
-
-def _combine(how: str, numbers: list[float]) -> float:
-    if how == "sum":
-        return sum(numbers)
-    if how == "max":
-        return max(numbers)
-    if how == "mean":
-        return sum(numbers) / len(numbers)
-    return numbers[0]

@@ -13,27 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agents.facility.units import wanted_unit
+
 PROFILE_DIR = Path(__file__).resolve().parent / "profiles" / "snmp"
 _COMBINE = ("first", "sum", "max", "mean")
-_WANTED_UNIT = {
-    "_w": "W",
-    "_kw": "kW",
-    "_c": "C",
-    "_kwh": "kWh",
-    "_a": "A",
-    "_v": "V",
-    "_pct": "%",
-    "_lpm": "L/min",
-    "_kpa": "kPa",
-}
-
-
-def wanted_unit(metric: str) -> str:
-    """The protocol unit a metric name carries (`power_w` -> W)."""
-    for suffix, unit in _WANTED_UNIT.items():
-        if metric.endswith(suffix):
-            return unit
-    raise ValueError(f"metric {metric!r} has no unit suffix")
 
 
 @dataclass(frozen=True, slots=True)

@@ -69,3 +69,35 @@ def as_number(value: object) -> float | None:
         return None
     number = float(value)
     return number if math.isfinite(number) else None
+
+
+_WANTED_UNIT = {
+    "_w": "W",
+    "_kw": "kW",
+    "_c": "C",
+    "_kwh": "kWh",
+    "_a": "A",
+    "_v": "V",
+    "_pct": "%",
+    "_lpm": "L/min",
+    "_kpa": "kPa",
+}
+
+
+def wanted_unit(metric: str) -> str:
+    """The protocol unit a metric name carries (`power_w` -> W)."""
+    for suffix, unit in _WANTED_UNIT.items():
+        if metric.endswith(suffix):
+            return unit
+    raise ValueError(f"metric {metric!r} has no unit suffix")
+
+
+def combine(how: str, numbers: list[float]) -> float:
+    """Several rows of one reading (phases, lines) into one: first, sum, max or mean."""
+    if how == "sum":
+        return sum(numbers)
+    if how == "max":
+        return max(numbers)
+    if how == "mean":
+        return sum(numbers) / len(numbers)
+    return numbers[0]
