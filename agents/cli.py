@@ -71,6 +71,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--spool-dir", type=Path, default=None)
     p.add_argument("--seed", type=int, default=0)
 
+    from agents.runconfig import add_run_arguments
+
+    add_run_arguments(sub.add_parser("run", help="collect and send until SIGTERM"))
+    add_run_arguments(sub.add_parser("check", help="what each collector sees on this machine"))
     return parser
 
 
@@ -130,9 +134,23 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_run(args: argparse.Namespace) -> int:
+    from agents.runner import run_command
+
+    return run_command(args)
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    from agents.check import check_command
+
+    return check_command(args)
+
+
 _COMMANDS = {
     "enroll": _cmd_enroll,
     "simulate": _cmd_simulate,
+    "run": _cmd_run,
+    "check": _cmd_check,
 }
 
 

@@ -102,6 +102,7 @@ class Uplink:
         self._on_connect = on_connect
         self._wake = asyncio.Event()
         self._stopping = asyncio.Event()
+        self._hurry = asyncio.Event()  # set by flush(): skip the rest of a backoff wait
         self._in_flight: set[int] = set()
         self._last_sent = -1
 
@@ -119,6 +120,7 @@ class Uplink:
         """Wait until the server acknowledged everything spooled, up to `timeout_s`."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
+        self._hurry.set()
         while len(self.spool) and loop.time() < deadline and self.rejected is None:
             await asyncio.sleep(0.02)
         return len(self.spool) == 0
@@ -324,7 +326,7 @@ class Uplink:
             self._on_connect()
 
     async def _sleep(self, seconds: float, wake_on_batch: bool = False) -> None:
-        waits: list[Awaitable[Any]] = [self._stopping.wait()]
+        waits: list[Awaitable[Any]] = [self._stopping.wait(), self._hurry.wait()]
         if wake_on_batch:
             waits.append(self._wake.wait())
         tasks = [asyncio.ensure_future(w) for w in waits]

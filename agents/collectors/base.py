@@ -9,6 +9,7 @@ tick; it never stops the others.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -46,3 +47,19 @@ class Collector(Protocol):
 
     def close(self) -> None:
         """Release handles."""
+
+
+@dataclass(frozen=True, slots=True)
+class SlowRead:
+    """A read too slow for the tick (it burns milliseconds or sleeps): it runs on the slow
+    lane, a thread of its own, every `every_ticks` ticks, `offset` ticks into the cycle so
+    that slow reads of different devices do not all land on the same tick. Its reading is
+    merged into the next tick's samples.
+
+    A collector offers these through an optional `slow_reads()` method.
+    """
+
+    name: str
+    every_ticks: int
+    offset: int
+    read: Callable[[float], Reading]

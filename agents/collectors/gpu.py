@@ -1,0 +1,334 @@
+"""The GPU collector: NVML through the wrapper, fast fields every tick, slow ones on the slow lane.
+
+Every tick, per GPU, about ten getters of 2–10 µs and one bundled field-values call. The
+reads that burn milliseconds (energy, violation time, PCIe) are `SlowRead`s: the runner runs
+them on a thread of their own at their own cadence, staggered across GPUs.
+
+A GPU that falls off the bus (`GPU_IS_LOST`) becomes a `gpu_lost` event and is no longer
+polled; the other GPUs carry on.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pynvml
+
+from agents.collectors.base import Reading, SlowRead
+from agents.collectors.gpu_fields import (
+    FAST_FIELDS,
+    MIB,
+    NVLINK_ERROR_FIELDS,
+    NVLINK_MAX_LINKS,
+    PCIE_REPLAY_FIELDS,
+    PSTATE_UNKNOWN,
+    TEMPERATURE_THRESHOLDS,
+    THROTTLE_FIELDS,
+    TLIMIT_FIELDS,
+    scaled,
+)
+from agents.log import get_logger
+from agents.nvml.events import EventWatcher
+from agents.nvml.wrapper import GpuLost, Nvml
+
+log = get_logger("agents.collectors.gpu")
+
+
+class GpuCollector:
+    name = "gpu"
+
+    def __init__(
+        self,
+        nvml: Nvml,
+        interval_s: float = 1.0,
+        throttle_every: int = 10,
+        energy_every: int = 30,
+        pcie_every: int = 60,
+        mig_every: int = 60,
+        watch_events: bool = True,
+    ) -> None:
+        self.nvml = nvml
+        self.interval_s = interval_s
+        self.throttle_every = throttle_every
+        self.energy_every = energy_every
+        self.pcie_every = pcie_every
+        self.mig_every = mig_every
+        self.watch_events = watch_events
+        self.handles: dict[int, Any] = {}
+        self.info: dict[int, dict[str, Any]] = {}
+        self.lost: set[int] = set()
+        self._info_due = True
+        self._pending_events: list[dict[str, Any]] = []
+        self._lock = threading.Lock()  # `lost` and pending events: both lanes touch them
+        self.events: EventWatcher | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def setup(self) -> None:
+        self.nvml.init()
+        driver = self.nvml.driver_version()
+        for index in range(self.nvml.device_count()):
+            try:
+                handle = self.nvml.handle(index)
+            except pynvml.NVMLError as exc:
+                self._lose(index, f"no handle: {exc}")
+                continue
+            self.handles[index] = handle
+            try:
+                self.info[index] = self._device_info(index, handle, driver)
+            except GpuLost as exc:
+                self._lose(index, str(exc))
+        if self.watch_events and self.handles:
+            self.events = EventWatcher(self.nvml, self.handles)
+            if not self.events.start():
+                self.events = None
+
+    def close(self) -> None:
+        if self.events is not None:
+            self.events.stop()
+        self.nvml.shutdown()
+
+    # -- the fast tick -----------------------------------------------------------------------
+
+    def collect(self, now: float) -> Reading:
+        reading = Reading()
+        for index, handle in self.handles.items():
+            if index in self.lost:
+                continue
+            try:
+                reading.add("gpu", self._fast(index, handle, now))
+            except GpuLost as exc:
+                self._lose(index, str(exc))
+        if self._info_due:
+            reading.gpu_info = [self.info[i] for i in sorted(self.info) if i not in self.lost]
+            self._info_due = False
+        if self.events is not None:
+            reading.events.extend(self.events.drain())
+        with self._lock:
+            reading.events.extend(self._pending_events)
+            self._pending_events = []
+        return reading
+
+    def _fast(self, index: int, handle: Any, now: float) -> dict[str, Any]:
+        get = self.nvml.get
+        sample: dict[str, Any] = {"ts": now, "gpu": index}
+        util = get(index, "nvmlDeviceGetUtilizationRates", handle)
+        if util is not None:
+            sample["util_gpu_pct"] = int(util.gpu)
+            sample["util_mem_pct"] = int(util.memory)
+        memory = get(index, "nvmlDeviceGetMemoryInfo", handle)
+        if memory is not None:
+            sample["mem_used_mib"] = round(memory.used / MIB)
+            sample["mem_total_mib"] = round(memory.total / MIB)
+        _put(
+            sample,
+            "temp_gpu_c",
+            get(index, "nvmlDeviceGetTemperature", handle, pynvml.NVML_TEMPERATURE_GPU),
+        )
+        _put(sample, "temp_margin_c", get(index, "nvmlDeviceGetMarginTemperature", handle))
+        _put(sample, "power_w", get(index, "nvmlDeviceGetPowerUsage", handle), 0.001)
+        _put(sample, "power_limit_w", get(index, "nvmlDeviceGetEnforcedPowerLimit", handle), 0.001)
+        _put(
+            sample,
+            "clock_sm_mhz",
+            get(index, "nvmlDeviceGetClockInfo", handle, pynvml.NVML_CLOCK_SM),
+        )
+        _put(
+            sample,
+            "clock_mem_mhz",
+            get(index, "nvmlDeviceGetClockInfo", handle, pynvml.NVML_CLOCK_MEM),
+        )
+        pstate = get(index, "nvmlDeviceGetPerformanceState", handle)
+        if pstate is not None and int(pstate) != PSTATE_UNKNOWN:
+            sample["pstate"] = int(pstate)
+        _put(
+            sample,
+            "clock_event_reasons",
+            get(index, "nvmlDeviceGetCurrentClocksEventReasons", handle),
+        )
+        _put(sample, "fan_pct", get(index, "nvmlDeviceGetFanSpeed", handle))
+        sample.update(
+            scaled(self.nvml.field_values(index, handle, list(FAST_FIELDS), "fast"), FAST_FIELDS)
+        )
+        return sample
+
+    # -- the slow lane -----------------------------------------------------------------------
+
+    def slow_reads(self) -> list[SlowRead]:
+        reads: list[SlowRead] = []
+        count = max(1, len(self.handles))
+        for position, index in enumerate(sorted(self.handles)):
+            for name, every, fn in (
+                ("throttle", self.throttle_every, self._read_throttle),
+                ("energy", self.energy_every, self._read_energy),
+                ("pcie", self.pcie_every, self._read_pcie),
+                ("mig", self.mig_every, self._read_mig),
+            ):
+                # Stagger: GPU k of n reads at k/n of the cycle, so no tick carries them all.
+                offset = (position * every) // count
+                reads.append(
+                    SlowRead(f"gpu{index}:{name}", every, offset, self._guarded(index, fn))
+                )
+        return reads
+
+    def _guarded(self, index: int, fn: Any) -> Any:
+        def read(now: float) -> Reading:
+            reading = Reading()
+            if index in self.lost:
+                return reading
+            try:
+                fields = fn(index, self.handles[index])
+            except GpuLost as exc:
+                self._lose(index, str(exc))
+                return reading
+            if fields:
+                reading.add("gpu", {"ts": now, "gpu": index, **fields})
+            return reading
+
+        return read
+
+    def _read_throttle(self, index: int, handle: Any) -> dict[str, Any]:
+        return scaled(
+            self.nvml.field_values(index, handle, list(THROTTLE_FIELDS), "throttle"),
+            THROTTLE_FIELDS,
+        )
+
+    def _read_energy(self, index: int, handle: Any) -> dict[str, Any]:
+        millijoules = self.nvml.get(index, "nvmlDeviceGetTotalEnergyConsumption", handle)
+        return {} if millijoules is None else {"energy_j": round(millijoules / 1000.0, 3)}
+
+    def _read_pcie(self, index: int, handle: Any) -> dict[str, Any]:
+        fields = scaled(
+            self.nvml.field_values(index, handle, list(PCIE_REPLAY_FIELDS), "pcie_replay"),
+            PCIE_REPLAY_FIELDS,
+        )
+        # NVML reports KB/s over a 20 ms window; the call sleeps for it, hence the slow lane.
+        for name, counter in (
+            ("pcie_tx_kib_s", pynvml.NVML_PCIE_UTIL_TX_BYTES),
+            ("pcie_rx_kib_s", pynvml.NVML_PCIE_UTIL_RX_BYTES),
+        ):
+            _put(fields, name, self.nvml.get(index, "nvmlDeviceGetPcieThroughput", handle, counter))
+        fields.update(self._read_nvlink(index, handle))
+        return fields
+
+    def _read_nvlink(self, index: int, handle: Any) -> dict[str, Any]:
+        up = 0
+        answered = False
+        for link in range(NVLINK_MAX_LINKS):
+            state = self.nvml.get(index, "nvmlDeviceGetNvLinkState", handle, link)
+            if state is None:
+                break  # NotSupported (no NVLink) or past the last link
+            answered = True
+            up += int(state == pynvml.NVML_FEATURE_ENABLED)
+        if not answered:
+            return {}
+        fields: dict[str, Any] = {"nvlink_up": up}
+        errors = self.nvml.field_values(index, handle, list(NVLINK_ERROR_FIELDS), "nvlink_errors")
+        fields.update(scaled(errors, NVLINK_ERROR_FIELDS))
+        return fields
+
+    def _read_mig(self, index: int, handle: Any) -> dict[str, Any]:
+        mig_mode, mig = self._mig(index, handle)
+        info = self.info.get(index)
+        if info is not None and (info.get("mig_mode"), info.get("mig")) != (mig_mode, mig):
+            info["mig_mode"], info["mig"] = mig_mode, mig
+            self._info_due = True  # the layout changed: send gpu_info again
+        return {}
+
+    # -- static facts ------------------------------------------------------------------------
+
+    def _device_info(self, index: int, handle: Any, driver: str | None) -> dict[str, Any]:
+        get = self.nvml.get
+        info: dict[str, Any] = {"gpu": index}
+        for key, call in (
+            ("uuid", "nvmlDeviceGetUUID"),
+            ("model", "nvmlDeviceGetName"),
+            ("serial", "nvmlDeviceGetSerial"),
+        ):
+            value = get(index, call, handle)
+            if value is not None:
+                info[key] = _text(value)
+        pci = get(index, "nvmlDeviceGetPciInfo", handle)
+        if pci is not None:
+            info["pci_bus_id"] = _text(pci.busId)
+        memory = get(index, "nvmlDeviceGetMemoryInfo", handle)
+        if memory is not None:
+            info["mem_total_mib"] = round(memory.total / MIB)
+        if driver:
+            info["driver"] = driver
+        info["mig_mode"], info["mig"] = self._mig(index, handle)
+        info["limits"] = self._limits(index, handle)
+        return info
+
+    def _limits(self, index: int, handle: Any) -> dict[str, Any]:
+        """Read once: the device's own thresholds, absolute and as T.Limit offsets."""
+        limits: dict[str, Any] = {}
+        for name, kind in TEMPERATURE_THRESHOLDS.items():
+            _put(
+                limits,
+                name,
+                self.nvml.get(index, "nvmlDeviceGetTemperatureThreshold", handle, kind),
+            )
+        _put(
+            limits,
+            "power_limit_default_w",
+            self.nvml.get(index, "nvmlDeviceGetPowerManagementDefaultLimit", handle),
+            0.001,
+        )
+        constraints = self.nvml.get(index, "nvmlDeviceGetPowerManagementLimitConstraints", handle)
+        if constraints is not None:
+            limits["power_limit_min_w"] = constraints[0] / 1000.0
+            limits["power_limit_max_w"] = constraints[1] / 1000.0
+        limits.update(
+            scaled(
+                self.nvml.field_values(index, handle, list(TLIMIT_FIELDS), "tlimit"), TLIMIT_FIELDS
+            )
+        )
+        return limits
+
+    def _mig(self, index: int, handle: Any) -> tuple[bool, list[dict[str, Any]]]:
+        mode = self.nvml.get(index, "nvmlDeviceGetMigMode", handle)
+        if mode is None or int(mode[0]) != pynvml.NVML_DEVICE_MIG_ENABLE:
+            return False, []
+        instances: list[dict[str, Any]] = []
+        slots = int(self.nvml.get(index, "nvmlDeviceGetMaxMigDeviceCount", handle) or 0)
+        for slot in range(slots):
+            try:
+                mig = self.nvml.lib.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)
+            except pynvml.NVMLError:
+                continue  # an empty slot answers NotFound
+            name = _text(self.nvml.get(index, "nvmlDeviceGetName", mig) or "")
+            memory = self.nvml.get(index, "nvmlDeviceGetMemoryInfo", mig)
+            instances.append(
+                {
+                    "gi": int(self.nvml.get(index, "nvmlDeviceGetGpuInstanceId", mig) or 0),
+                    "ci": int(self.nvml.get(index, "nvmlDeviceGetComputeInstanceId", mig) or 0),
+                    "profile": name.rsplit(" ", 1)[-1] if "MIG" in name else name,
+                    "mem_mib": round(memory.total / MIB) if memory is not None else 0,
+                }
+            )
+        return True, instances
+
+    def _lose(self, index: int, detail: str) -> None:
+        with self._lock:
+            if index in self.lost:
+                return
+            self.lost.add(index)
+            self._pending_events.append(
+                {"ts": round(time.time(), 3), "gpu": index, "kind": "gpu_lost", "detail": detail}
+            )
+        log.error("GPU lost: no longer polled", gpu=index, detail=detail)
+
+
+def _put(sample: dict[str, Any], name: str, value: Any, scale: float = 1.0) -> None:
+    """Set `name` only when NVML answered: an unsupported field is left out, never 0."""
+    if value is None:
+        return
+    number = value * scale
+    sample[name] = int(number) if scale == 1.0 else round(number, 3)
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

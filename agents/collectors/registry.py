@@ -1,0 +1,40 @@
+"""Which collectors `run` and `check` use, built from the configuration."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from agents.collectors.base import Collector
+from agents.runconfig import AgentConfig
+
+
+def nvml_library(config: AgentConfig) -> Any:
+    """The real `pynvml`, or the capture-driven fake for `nvml = "fake:<capture dir>[:gpus]"`."""
+    if config.nvml.startswith("fake:"):
+        from agents.nvml.fake import FakeNvml
+
+        spec = config.nvml[5:]
+        path, _, gpus = spec.partition("::")
+        return FakeNvml(Path(path), gpus=int(gpus or 1))
+    import pynvml
+
+    return pynvml
+
+
+def build_collectors(config: AgentConfig) -> list[Collector]:
+    collectors: list[Collector] = []
+    if config.enabled("gpu") and config.nvml != "off":
+        from agents.collectors.gpu import GpuCollector
+        from agents.nvml.wrapper import Nvml
+
+        collectors.append(
+            GpuCollector(
+                Nvml(nvml_library(config)),
+                interval_s=config.interval_s,
+                throttle_every=config.throttle_every,
+                energy_every=config.energy_every,
+                pcie_every=config.pcie_every,
+            )
+        )
+    return collectors

@@ -1,0 +1,461 @@
+"""A fake NVML that answers from a real capture (tests/data/nvml/h200/).
+
+It offers the `pynvml` names the agent uses and raises the real `pynvml.NVMLError`
+subclasses, so `Nvml` cannot tell it from the driver. What it answers:
+
+- static facts, limits, "T.Limit" offsets and every NotSupported answer from
+  `nvml_inventory.json`;
+- changing values (utilisation, temperatures, power, clocks, reason bits, energy,
+  violation time) from `nvml_trace.csv`, replayed on its own clock and looped;
+- when `spend_costs` is set, each call costs what it cost on the H200
+  (`nvml_call_costs.json`): CPU burnt for the measured CPU time, then a wait for the rest of
+  the wall time. That is what makes the benchmark honest about the slow calls.
+
+Scenario knobs for tests: several GPUs, a GPU whose power readings are NotSupported, a GPU
+that falls off the bus at a given trace time, MIG instances, injected XID events.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pynvml
+
+_POWER_CALLS = frozenset(
+    {
+        "nvmlDeviceGetPowerUsage",
+        "nvmlDeviceGetTotalEnergyConsumption",
+        "nvmlDeviceGetEnforcedPowerLimit",
+        "nvmlDeviceGetPowerManagementDefaultLimit",
+        "nvmlDeviceGetPowerManagementLimitConstraints",
+    }
+)
+_POWER_FIELDS = frozenset(
+    {
+        pynvml.NVML_FI_DEV_POWER_INSTANT,
+        pynvml.NVML_FI_DEV_POWER_AVERAGE,
+        pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION,
+        pynvml.NVML_FI_DEV_ENERGY,
+    }
+)
+# Which measured cost each call spends (keys of nvml_call_costs.json).
+_CALL_COST = {
+    "nvmlDeviceGetUtilizationRates": "utilization",
+    "nvmlDeviceGetMemoryInfo": "memory_info",
+    "nvmlDeviceGetTemperature": "temperature",
+    "nvmlDeviceGetPowerUsage": "power_usage",
+    "nvmlDeviceGetTotalEnergyConsumption": "total_energy",
+    "nvmlDeviceGetClockInfo": "clock_sm",
+    "nvmlDeviceGetCurrentClocksEventReasons": "clocks_event_reasons",
+    "nvmlDeviceGetPerformanceState": "pstate",
+    "nvmlDeviceGetViolationStatus": "violation_power",
+    "nvmlDeviceGetTotalEccErrors": "ecc_dbe_volatile",
+    "nvmlDeviceGetRemappedRows": "remapped_rows",
+    "nvmlDeviceGetPcieThroughput": "pcie_tx",
+    "nvmlDeviceGetComputeRunningProcesses": "compute_processes",
+}
+_THROTTLE_FIELDS = frozenset({74, 75, 269, 270, 271})
+_DEFAULT_COST = (3.0, 2.4)  # µs wall, µs CPU: "most getters take 2–10 µs"
+
+
+@dataclass(frozen=True, slots=True)
+class FakeHandle:
+    index: int
+
+
+@dataclass(frozen=True, slots=True)
+class FakeMigHandle:
+    parent: int
+    slot: int
+
+
+@dataclass(slots=True)
+class _Value:
+    dVal: float = 0.0
+    uiVal: int = 0
+    ulVal: int = 0
+    ullVal: int = 0
+    sllVal: int = 0
+    siVal: int = 0
+    usVal: int = 0
+
+
+@dataclass(slots=True)
+class _FieldAnswer:
+    fieldId: int
+    nvmlReturn: int
+    valueType: int
+    value: _Value
+
+
+@dataclass(slots=True)
+class _Obj:
+    """Attribute bag for the structs NVML returns (utilisation, memory, PCI info…)."""
+
+    values: dict[str, Any]
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self.values[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+@dataclass(slots=True)
+class MigInstance:
+    profile: str
+    gi: int
+    ci: int
+    mem_mib: int
+
+
+@dataclass(slots=True)
+class CallStats:
+    calls: int = 0
+    wall_s: float = 0.0
+    by_call: dict[str, int] = field(default_factory=dict)
+    threads: dict[str, set[str]] = field(default_factory=dict)  # call -> thread names
+    field_threads: dict[int, set[str]] = field(default_factory=dict)  # field id -> threads
+
+
+def _error(code: int) -> pynvml.NVMLError:
+    return pynvml.NVMLError(code)
+
+
+def _not_supported_in(value: Any) -> bool:
+    return isinstance(value, str) and "NotSupported" in value
+
+
+class FakeNvml:
+    def __init__(
+        self,
+        capture_dir: Path,
+        gpus: int = 1,
+        clock: Callable[[], float] | None = None,
+        spend_costs: bool = False,
+        no_power: Iterable[int] = (),
+        lost_at: dict[int, float] | None = None,
+        mig: dict[int, list[MigInstance]] | None = None,
+    ) -> None:
+        self.capture_dir = capture_dir
+        inventory = json.loads((capture_dir / "nvml_inventory.json").read_text())
+        self.device = inventory["devices"][0]
+        self.driver = inventory["driver"]
+        self.idle_fields: dict[str, Any] = inventory["field_values_idle"]
+        self._field_names = {
+            getattr(pynvml, name): name for name in self.idle_fields if hasattr(pynvml, name)
+        }
+        with (capture_dir / "nvml_trace.csv").open() as handle:
+            self.trace = [_parse_row(row) for row in csv.DictReader(handle)]
+        self.trace_span_s = self.trace[-1]["t"] + 0.25
+        costs = json.loads((capture_dir / "nvml_call_costs.json").read_text())["costs"]
+        self.costs: dict[str, dict[str, Any]] = costs
+        self.gpus = gpus
+        started = time.monotonic()
+        self.clock = clock or (lambda: time.monotonic() - started)
+        self.spend_costs = spend_costs
+        self.no_power = frozenset(no_power)
+        self.lost_at = dict(lost_at or {})
+        self.mig = dict(mig or {})
+        # call name -> hook run before answering (tests use it to hold a call open)
+        self.before: dict[str, Callable[[], None]] = {}
+        self.stats = CallStats()
+        self._events: queue.Queue[tuple[int, int, int]] = queue.Queue()
+        self._stats_lock = threading.Lock()
+        self.initialised = False
+
+    # -- scenario controls -----------------------------------------------------------------
+
+    def inject_xid(self, index: int, code: int) -> None:
+        self._events.put((index, pynvml.nvmlEventTypeXidCriticalError, code))
+
+    def inject_event(self, index: int, event_type: int, data: int = 0) -> None:
+        self._events.put((index, event_type, data))
+
+    def now_row(self) -> dict[str, Any]:
+        t = self.clock() % self.trace_span_s
+        position = min(len(self.trace) - 1, int(t / 0.25))
+        return self.trace[position]
+
+    # -- the pynvml surface ------------------------------------------------------------------
+
+    def __getattr__(self, name: str) -> Any:
+        if not name.startswith("nvml"):
+            raise AttributeError(name)
+        impl = getattr(type(self), "_" + name, None)
+        if impl is None:
+            raise AttributeError(name)  # the wrapper treats this as FunctionNotFound
+
+        def call(*args: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                self._check(name, args)
+                hook = self.before.get(name)
+                if hook is not None:
+                    hook()
+                result = impl(self, *args)
+                return result
+            finally:
+                if self.spend_costs:
+                    self._spend(name, args)
+                elapsed = time.perf_counter() - started
+                with self._stats_lock:
+                    self.stats.calls += 1
+                    self.stats.wall_s += elapsed
+                    self.stats.by_call[name] = self.stats.by_call.get(name, 0) + 1
+                    thread = threading.current_thread().name
+                    self.stats.threads.setdefault(name, set()).add(thread)
+                    if name == "nvmlDeviceGetFieldValues":
+                        for field_id in args[1]:
+                            self.stats.field_threads.setdefault(field_id, set()).add(thread)
+
+        setattr(self, name, call)  # found directly from now on
+        return call
+
+    def _check(self, name: str, args: tuple[Any, ...]) -> None:
+        if name in ("nvmlInit", "nvmlShutdown", "nvmlSystemGetDriverVersion", "nvmlEventSetCreate"):
+            return
+        if not self.initialised:
+            raise _error(pynvml.NVML_ERROR_UNINITIALIZED)
+        handle = args[0] if args else None
+        index = handle.index if isinstance(handle, FakeHandle) else None
+        if isinstance(handle, FakeMigHandle):
+            index = handle.parent
+        if index is not None and index in self.lost_at and self.clock() >= self.lost_at[index]:
+            raise _error(pynvml.NVML_ERROR_GPU_IS_LOST)
+        if index is not None and index in self.no_power and name in _POWER_CALLS:
+            raise _error(pynvml.NVML_ERROR_NOT_SUPPORTED)
+
+    def _spend(self, name: str, args: tuple[Any, ...]) -> None:
+        phase = "under_load" if self.now_row()["phase"] == "load" else "idle"
+        wall_us, cpu_us = self._cost(name, args, phase)
+        started_wall = time.perf_counter()
+        cpu_end = time.thread_time() + cpu_us / 1e6
+        while time.thread_time() < cpu_end:  # the driver spins: so do we
+            pass
+        rest = wall_us / 1e6 - (time.perf_counter() - started_wall)
+        if rest > 0:
+            time.sleep(rest)
+
+    def _cost(self, name: str, args: tuple[Any, ...], phase: str) -> tuple[float, float]:
+        table = self.costs[phase]
+        if name == "nvmlDeviceGetFieldValues":
+            ids = set(args[1])
+            keys = []
+            if ids & _THROTTLE_FIELDS:
+                keys.append("fv_throttle_ns")
+            if ids & {pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION, pynvml.NVML_FI_DEV_ENERGY}:
+                keys.append("fv_energy_only")
+            if pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER in ids:
+                keys.append("fv_pcie_replay")
+            if not keys:
+                keys.append("fv_fast_bundle")
+            return (
+                sum(table[k]["wall_us_median"] for k in keys),
+                sum(table[k]["cpu_us_median"] for k in keys),
+            )
+        key = _CALL_COST.get(name)
+        if key is None or key not in table:
+            return _DEFAULT_COST
+        return table[key]["wall_us_median"], table[key]["cpu_us_median"]
+
+    # Each `_nvml…` below implements the pynvml function of the same name.
+
+    def _nvmlInit(self) -> None:
+        self.initialised = True
+
+    def _nvmlShutdown(self) -> None:
+        self.initialised = False
+
+    def _nvmlSystemGetDriverVersion(self) -> str:
+        return str(self.driver)
+
+    def _nvmlDeviceGetCount(self) -> int:
+        return self.gpus
+
+    def _nvmlDeviceGetHandleByIndex(self, index: int) -> FakeHandle:
+        if not 0 <= index < self.gpus:
+            raise _error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        return FakeHandle(index)
+
+    def _nvmlDeviceGetName(self, handle: Any) -> str:
+        if isinstance(handle, FakeMigHandle):
+            return f"{self.device['name']} MIG {self._mig_instance(handle).profile}"
+        return str(self.device["name"])
+
+    def _nvmlDeviceGetUUID(self, handle: FakeHandle) -> str:
+        base: str = self.device["uuid"]
+        return base[:-2] + f"{handle.index:02x}" if handle.index else base
+
+    def _nvmlDeviceGetSerial(self, handle: FakeHandle) -> str:
+        return str(int(self.device["serial"]) + handle.index)
+
+    def _nvmlDeviceGetPciInfo(self, handle: FakeHandle) -> _Obj:
+        bus_id = f"00000000:{handle.index:02X}:06.0"
+        return _Obj({"busId": bus_id})
+
+    def _nvmlDeviceGetUtilizationRates(self, handle: FakeHandle) -> _Obj:
+        row = self.now_row()
+        return _Obj({"gpu": row["util_gpu"], "memory": row["util_mem"]})
+
+    def _nvmlDeviceGetMemoryInfo(self, handle: Any) -> _Obj:
+        if isinstance(handle, FakeMigHandle):
+            total = self._mig_instance(handle).mem_mib * 1024 * 1024
+            return _Obj({"total": total, "used": 0, "free": total})
+        total = int(self.device["memory_info"]["total"])
+        used = int(self.now_row()["mem_used_mib"] * 1024 * 1024)
+        return _Obj({"total": total, "used": used, "free": total - used})
+
+    def _nvmlDeviceGetTemperature(self, handle: FakeHandle, sensor: int) -> int:
+        return int(self.now_row()["temp_gpu_c"])
+
+    def _nvmlDeviceGetMarginTemperature(self, handle: FakeHandle) -> int:
+        return int(self.device["temp_threshold_gpu_max"]) - int(self.now_row()["temp_gpu_c"])
+
+    def _nvmlDeviceGetTemperatureThreshold(self, handle: FakeHandle, kind: int) -> int:
+        names = {
+            pynvml.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN: "temp_threshold_shutdown",
+            pynvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN: "temp_threshold_slowdown",
+            pynvml.NVML_TEMPERATURE_THRESHOLD_MEM_MAX: "temp_threshold_mem_max",
+            pynvml.NVML_TEMPERATURE_THRESHOLD_GPU_MAX: "temp_threshold_gpu_max",
+        }
+        value = self.device.get(names.get(kind, "temp_threshold_acoustic_min"))
+        if value is None or _not_supported_in(value):
+            raise _error(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return int(value)
+
+    def _nvmlDeviceGetPowerUsage(self, handle: FakeHandle) -> int:
+        return int(self.now_row()["power_avg_w"] * 1000)
+
+    def _nvmlDeviceGetEnforcedPowerLimit(self, handle: FakeHandle) -> int:
+        return int(self.device["power_limit_enforced_mw"])
+
+    def _nvmlDeviceGetPowerManagementDefaultLimit(self, handle: FakeHandle) -> int:
+        return int(self.device["power_limit_default_mw"])
+
+    def _nvmlDeviceGetPowerManagementLimitConstraints(self, handle: FakeHandle) -> list[int]:
+        return [int(v) for v in self.device["power_limit_constraints_mw"]]
+
+    def _nvmlDeviceGetTotalEnergyConsumption(self, handle: FakeHandle) -> int:
+        return int(self.now_row()["energy_j"] * 1000)
+
+    def _nvmlDeviceGetClockInfo(self, handle: FakeHandle, clock: int) -> int:
+        row = self.now_row()
+        return int(row["clock_sm_mhz"] if clock == pynvml.NVML_CLOCK_SM else row["clock_mem_mhz"])
+
+    def _nvmlDeviceGetPerformanceState(self, handle: FakeHandle) -> int:
+        return int(self.now_row()["pstate"])
+
+    def _nvmlDeviceGetCurrentClocksEventReasons(self, handle: FakeHandle) -> int:
+        return int(self.now_row()["clocks_event_reasons"])
+
+    def _nvmlDeviceGetFanSpeed(self, handle: FakeHandle) -> int:
+        raise _error(pynvml.NVML_ERROR_NOT_SUPPORTED)  # no fans on the SXM board
+
+    def _nvmlDeviceGetNvLinkState(self, handle: FakeHandle, link: int) -> int:
+        raise _error(pynvml.NVML_ERROR_NOT_SUPPORTED)  # a single-GPU VM: no NVLink peers
+
+    def _nvmlDeviceGetRemappedRows(self, handle: FakeHandle) -> list[int]:
+        return [int(v) for v in self.device["remapped_rows"]]
+
+    def _nvmlDeviceGetPcieThroughput(self, handle: FakeHandle, counter: int) -> int:
+        return 2_400_000 if self.now_row()["phase"] == "load" else 1_200  # KB/s
+
+    def _nvmlDeviceGetMigMode(self, handle: FakeHandle) -> list[int]:
+        return [1, 1] if handle.index in self.mig else [int(v) for v in self.device["mig_mode"]]
+
+    def _nvmlDeviceGetMaxMigDeviceCount(self, handle: FakeHandle) -> int:
+        return 7 if handle.index in self.mig else 0
+
+    def _nvmlDeviceGetMigDeviceHandleByIndex(self, handle: FakeHandle, slot: int) -> FakeMigHandle:
+        if slot >= len(self.mig.get(handle.index, [])):
+            raise _error(pynvml.NVML_ERROR_NOT_FOUND)
+        return FakeMigHandle(handle.index, slot)
+
+    def _nvmlDeviceGetGpuInstanceId(self, handle: FakeMigHandle) -> int:
+        return self._mig_instance(handle).gi
+
+    def _nvmlDeviceGetComputeInstanceId(self, handle: FakeMigHandle) -> int:
+        return self._mig_instance(handle).ci
+
+    def _nvmlDeviceGetSupportedEventTypes(self, handle: FakeHandle) -> int:
+        return int(self.device["supported_event_types"])
+
+    def _nvmlEventSetCreate(self) -> object:
+        return object()
+
+    def _nvmlDeviceRegisterEvents(self, handle: FakeHandle, mask: int, event_set: object) -> None:
+        return None
+
+    def _nvmlEventSetFree(self, event_set: object) -> None:
+        return None
+
+    def _nvmlEventSetWait_v2(self, event_set: object, timeout_ms: int) -> _Obj:
+        try:
+            index, kind, data = self._events.get(timeout=timeout_ms / 1000.0)
+        except queue.Empty:
+            raise _error(pynvml.NVML_ERROR_TIMEOUT) from None
+        return _Obj(
+            {
+                "device": FakeHandle(index),
+                "eventType": kind,
+                "eventData": data,
+                "gpuInstanceId": 0xFFFFFFFF,
+                "computeInstanceId": 0xFFFFFFFF,
+            }
+        )
+
+    def _nvmlDeviceGetFieldValues(
+        self, handle: FakeHandle, field_ids: list[int]
+    ) -> list[_FieldAnswer]:
+        row = self.now_row()
+        return [self._field(handle.index, fid, row) for fid in field_ids]
+
+    # -- helpers -----------------------------------------------------------------------------
+
+    def _field(self, index: int, fid: int, row: dict[str, Any]) -> _FieldAnswer:
+        if index in self.no_power and fid in _POWER_FIELDS:
+            return _FieldAnswer(fid, pynvml.NVML_ERROR_NOT_SUPPORTED, 0, _Value())
+        live = {
+            pynvml.NVML_FI_DEV_MEMORY_TEMP: row["temp_mem_c"],
+            pynvml.NVML_FI_DEV_POWER_INSTANT: row["power_instant_w"] * 1000,
+            pynvml.NVML_FI_DEV_POWER_AVERAGE: row["power_avg_w"] * 1000,
+            pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION: row["energy_j"] * 1000,
+            pynvml.NVML_FI_DEV_ENERGY: row["energy_j"] * 1000,
+            pynvml.NVML_FI_DEV_ECC_SBE_VOL_TOTAL: row["ecc_sbe_vol"],
+            pynvml.NVML_FI_DEV_ECC_DBE_VOL_TOTAL: row["ecc_dbe_vol"],
+            pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER: row["pcie_replay"],
+            pynvml.NVML_FI_DEV_PERF_POLICY_POWER: row["violation_power_ns"],
+            pynvml.NVML_FI_DEV_PERF_POLICY_THERMAL: row["violation_thermal_ns"],
+        }
+        if fid in live:
+            return _FieldAnswer(fid, 0, 3, _Value(ullVal=int(live[fid])))
+        name = self._field_names.get(fid)
+        value = self.idle_fields.get(name) if name else None
+        if value is None:
+            return _FieldAnswer(fid, pynvml.NVML_ERROR_NOT_SUPPORTED, 0, _Value())
+        if isinstance(value, str) and value.startswith("ret="):
+            return _FieldAnswer(fid, int(value[4:]), 0, _Value())
+        if isinstance(value, float):
+            return _FieldAnswer(fid, 0, 0, _Value(dVal=value))
+        return _FieldAnswer(fid, 0, 4, _Value(sllVal=int(value)))
+
+    def _mig_instance(self, handle: FakeMigHandle) -> MigInstance:
+        return self.mig[handle.parent][handle.slot]
+
+
+def _parse_row(row: dict[str, str]) -> dict[str, Any]:
+    parsed: dict[str, Any] = {"phase": row["phase"]}
+    for key, value in row.items():
+        if key == "phase":
+            continue
+        parsed[key] = float(value) if value else 0.0
+    return parsed

@@ -1,0 +1,205 @@
+"""`fleet-agent run`: collectors on the tick, slow reads on the slow lane, batches to the outbox.
+
+The fast tick runs on a thread of its own (`collect`), so a driver call that hangs cannot
+freeze the uplink; if a tick's collection overruns, the ticker skips and counts the missed
+ticks rather than queueing them. A collector that fails to set up is disabled and reported;
+one that fails on a tick is reported (once per distinct error) and asked again next time.
+SIGTERM: stop ticking, try to deliver what is spooled for `flush_timeout_s`, exit 0;
+whatever is not delivered is on disk for the next start.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from agents import __version__
+from agents.collectors.base import Collector, Reading, SlowRead
+from agents.enroll import EnrollError, read_token
+from agents.log import get_logger
+from agents.outbox import Outbox
+from agents.runconfig import AgentConfig, ConfigError, config_from_args
+from agents.schedule import SlowLane, Ticker, merge_slow
+from agents.spool import SpoolSettings
+from agents.uplink import UplinkSettings
+
+log = get_logger("agents.runner")
+
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+EXIT_REJECTED = 3
+
+
+class CollectorSet:
+    """The enabled collectors and the bookkeeping that keeps one failure from stopping the rest."""
+
+    def __init__(self, collectors: list[Collector], interval_s: float) -> None:
+        self.interval_s = interval_s
+        self.active: list[Collector] = []
+        self.startup_events: list[dict[str, Any]] = []
+        self._last_error: dict[str, str] = {}
+        for collector in collectors:
+            try:
+                collector.setup()
+                self.active.append(collector)
+            except Exception as exc:  # a plugin may fail in any way: report it, carry on
+                self._report(collector.name, f"disabled: {type(exc).__name__}: {exc}")
+                log.warning("collector disabled", collector=collector.name, error=str(exc))
+        reads: list[SlowRead] = []
+        for collector in self.active:
+            slow_reads = getattr(collector, "slow_reads", None)
+            if slow_reads is not None:
+                reads.extend(slow_reads())
+        self.lane = SlowLane(reads)
+        self._every = {
+            c.name: max(1, round(getattr(c, "interval_s", interval_s) / interval_s))
+            for c in self.active
+        }
+
+    def collect(self, ts: float, tick: int) -> Reading:
+        reading = Reading()
+        reading.events.extend(self.startup_events)
+        self.startup_events = []
+        for collector in self.active:
+            if tick % self._every[collector.name]:
+                continue
+            try:
+                reading.merge(collector.collect(ts))
+            except Exception as exc:
+                self._error(reading, collector.name, f"{type(exc).__name__}: {exc}")
+            else:
+                self._last_error.pop(collector.name, None)
+        self.lane.submit_due(tick, ts)
+        for slow in self.lane.harvest():
+            merge_slow(reading, slow)
+        for name, error in list(self.lane.failures.items()):
+            del self.lane.failures[name]
+            self._error(reading, name, error)
+        return reading
+
+    def close(self) -> None:
+        self.lane.close()
+        for collector in self.active:
+            try:
+                collector.close()
+            except Exception as exc:
+                log.warning(
+                    "collector did not close cleanly", collector=collector.name, error=str(exc)
+                )
+
+    def _error(self, reading: Reading, name: str, error: str) -> None:
+        if self._last_error.get(name) == error:
+            return  # already reported; say it again only when it changes
+        self._last_error[name] = error
+        log.warning("collector failed", collector=name, error=error)
+        reading.events.append(_error_event(name, error))
+
+    def _report(self, name: str, error: str) -> None:
+        self._last_error[name] = error
+        self.startup_events.append(_error_event(name, error))
+
+
+def _error_event(name: str, error: str) -> dict[str, Any]:
+    return {
+        "ts": round(time.time(), 3),
+        "kind": "collector_error",
+        "detail": f"{name}: {error}"[:500],
+    }
+
+
+class AgentRunner:
+    def __init__(self, config: AgentConfig, collectors: CollectorSet, outbox: Outbox) -> None:
+        self.config = config
+        self.collectors = collectors
+        self.outbox = outbox
+        self.ticker = Ticker(config.interval_s)
+        self.ticks = 0
+        self._stop = asyncio.Event()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    async def run(self) -> int:
+        self.outbox.start()
+        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="collect")
+        ticking = asyncio.create_task(self._tick_loop(pool))
+        stopping = asyncio.create_task(self._stop.wait())
+        await asyncio.wait({ticking, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        ticking.cancel()
+        stopping.cancel()
+        await asyncio.gather(ticking, return_exceptions=True)
+        delivered = await self.outbox.close(self.config.flush_timeout_s)
+        pool.shutdown(wait=False, cancel_futures=True)
+        self.collectors.close()
+        log.info(
+            "agent stopped",
+            ticks=self.ticks,
+            ticks_skipped=self.ticker.skipped,
+            delivered_all=delivered,
+            spooled=len(self.outbox.spool),
+        )
+        return EXIT_REJECTED if self.outbox.rejected else 0
+
+    async def _tick_loop(self, pool: ThreadPoolExecutor) -> None:
+        loop = asyncio.get_running_loop()
+        async for ts in self.ticker.ticks():
+            if self.outbox.rejected:
+                self._stop.set()
+                return
+            stamp = round(ts, 3)
+            reading = await loop.run_in_executor(pool, self.collectors.collect, stamp, self.ticks)
+            if self.ticks == 0:
+                reading.node_info = {"agent_version": __version__, **reading.node_info}
+            self.outbox.ticks_skipped = self.ticker.skipped
+            self.outbox.submit(reading)
+            self.ticks += 1
+
+
+def build_outbox(config: AgentConfig, token: str) -> Outbox:
+    source = config.resolved_source()
+    settings = UplinkSettings(
+        server=config.server,
+        token=token,
+        source=source,
+        http_fallback=config.http_fallback,
+        backoff_cap_s=config.backoff_cap_s,
+    )
+    spool = SpoolSettings(max_bytes=int(config.spool_max_mb * 1024 * 1024))
+    return Outbox(source, config.spool_dir, settings, spool)
+
+
+def run_command(args: argparse.Namespace) -> int:
+    try:
+        config = config_from_args(args)
+        if not config.server:
+            raise ConfigError(
+                "no server: set `server` in the config, FLEET_AGENT_SERVER or --server"
+            )
+        token = read_token(Path(config.token_file))
+    except (ConfigError, EnrollError) as exc:
+        print(f"fleet-agent: {exc}")
+        return EXIT_USAGE
+    from agents.collectors.registry import build_collectors
+
+    collectors = CollectorSet(build_collectors(config), config.interval_s)
+    runner = AgentRunner(config, collectors, build_outbox(config, token))
+    log.info(
+        "agent starting",
+        version=__version__,
+        source=config.resolved_source(),
+        server=config.server,
+        collectors=[c.name for c in collectors.active],
+    )
+
+    async def main() -> int:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, runner.stop)
+        return await runner.run()
+
+    return asyncio.run(main())

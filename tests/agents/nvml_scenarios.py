@@ -1,0 +1,32 @@
+"""Fake-NVML scenarios on the real H200 capture, with a clock the test moves."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from agents.collectors.gpu import GpuCollector
+from agents.nvml.fake import FakeNvml
+from agents.nvml.wrapper import Nvml
+
+CAPTURE = Path(__file__).resolve().parents[1] / "data" / "nvml" / "h200"
+IDLE_T = 5.0  # seconds into the trace: idle
+LOAD_T = 40.0  # under the matmul load, held at the power cap
+
+
+class TraceClock:
+    def __init__(self, t: float = IDLE_T) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def fake_gpus(gpus: int = 2, clock: TraceClock | None = None, **scenario: Any) -> FakeNvml:
+    return FakeNvml(CAPTURE, gpus=gpus, clock=clock or TraceClock(), **scenario)
+
+
+def collector(fake: FakeNvml, **settings: Any) -> GpuCollector:
+    gpu = GpuCollector(Nvml(fake), **settings)
+    gpu.setup()
+    return gpu

@@ -1,0 +1,141 @@
+"""`fleet-agent run` as a real process: SIGTERM, spool, restart."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from agents.enroll import write_token
+from tests.agents.nvml_scenarios import CAPTURE
+from tests.agents.stub_server import StubBackend
+
+SOURCE = "node:gpu-a01-01"
+
+
+def _start_agent(backend: StubBackend, tmp_path: Path, *extra: str) -> subprocess.Popen[str]:
+    token_file = tmp_path / "token"
+    if not token_file.exists():
+        write_token(token_file, backend.enroll(SOURCE))
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "agents.cli",
+            "run",
+            "--server",
+            backend.url,
+            "--token-file",
+            str(token_file),
+            "--source",
+            SOURCE,
+            "--spool-dir",
+            str(tmp_path / "spool"),
+            "--interval-s",
+            "0.1",
+            "--nvml",
+            f"fake:{CAPTURE}::2",
+            "--collectors",
+            "gpu",
+            "--backoff-cap-s",
+            "0.3",
+            *extra,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _spooled(tmp_path: Path) -> int:
+    return len([p for p in (tmp_path / "spool").glob("*.json") if p.stem.isdigit()])
+
+
+def _wait(predicate, timeout_s: float = 15.0) -> bool:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.02)
+    return bool(predicate())
+
+
+def _stopped_line(stderr: str) -> dict[str, Any]:
+    lines = [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
+    return next(line for line in lines if line["msg"] == "agent stopped")
+
+
+def test_sigterm_delivers_the_backlog_then_exits_cleanly(
+    backend: StubBackend, tmp_path: Path
+) -> None:
+    agent = _start_agent(backend, tmp_path, "--flush-timeout-s", "10")
+    assert _wait(lambda: len(backend.store.batches) >= 2)
+    backend.stop()
+    assert _wait(lambda: _spooled(tmp_path) >= 5)
+    backend.start()
+    agent.send_signal(signal.SIGTERM)
+    _, stderr = agent.communicate(timeout=30)
+    assert agent.returncode == 0, stderr
+    assert _spooled(tmp_path) == 0
+    stopped = _stopped_line(stderr)
+    assert stopped["delivered_all"] is True
+    seqs = {seq for source, seq in backend.store.seqs if source == SOURCE}
+    assert len(seqs) == stopped["ticks"]  # every tick's batch arrived, none lost
+
+
+def test_sigterm_with_the_server_down_keeps_the_spool_for_next_time(
+    backend: StubBackend, tmp_path: Path
+) -> None:
+    backend.stop()
+    agent = _start_agent(backend, tmp_path, "--flush-timeout-s", "0.5")
+    assert _wait(lambda: _spooled(tmp_path) >= 3)
+    agent.send_signal(signal.SIGTERM)
+    _, stderr = agent.communicate(timeout=30)
+    assert agent.returncode == 0, stderr
+    stopped = _stopped_line(stderr)
+    assert _spooled(tmp_path) == stopped["ticks"]
+    backend.start()
+    restarted = _start_agent(backend, tmp_path)  # the next start sends it all
+    try:
+        assert _wait(
+            lambda: (
+                len({s for s, _ in backend.store.seqs}) == 1
+                and len(backend.store.seqs) >= int(stopped["ticks"])
+            )
+        )
+    finally:
+        restarted.send_signal(signal.SIGTERM)
+        restarted.communicate(timeout=30)
+    assert restarted.returncode == 0
+
+
+def test_run_without_a_token_says_how_to_get_one(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "agents.cli",
+            "run",
+            "--server",
+            "http://127.0.0.1:9",
+            "--token-file",
+            str(tmp_path / "missing"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 2
+    assert "fleet-agent enroll" in done.stdout + done.stderr
+
+
+def test_run_with_a_revoked_token_exits_with_code_3(backend: StubBackend, tmp_path: Path) -> None:
+    write_token(tmp_path / "token", "fwn_revoked")
+    agent = _start_agent(backend, tmp_path)
+    _, stderr = agent.communicate(timeout=30)
+    assert agent.returncode == 3
+    assert "server rejected this agent" in stderr
