@@ -1,0 +1,40 @@
+"""The Celery app: config from Django settings (`CELERY_*`), tasks from each app's
+`tasks.py`, and the beat schedule.
+
+Run exactly one beat (`celery -A fleetwatch beat`): a second one would send every
+tick twice. Two overlapping rollups are still safe (each chunk claims its state
+row), just wasted work. Workers: `celery -A fleetwatch worker`.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from celery import Celery
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "fleetwatch.settings")
+
+app = Celery("fleetwatch")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+app.autodiscover_tasks()
+
+# Each tick expires before the next one is due: after a worker outage the queue
+# holds at most one useful rollup, not an hour of them (each would redo nothing).
+app.conf.beat_schedule = {
+    "rollup": {"task": "fleet.rollup", "schedule": 30.0, "options": {"expires": 25}},
+    "retention": {"task": "fleet.retention", "schedule": 600.0, "options": {"expires": 550}},
+}
+
+
+@app.on_after_configure.connect
+def ensure_queue_folders(sender: Celery, **kwargs: Any) -> None:
+    """kombu's filesystem transport expects its folders to exist (producer and worker)."""
+    if not str(sender.conf.broker_url or "").startswith("filesystem:"):
+        return
+    options = sender.conf.broker_transport_options or {}
+    for key in ("data_folder_in", "data_folder_out", "processed_folder"):
+        folder = options.get(key)
+        if folder:
+            Path(folder).mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,143 @@
+"""A real Celery worker (`celery -A fleetwatch worker --pool solo`, a subprocess)
+runs the storage tasks sent to it by name: over kombu's filesystem transport and
+a SQLite file in the embedded tier, over Redis and PostgreSQL in the services
+tier. No eager mode: the message crosses a real broker to another process."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from celery import Celery
+
+from fleetwatch.celery import app as fleet_app
+from tests.fleet.test_rollups import TierDb, fresh_db
+from tests.support import services
+from tests.support.server import ROOT, FleetServer
+
+
+@dataclass
+class Worker:
+    db: TierDb
+    producer: Celery
+    queue: str
+    log: Path
+
+    def send(self, name: str) -> None:
+        self.producer.send_task(name, queue=self.queue)
+
+    def wait_for(self, what: str, check: Callable[[], bool], timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        while not check():
+            if time.monotonic() > deadline:
+                pytest.fail(
+                    f"worker did not {what} in {timeout} s:\n{self.log.read_text()[-3000:]}"
+                )
+            time.sleep(0.2)
+
+
+def _producer(tier: str, var_dir: Path) -> Celery:
+    """A sender configured like the worker's settings (fleetwatch/settings.py)."""
+    if tier == "services":
+        return Celery("fwtest-sender", broker=services.services_redis_url())
+    queue_dir = var_dir / "celery"
+    for folder in ("queue", "processed"):
+        (queue_dir / folder).mkdir(parents=True, exist_ok=True)
+    options = {
+        "data_folder_in": str(queue_dir / "queue"),
+        "data_folder_out": str(queue_dir / "queue"),
+        "processed_folder": str(queue_dir / "processed"),
+    }
+    return Celery("fwtest-sender", broker="filesystem://", broker_transport_options=options)
+
+
+@pytest.fixture(scope="module")
+def worker(
+    tier: str, tmp_path_factory: pytest.TempPathFactory, django_db_blocker: Any
+) -> Iterator[Worker]:
+    var_dir = tmp_path_factory.mktemp(f"worker-{tier}")
+    queue = f"fwtest-{uuid.uuid4().hex[:8]}"  # a queue of our own on a shared Redis
+    with fresh_db(tier, var_dir, tmp_path_factory, django_db_blocker) as db:
+        redis_url = services.services_redis_url() if tier == "services" else None
+        env = FleetServer(var_dir, database_url=db.url, redis_url=redis_url).env()
+        log = var_dir / "worker.log"
+        with log.open("ab") as out:
+            proc = subprocess.Popen(
+                [
+                    *(sys.executable, "-m", "celery", "-A", "fleetwatch", "worker"),
+                    *("--pool", "solo", "-Q", queue, "-n", f"{queue}@%h", "-l", "info"),
+                    *("--without-mingle", "--without-gossip", "--without-heartbeat"),
+                ],
+                env=env,
+                cwd=ROOT,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        producer = _producer(tier, var_dir)
+        try:
+            yield Worker(db, producer, queue, log)
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            producer.close()
+            if redis_url:
+                import redis
+
+                redis.Redis.from_url(redis_url).delete(f"_kombu.binding.{queue}", queue)
+
+
+def test_worker_rolls_up_raw_samples_when_sent_fleet_rollup(worker: Worker) -> None:
+    now = time.time()
+    start = int(now // 60) * 60 - 300  # five complete minutes ago
+    rows = [(float(t), 7, g, float(t % 50)) for t in range(start, start + 240, 2) for g in (0, 1)]
+    worker.db.insert("fw_gpu_raw", ("ts", "node_id", "gpu", "util_gpu_pct"), rows)
+
+    worker.send("fleet.rollup")
+
+    def minutes() -> list[tuple[Any, ...]]:
+        return worker.db.execute(
+            "SELECT gpu, count(*), sum(n), max(util_gpu_pct_max) FROM fw_gpu_1m"
+            " WHERE node_id = 7 GROUP BY gpu ORDER BY gpu"
+        )
+
+    worker.wait_for("roll up", lambda: len(minutes()) == 2 and minutes()[0][1] == 4)
+    peak = max(r[3] for r in rows)
+    assert minutes() == [(0, 4, 120, peak), (1, 4, 120, peak)]
+
+
+def test_worker_trims_expired_raw_samples_when_sent_fleet_retention(worker: Worker) -> None:
+    now = time.time()
+    old = int(now) - 5 * 3600  # past the 3 h raw retention
+    recent = int(now) - 600
+    rows = [
+        (float(t), 8, 3.0) for t in (*range(old, old + 600, 10), *range(recent, recent + 300, 10))
+    ]
+    worker.db.insert("fw_node_raw", ("ts", "node_id", "cpu_pct"), rows)
+
+    worker.send("fleet.rollup")  # retention never drops what was not rolled up
+    worker.send("fleet.retention")
+
+    def node_raw() -> list[tuple[Any, ...]]:
+        return worker.db.execute("SELECT count(*) FROM fw_node_raw WHERE node_id = 8")
+
+    worker.wait_for("trim raw rows", lambda: node_raw() == [(30,)])
+    assert worker.db.execute("SELECT count(*) FROM fw_node_1m WHERE node_id = 8")[0][0] >= 10
+
+
+def test_beat_schedule_names_only_registered_tasks() -> None:
+    import fleet.tasks  # noqa: F401  (registers the tasks, as the worker's autodiscovery does)
+
+    scheduled = {entry["task"] for entry in fleet_app.conf.beat_schedule.values()}
+    assert scheduled == {"fleet.rollup", "fleet.retention"}
+    assert scheduled <= set(fleet_app.tasks)
