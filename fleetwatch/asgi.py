@@ -12,6 +12,7 @@ django_asgi_app = get_asgi_application()
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
+from django.conf import settings  # noqa: E402
 from django.urls import path  # noqa: E402
 
 from agents.protocol import WS_PATH  # noqa: E402
@@ -20,7 +21,15 @@ from fleet.ingest.consumer import IngestConsumer  # noqa: E402
 
 # Agents authenticate with bearer tokens, browsers with their session; the two
 # routes are kept apart so neither middleware sees the other's traffic.
-ingest_ws = URLRouter([path(WS_PATH.lstrip("/"), IngestConsumer.as_asgi())])
+ingest_routes = [path(WS_PATH.lstrip("/"), IngestConsumer.as_asgi())]
+if settings.BENCH_ROUTES:
+    from fleet.ingest.noop import NoopIngestConsumer, StockNoopConsumer
+
+    ingest_routes += [
+        path("ws/ingest/bench-noop", NoopIngestConsumer.as_asgi()),
+        path("ws/ingest/bench-stock", StockNoopConsumer.as_asgi()),
+    ]
+ingest_ws = URLRouter(ingest_routes)
 browser_ws = AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(dashboard_ws)))
 
 

@@ -136,6 +136,9 @@ LIVE_INTERVAL_S = env_float("FLEETWATCH_LIVE_INTERVAL_S", 0.5, minimum=0.05)
 
 SLACK_WEBHOOK_URL = env_str("SLACK_WEBHOOK_URL")
 
+# Reference no-op ingest routes for bench/ingest.py only.
+BENCH_ROUTES = env_bool("FLEETWATCH_BENCH_ROUTES", False)
+
 LANGUAGE_CODE = "en-gb"
 TIME_ZONE = "UTC"
 USE_I18N = False

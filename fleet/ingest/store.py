@@ -46,6 +46,9 @@ class Store(Protocol):
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]: ...
 
+    def execute_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        """Run one statement for many parameter rows in a single transaction."""
+
     def close(self) -> None: ...
 
 
@@ -120,6 +123,15 @@ class SqliteStore:
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         return self.conn.execute(sql.replace("%s", "?"), params).fetchall()
+
+    def execute_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            self.conn.executemany(sql.replace("%s", "?"), rows)
+            self.conn.execute("COMMIT")
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
 
     def close(self) -> None:
         self.conn.close()
@@ -217,6 +229,15 @@ class PostgresStore:
                 result = cur.fetchall() if cur.description else []
             self.conn.commit()
             return result
+        except BaseException:
+            self.conn.rollback()
+            raise
+
+    def execute_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        try:
+            with self.conn.cursor() as cur:
+                cur.executemany(sql, rows)  # type: ignore[arg-type]
+            self.conn.commit()
         except BaseException:
             self.conn.rollback()
             raise

@@ -346,12 +346,14 @@ class WriterCore:
         if not self.sources:
             return
         json_param = "CAST(%s AS jsonb)" if self.store.vendor == "postgresql" else "%s"
-        for source, state in self.sources.items():
-            self.store.execute(
-                f"UPDATE fleet_sourcetoken SET last_seq = %s, last_seen = %s,"
-                f" agent_stats = {json_param} WHERE source = %s AND revoked = %s",
-                (state.seq, state.seen, orjson.dumps(state.stats or {}).decode(), source, False),
-            )
+        self.store.execute_many(
+            f"UPDATE fleet_sourcetoken SET last_seq = %s, last_seen = %s,"
+            f" agent_stats = {json_param} WHERE source = %s AND revoked = %s",
+            [
+                (state.seq, state.seen, orjson.dumps(state.stats or {}).decode(), source, False)
+                for source, state in self.sources.items()
+            ],
+        )
         self.sources.clear()
 
     def _live_update(self, now: float) -> dict[str, Any]:
