@@ -39,8 +39,8 @@ def seed_nodes(server: FleetServer, count: int) -> None:
     script = (
         "from fleet.models import Node, Rack\n"
         "rack = Rack.objects.get(name='A01')\n"
-        f"Node.objects.bulk_create([Node(name=f'bench-{{i:04d}}', rack=rack) for i in range({count})],"
-        " ignore_conflicts=True)\n"
+        f"nodes = [Node(name=f'bench-{{i:04d}}', rack=rack) for i in range({count})]\n"
+        "Node.objects.bulk_create(nodes, ignore_conflicts=True)\n"
     )
     server.manage("shell", "-c", script)
 

@@ -71,10 +71,10 @@ async def one_connection(
             await send_next()
         while sent_at:
             reply: dict[str, Any] = orjson.loads(await ws.recv())
-            acked = reply.get("ack")
-            if acked is None:
+            acked: int = reply.get("ack", -1)
+            if acked == -1:
                 stats.errors += 1
-                acked = reply.get("nack")
+                acked = reply.get("nack") or -1
             now = time.perf_counter()
             started = sent_at.pop(acked, None)
             stats.total += 1
@@ -93,7 +93,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         uvloop.install()
     except ImportError:
         pass
-    creds = json.loads(open(args.tokens).read())[: args.connections]
+    with open(args.tokens) as f:
+        creds = json.load(f)[: args.connections]
     begin = time.perf_counter()
     stats = Stats(begin + args.warmup, begin + args.warmup + args.window)
     stop_at = stats.end
