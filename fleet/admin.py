@@ -1,0 +1,436 @@
+"""The inventory in Django's admin: edit sites down to GPUs, issue and revoke tokens.
+
+Fields that agents or the ingest writer own (a source's last batch, a node's reported
+info) are shown read-only; token hashes are never shown whole nor editable.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from typing import TYPE_CHECKING, Any
+
+from django.contrib import admin, messages
+from django.core.exceptions import ValidationError
+from django.db.models import Count, QuerySet
+from django.forms import BaseInlineFormSet
+from django.http import HttpRequest
+from django.utils.html import format_html
+
+from fleet.choices import PowerFeedTypeChoices
+from fleet.models import (
+    GPU,
+    CoolingLoop,
+    EnrollmentToken,
+    Event,
+    FacilityMeter,
+    Hall,
+    Node,
+    PowerFeed,
+    Rack,
+    Site,
+    SourceToken,
+    hash_token,
+    new_secret,
+    pue_category_for_roles,
+)
+
+if TYPE_CHECKING:
+    # django-stubs makes these generic; at run time they are not subscriptable.
+    ModelAdmin = admin.ModelAdmin[Any]
+    TabularInline = admin.TabularInline[Any, Any]
+else:
+    ModelAdmin = admin.ModelAdmin
+    TabularInline = admin.TabularInline
+
+# Helpers ----------------------------------------------------------------------------------
+
+
+def _epoch(ts: float | None) -> str:
+    """An agent's epoch seconds as UTC, for reading at a glance."""
+    if ts is None:
+        return "never"
+    return dt.datetime.fromtimestamp(ts, tz=dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _fingerprint(token_hash: str) -> str:
+    # Enough of the hash to tell tokens apart; the rest stays out of screens and logs.
+    return f"{token_hash[:8]}…" if token_hash else "—"
+
+
+def _pretty_json(value: object) -> str:
+    return format_html("<pre>{}</pre>", json.dumps(value, indent=2, sort_keys=True))
+
+
+def _kw(value: float) -> str:
+    return f"{value:.1f} kW"
+
+
+@admin.action(description="Revoke the selected tokens")
+def revoke_tokens(
+    modeladmin: admin.ModelAdmin[Any], request: HttpRequest, queryset: QuerySet[Any]
+) -> None:
+    count = queryset.filter(revoked=False).update(revoked=True)
+    modeladmin.message_user(request, f"{count} token{'s' * (count != 1)} revoked", messages.SUCCESS)
+
+
+# Sites and halls --------------------------------------------------------------------------
+
+
+class HallInline(TabularInline):
+    model = Hall
+    extra = 0
+    show_change_link = True
+
+
+class CoolingLoopInline(TabularInline):
+    model = CoolingLoop
+    extra = 0
+    show_change_link = True
+
+
+class FacilityMeterInline(TabularInline):
+    model = FacilityMeter
+    extra = 0
+
+
+@admin.register(Site)
+class SiteAdmin(ModelAdmin):
+    list_display = ("slug", "name", "timezone", "hall_count", "pue_category")
+    search_fields = ("slug", "name")
+    inlines = (HallInline, CoolingLoopInline, FacilityMeterInline)
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Site]:
+        qs: QuerySet[Site] = super().get_queryset(request)
+        return qs.annotate(_halls=Count("halls")).prefetch_related("meters")
+
+    @admin.display(description="halls", ordering="_halls")
+    def hall_count(self, site: Site) -> int:
+        return site._halls  # type: ignore[attr-defined, no-any-return]
+
+    @admin.display(description="PUE category")
+    def pue_category(self, site: Site) -> str:
+        category = pue_category_for_roles({m.role for m in site.meters.all()})
+        return "none (needs utility and IT meters)" if category is None else str(category)
+
+
+class RackInline(TabularInline):
+    model = Rack
+    fields = ("name", "position", "cooling", "power_budget_kw", "loop")
+    extra = 0
+    show_change_link = True
+
+
+@admin.register(Hall)
+class HallAdmin(ModelAdmin):
+    list_display = ("name", "site", "rack_count")
+    list_filter = ("site",)
+    search_fields = ("name", "site__slug", "site__name")
+    list_select_related = ("site",)
+    inlines = (RackInline,)
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Hall]:
+        qs: QuerySet[Hall] = super().get_queryset(request)
+        return qs.annotate(_racks=Count("racks"))
+
+    @admin.display(description="racks", ordering="_racks")
+    def rack_count(self, hall: Hall) -> int:
+        return hall._racks  # type: ignore[attr-defined, no-any-return]
+
+
+# Racks and power --------------------------------------------------------------------------
+
+
+FEED_FIELDS = ("name", "type", "phase", "voltage", "amperage", "max_utilization")
+
+
+class PowerFeedFormSet(BaseInlineFormSet):  # type: ignore[type-arg]
+    """Holds the rack's budget against the feeds as submitted, not as they were stored.
+
+    Rack.clean() can only see saved feeds, so a new rack, or feeds edited alongside
+    the budget, would otherwise escape the check.
+    """
+
+    def clean(self) -> None:
+        super().clean()
+        budget = self.instance.power_budget_kw
+        # Forms with errors of their own already say so; judge the budget on the rest.
+        kept = [
+            f
+            for f in self.forms
+            if not f.errors and f.cleaned_data and not f.cleaned_data.get("DELETE")
+        ]
+        feeds = [PowerFeed(**{k: f.cleaned_data[k] for k in FEED_FIELDS}) for f in kept]
+        primary = [f for f in feeds if f.type == PowerFeedTypeChoices.PRIMARY]
+        capacity = sum(f.available_kw for f in primary)
+        if budget and primary and budget > capacity:
+            raise ValidationError(
+                f"budget {budget:g} kW exceeds these primary feeds' {capacity:.1f} kW"
+            )
+
+
+class PowerFeedInline(TabularInline):
+    model = PowerFeed
+    formset = PowerFeedFormSet
+    fields = (*FEED_FIELDS, "available")
+    readonly_fields = ("available",)
+    extra = 0
+
+    @admin.display(description="available")
+    def available(self, feed: PowerFeed) -> str:
+        return _kw(feed.available_kw) if feed.pk else "—"
+
+
+class NodeInline(TabularInline):
+    model = Node
+    fields = ("name", "position", "model")
+    extra = 0
+    show_change_link = True
+
+
+@admin.register(Rack)
+class RackAdmin(ModelAdmin):
+    list_display = (
+        "name",
+        "hall",
+        "cooling",
+        "loop",
+        "budget",
+        "feed_capacity",
+        "node_count",
+    )
+    list_filter = ("hall__site", "hall", "cooling", "loop")
+    search_fields = ("name", "hall__name", "hall__site__slug")
+    list_select_related = ("hall__site", "loop__site")
+    inlines = (PowerFeedInline, NodeInline)
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Rack]:
+        qs: QuerySet[Rack] = super().get_queryset(request)
+        # Prefetched so each row's feed capacity costs no query of its own.
+        return qs.prefetch_related("feeds").annotate(_nodes=Count("nodes"))
+
+    @admin.display(description="budget", ordering="power_budget_kw")
+    def budget(self, rack: Rack) -> str:
+        return _kw(rack.power_budget_kw)
+
+    @admin.display(description="primary feeds")
+    def feed_capacity(self, rack: Rack) -> str:
+        return _kw(rack.feed_capacity_kw())
+
+    @admin.display(description="nodes", ordering="_nodes")
+    def node_count(self, rack: Rack) -> int:
+        return rack._nodes  # type: ignore[attr-defined, no-any-return]
+
+
+@admin.register(PowerFeed)
+class PowerFeedAdmin(ModelAdmin):
+    list_display = (
+        "name",
+        "rack",
+        "type",
+        "phase",
+        "voltage",
+        "amperage",
+        "max_utilization",
+        "available",
+    )
+    list_filter = ("type", "phase", "rack__hall__site")
+    search_fields = ("name", "rack__name")
+    list_select_related = ("rack__hall__site",)
+    readonly_fields = ("available",)
+
+    @admin.display(description="available")
+    def available(self, feed: PowerFeed) -> str:
+        return _kw(feed.available_kw)
+
+
+# Cooling and facility ---------------------------------------------------------------------
+
+
+@admin.register(CoolingLoop)
+class CoolingLoopAdmin(ModelAdmin):
+    list_display = (
+        "name",
+        "site",
+        "liquid_class",
+        "supply_limit",
+        "capacity_kw",
+        "rated_flow_lpm",
+        "rack_count",
+    )
+    list_filter = ("site", "liquid_class")
+    search_fields = ("name", "site__slug")
+    list_select_related = ("site",)
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[CoolingLoop]:
+        qs: QuerySet[CoolingLoop] = super().get_queryset(request)
+        return qs.annotate(_racks=Count("racks"))
+
+    @admin.display(description="supply limit")
+    def supply_limit(self, loop: CoolingLoop) -> str:
+        limit = loop.effective_supply_limit_c()
+        return "—" if limit is None else f"{limit:g} °C"
+
+    @admin.display(description="racks", ordering="_racks")
+    def rack_count(self, loop: CoolingLoop) -> int:
+        return loop._racks  # type: ignore[attr-defined, no-any-return]
+
+
+@admin.register(FacilityMeter)
+class FacilityMeterAdmin(ModelAdmin):
+    list_display = ("name", "site", "role")
+    list_filter = ("site", "role")
+    search_fields = ("name", "site__slug")
+    list_select_related = ("site",)
+
+
+# Nodes and GPUs ---------------------------------------------------------------------------
+
+
+class GPUInline(TabularInline):
+    model = GPU
+    fields = ("index", "model", "uuid", "slowdown_c", "shutdown_c", "power_limit_max_w")
+    extra = 0
+    show_change_link = True
+
+
+@admin.register(Node)
+class NodeAdmin(ModelAdmin):
+    list_display = ("name", "rack", "position", "model", "gpu_count")
+    list_filter = ("rack__hall__site", "rack__hall", "model")
+    search_fields = ("name", "model", "rack__name")
+    list_select_related = ("rack__hall__site",)
+    # node_info is what the agent last reported; editing it here would be overwritten.
+    readonly_fields = ("reported_info",)
+    exclude = ("info",)
+    inlines = (GPUInline,)
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Node]:
+        qs: QuerySet[Node] = super().get_queryset(request)
+        return qs.annotate(_gpus=Count("gpus"))
+
+    @admin.display(description="GPUs", ordering="_gpus")
+    def gpu_count(self, node: Node) -> int:
+        return node._gpus  # type: ignore[attr-defined, no-any-return]
+
+    @admin.display(description="reported by the agent")
+    def reported_info(self, node: Node) -> str:
+        return _pretty_json(node.info)
+
+
+@admin.register(GPU)
+class GPUAdmin(ModelAdmin):
+    list_display = ("__str__", "model", "uuid", "slowdown_c", "shutdown_c", "power_limit_max_w")
+    list_filter = ("model", "node__rack__hall__site")
+    search_fields = ("node__name", "uuid", "model")
+    list_select_related = ("node",)
+    readonly_fields = ("reported_info",)
+    exclude = ("info",)
+
+    @admin.display(description="reported by the agent")
+    def reported_info(self, gpu: GPU) -> str:
+        return _pretty_json(gpu.info)
+
+
+# Tokens and events ------------------------------------------------------------------------
+
+
+@admin.register(EnrollmentToken)
+class EnrollmentTokenAdmin(ModelAdmin):
+    list_display = ("__str__", "site", "label", "fingerprint", "created", "expires", "usable")
+    list_filter = ("site", "revoked")
+    search_fields = ("label", "site__slug")
+    list_select_related = ("site",)
+    readonly_fields = ("fingerprint", "created")
+    actions = (revoke_tokens,)
+
+    @admin.display(description="hash")
+    def fingerprint(self, token: EnrollmentToken) -> str:
+        return _fingerprint(token.token_hash)
+
+    @admin.display(description="usable", boolean=True)
+    def usable(self, token: EnrollmentToken) -> bool:
+        return token.usable()
+
+    def save_model(
+        self, request: HttpRequest, obj: EnrollmentToken, form: Any, change: bool
+    ) -> None:
+        if change:
+            super().save_model(request, obj, form, change)
+            return
+        # Only the hash is stored, so this message is the one time the secret can be read.
+        plain = new_secret("fwe")
+        obj.token_hash = hash_token(plain)
+        super().save_model(request, obj, form, change)
+        messages.success(
+            request,
+            f"Enrolment token for {obj.site.slug}: {plain} — copy it now; it will not be shown "
+            "again.",
+        )
+
+
+@admin.register(SourceToken)
+class SourceTokenAdmin(ModelAdmin):
+    """Issued by enrolment, never here; the admin can only read them and revoke them."""
+
+    list_display = ("source", "kind", "site", "revoked", "last_seq", "last_heard", "fingerprint")
+    list_filter = ("kind", "site", "revoked")
+    search_fields = ("source",)
+    list_select_related = ("site",)
+    fields = (
+        "source",
+        "kind",
+        "site",
+        "fingerprint",
+        "created",
+        "revoked",
+        "last_seq",
+        "last_heard",
+        "stats",
+    )
+    readonly_fields = (
+        "source",
+        "kind",
+        "site",
+        "fingerprint",
+        "created",
+        "last_seq",
+        "last_heard",
+        "stats",
+    )
+    actions = (revoke_tokens,)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    @admin.display(description="hash")
+    def fingerprint(self, token: SourceToken) -> str:
+        return _fingerprint(token.token_hash)
+
+    @admin.display(description="last heard", ordering="last_seen")
+    def last_heard(self, token: SourceToken) -> str:
+        return _epoch(token.last_seen)
+
+    @admin.display(description="agent stats")
+    def stats(self, token: SourceToken) -> str:
+        return _pretty_json(token.agent_stats)
+
+
+@admin.register(Event)
+class EventAdmin(ModelAdmin):
+    """Agents' events are a record: viewable, not editable."""
+
+    list_display = ("when", "source", "node", "gpu_index", "kind", "code")
+    list_filter = ("kind",)
+    search_fields = ("source", "detail", "node__name")
+    list_select_related = ("node",)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Event | None = None) -> bool:
+        return False
+
+    @admin.display(description="time", ordering="ts")
+    def when(self, event: Event) -> str:
+        return _epoch(event.ts)
