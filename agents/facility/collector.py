@@ -90,6 +90,12 @@ class TargetCollector:
             self.status.record_failure(error)
             log_transition(self.describe(), before, self.status)
             return reading
+        except Exception as exc:  # a library's surprise must not stop the other targets
+            self.status.record_failure(
+                TargetError("internal_error", f"{type(exc).__name__}: {exc}")
+            )
+            log_transition(self.describe(), before, self.status)
+            return reading
         kind = self.target.feeds.kind
         values, dropped = clean(kind, device.values)
         self.status.record_ok(now, len(values), device.answered_by, device.notes + dropped)

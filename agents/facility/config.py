@@ -93,21 +93,24 @@ def parse_target(table: dict[str, Any], environ: dict[str, str] | None = None) -
     if not isinstance(name, str) or not name:
         raise TargetConfigError("facility target without a `name`")
     where = f"facility target {name!r}"
-    unknown = sorted(set(table) - _KNOWN_KEYS)
-    if unknown:
-        raise TargetConfigError(f"{where}: unknown key(s) {', '.join(unknown)}")
     for secret in ("password", "auth_key", "priv_key"):
         if secret in table:
             raise TargetConfigError(f"{where}: put `{secret}` in {secret}_env or {secret}_file")
+    unknown = sorted(set(table) - _KNOWN_KEYS)
+    if unknown:
+        raise TargetConfigError(f"{where}: unknown key(s) {', '.join(unknown)}")
     protocol = _required_str(table, "protocol", where)
     if protocol not in PROTOCOLS:
         raise TargetConfigError(f"{where}: protocol must be one of {', '.join(PROTOCOLS)}")
     feeds = parse_entity(_required_str(table, "feeds", where), where)
+    address = _required_str(table, "address", where)
+    if "@" in address.split("/")[2 if "://" in address else 0]:
+        raise TargetConfigError(f"{where}: no credentials in `address`; use username/password_env")
     options = {k: v for k, v in table.items() if k not in _TOP_LEVEL and not _is_secret_key(k)}
     return Target(
         name=name,
         protocol=protocol,
-        address=_required_str(table, "address", where),
+        address=address,
         profile=_required_str(table, "profile", where),
         feeds=feeds,
         interval_s=_positive(table, "interval_s", 10.0, where),

@@ -21,6 +21,7 @@ FAILURE_KINDS = (
     "bad_data",
     "not_found",
     "protocol_error",
+    "internal_error",
 )
 
 
