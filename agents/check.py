@@ -16,7 +16,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from agents.collectors.base import Collector, Reading
+from agents.collectors.base import Collector, NotPresent, Reading
 from agents.enroll import EnrollError, read_token
 from agents.protocol.metrics import metric_names
 from agents.runconfig import AgentConfig, ConfigError, config_from_args
@@ -43,6 +43,9 @@ def check_report(config: AgentConfig, collectors: list[Collector]) -> tuple[list
         lines.append("")
         try:
             collector.setup()
+        except NotPresent as exc:
+            lines.append(f"[{collector.name}] not used here: {exc}")
+            continue
         except Exception as exc:
             lines.append(f"[{collector.name}] NOT AVAILABLE: {type(exc).__name__}: {exc}")
             healthy = False

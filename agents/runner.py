@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from agents import __version__
-from agents.collectors.base import Collector, Reading, SlowRead
+from agents.collectors.base import Collector, NotPresent, Reading, SlowRead
 from agents.enroll import EnrollError, read_token
 from agents.log import get_logger
 from agents.outbox import Outbox
@@ -47,6 +47,8 @@ class CollectorSet:
             try:
                 collector.setup()
                 self.active.append(collector)
+            except NotPresent as exc:  # nothing to read on this machine: normal, not an error
+                log.info("collector not used here", collector=collector.name, why=str(exc))
             except Exception as exc:  # a plugin may fail in any way: report it, carry on
                 self._report(collector.name, f"disabled: {type(exc).__name__}: {exc}")
                 log.warning("collector disabled", collector=collector.name, error=str(exc))

@@ -14,6 +14,14 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 
+class NotPresent(Exception):
+    """`setup()` found nothing to read here (no ipmitool, no BMC, no GPU driver on a CPU box).
+
+    Normal on many machines: the collector is left out and `check` says why, but it is not
+    reported to the server as a collector error.
+    """
+
+
 @dataclass(slots=True)
 class Reading:
     samples: dict[str, list[dict[str, Any]]] = field(default_factory=dict)

@@ -37,4 +37,21 @@ def build_collectors(config: AgentConfig) -> list[Collector]:
                 pcie_every=config.pcie_every,
             )
         )
+    if config.enabled("host"):
+        from agents.collectors.host import HostCollector
+
+        collectors.append(HostCollector(config.interval_s))
+    if config.enabled("power"):
+        from agents.collectors.power import IpmiPowerCollector, RedfishPowerCollector
+
+        if config.bmc_url:
+            collectors.append(
+                RedfishPowerCollector(config.bmc_url, config.bmc_user, config.bmc_password_file)
+            )
+        else:
+            collectors.append(IpmiPowerCollector(config.ipmitool))
+    if config.enabled("tuning"):
+        from agents.collectors.tuning import TuningCollector
+
+        collectors.append(TuningCollector(max(60.0, config.interval_s)))
     return collectors
