@@ -1,0 +1,97 @@
+"""The loopback peers the simulator drives: live values go out over the real protocols."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from agents.facility.config import parse_target
+from agents.facility.modbus_collector import ModbusCollector
+from agents.facility.peers.modbus_meter import ModbusMeter
+from agents.facility.peers.redfish_server import (
+    RedfishServer,
+    live_cdu_tree,
+    live_pdu_tree,
+    set_cdu,
+    set_cdu_leak,
+    set_cdu_pump,
+    set_pdu,
+)
+from agents.facility.peers.snmp_agent import SnmpAgent
+from agents.facility.redfish_collector import RedfishCollector
+from agents.facility.snmp_collector import SnmpCollector
+from tests.facility.conftest import NOW
+
+
+def target(protocol: str, address: str, profile: str, feeds: str, **extra: Any) -> Any:
+    table = {"name": "t", "protocol": protocol, "address": address, "profile": profile}
+    collectors = {"redfish": RedfishCollector, "snmp": SnmpCollector, "modbus": ModbusCollector}
+    parsed = parse_target({**table, "feeds": feeds, "timeout_s": 0.3, **extra})
+    return collectors[protocol](parsed)
+
+
+def test_cdu_pump_failure_shows_as_the_pumps_redfish_status():
+    tree = live_cdu_tree("CDU-1")
+    server = RedfishServer(tree).start()
+    try:
+        collector = target("redfish", server.url, "cdu", "loop:CDU-1")
+        set_cdu(tree, supply_c=31.5, return_c=43.0, flow_lpm=380.0)
+        [healthy] = collector.collect(NOW).samples["loop"]
+        set_cdu_pump(tree, 2, failed=True)
+        set_cdu_leak(tree, "Warning")
+        [failed] = collector.collect(NOW + 10).samples["loop"]
+    finally:
+        server.stop()
+
+    assert (healthy["supply_c"], healthy["return_c"], healthy["delta_c"]) == (31.5, 43.0, 11.5)
+    assert (healthy["pumps_running"], healthy["pumps_failed"], healthy["leak"]) == (2, 0, 0)
+    assert (failed["pumps_running"], failed["pumps_failed"], failed["leak"]) == (1, 1, 1)
+    assert "Pump '2' has failed." in collector.status.detail
+
+
+def test_live_redfish_pdu_feeds_its_rack():
+    tree = live_pdu_tree()
+    set_pdu(tree, power_w=17_250.0, energy_kwh=1234.5, current_a=25.0, voltage_v=230.0)
+    server = RedfishServer(tree).start()
+    try:
+        [feed] = target("redfish", server.url, "pdu", "feed:A01/A").collect(NOW).samples["feed"]
+    finally:
+        server.stop()
+
+    assert feed == {
+        "ts": NOW,
+        "rack": "A01",
+        "feed": "A",
+        "power_w": 17_250.0,
+        "energy_kwh": 1234.5,
+        "current_a": 25.0,
+        "voltage_v": 230.0,
+    }
+
+
+def test_all_three_peers_run_in_one_asyncio_program():
+    async def scenario() -> tuple[dict[str, Any], dict[str, float], str]:
+        agent = await SnmpAgent("fleet").start()
+        meter = await ModbusMeter("schneider-pm5000").start()
+        cdu = RedfishServer(live_cdu_tree()).start()
+        agent.set_apc_pdu(power_w=12_340, energy_kwh=5678.9, current_a=53.6, voltage_v=230)
+        meter.set(power_w=812_000, energy_kwh=4_000_000)
+        pdu = target("snmp", agent.address, "apc-rpdu2", "feed:A01/B", community="fleet")
+        utility = target("modbus", meter.address, "schneider-pm5000", "meter:utility")
+        loop_collector = target("redfish", cdu.url, "cdu", "loop:CDU-1")
+        [feed] = (await asyncio.to_thread(pdu.collect, NOW)).samples["feed"]
+        await asyncio.to_thread(utility.collect, NOW)
+        await asyncio.to_thread(loop_collector.collect, NOW)
+        agent.silent = True
+        await asyncio.to_thread(pdu.collect, NOW + 10)
+        silent_state = pdu.status.state
+        await agent.stop()
+        await meter.stop()
+        cdu.stop()
+        return feed, utility.latest.values, silent_state
+
+    feed, meter_values, silent_state = asyncio.run(scenario())
+
+    assert (feed["power_w"], feed["energy_kwh"], feed["current_a"]) == (12_340, 5678.9, 53.6)
+    assert meter_values == {"power_w": 812_000, "energy_kwh": 4_000_000}
+    assert silent_state == "timeout"
