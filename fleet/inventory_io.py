@@ -112,6 +112,12 @@ def _timezone_problem(value: object) -> str | None:
     return None
 
 
+def _gpu_count_problem(value: object) -> str | None:
+    if isinstance(value, int) and 0 <= value <= MAX_GPUS_PER_NODE:
+        return None
+    return f"must be 0–{MAX_GPUS_PER_NODE}"
+
+
 def _choices(values: Iterable[str]) -> tuple[str, ...]:
     return tuple(str(v) for v in values)
 
@@ -119,7 +125,7 @@ def _choices(values: Iterable[str]) -> tuple[str, ...]:
 GPUS = Schema(
     "gpus",
     {
-        "count": Spec("int", required=True),
+        "count": Spec("int", required=True, check=_gpu_count_problem),
         "model": Spec("str"),
         "slowdown_c": Spec("number", nullable=True),
         "shutdown_c": Spec("number", nullable=True),
@@ -195,7 +201,8 @@ def _scalar_problem(value: object, spec: Spec) -> str | None:
         return f"expected text, got {_type_name(value)} {value!r}"
     if spec.kind == "number" and not number:
         return f"expected a number, got {_type_name(value)} {value!r}"
-    if spec.kind == "int" and not (number and float(value).is_integer()):  # type: ignore[arg-type]
+    whole = isinstance(value, int) or (isinstance(value, float) and value.is_integer())
+    if spec.kind == "int" and not (number and whole):
         return f"expected a whole number, got {_type_name(value)} {value!r}"
     if spec.choices and value not in spec.choices:
         return f"{value!r} is not one of {', '.join(repr(c) for c in spec.choices)}"
@@ -203,12 +210,9 @@ def _scalar_problem(value: object, spec: Spec) -> str | None:
 
 
 def _normalised(value: object, spec: Spec) -> object:
-    if value is None:
-        return None
-    if spec.kind == "number":
-        return float(value)  # type: ignore[arg-type]
-    if spec.kind == "int":
-        return int(value)  # type: ignore[call-overload]
+    """A checked value as its field stores it: `130` for a number field reads back 130.0."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value) if spec.kind == "number" else int(value)
     return value
 
 
@@ -385,7 +389,7 @@ class _Writer:
         """
         created = obj.pk is None
         # Compare by attname (`hall_id`, not `hall`) so no related row is fetched.
-        attnames = [obj._meta.get_field(k).attname for k in values]  # type: ignore[union-attr]
+        attnames = [getattr(obj._meta.get_field(k), "attname", k) for k in values]
         before = [getattr(obj, a) for a in attnames]
         for key, value in values.items():
             setattr(obj, key, value)
@@ -461,13 +465,12 @@ class _Writer:
             return
         for gpus in item.under("gpus"):
             values = {k: v for k, v in gpus.values.items() if k != "count"}
-            count = int(gpus.values["count"])  # type: ignore[call-overload]
-            if not 0 <= count <= MAX_GPUS_PER_NODE:
-                self.problems.append(f"{gpus.where}: count: must be 0–{MAX_GPUS_PER_NODE}")
-                continue
-            for index in range(count):
-                found = GPU.objects.filter(node=node, index=index).first()
-                self._upsert(found or GPU(node=node, index=index), values, gpus, "GPU")
+            count = gpus.values["count"]
+            # One query for the node's GPUs rather than one per index.
+            stored = {gpu.index: gpu for gpu in node.gpus.all()}
+            for index in range(count if isinstance(count, int) else 0):
+                gpu = stored.get(index) or GPU(node=node, index=index)
+                self._upsert(gpu, values, gpus, "GPU")
 
 
 def import_inventory(data: object, *, dry_run: bool = False) -> ImportReport:

@@ -149,8 +149,10 @@ def test_import_with_one_bad_rack_changes_nothing_and_names_it(tmp_path: Path) -
 def test_refused_first_import_leaves_the_database_empty() -> None:
     data = example()
     # The last node of the last rack: everything before it has been written by then.
-    rack_entry(data, 1, 0)["nodes"][1]["gpus"]["count"] = 2000
-    assert problems_of(data) == ["sites[0].halls[1].racks[0].nodes[1].gpus: count: must be 0–1024"]
+    rack_entry(data, 1, 0)["nodes"][1]["gpus"] |= {"slowdown_c": 95, "shutdown_c": 90}
+    assert problems_of(data) == [
+        "sites[0].halls[1].racks[0].nodes[1].gpus: slowdown_c: slowdown must not exceed shutdown"
+    ]
     assert all(not rows for rows in snapshot().values())
 
 
@@ -222,6 +224,12 @@ def test_unknown_choice_is_refused_listing_the_allowed_ones() -> None:
     (problem,) = problems_of(data)
     assert problem.startswith("sites[0].halls[1].racks[0] (B01): cooling: 'water' is not one of")
     assert "'direct_liquid'" in problem
+
+
+def test_gpu_count_beyond_what_a_node_can_hold_is_refused() -> None:
+    data = example()
+    rack_entry(data, 1, 0)["nodes"][1]["gpus"]["count"] = 2000
+    assert problems_of(data) == ["sites[0].halls[1].racks[0].nodes[1].gpus: count: must be 0–1024"]
 
 
 def test_unknown_time_zone_is_refused() -> None:
