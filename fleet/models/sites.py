@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import zoneinfo
+
+from django.core.exceptions import ValidationError
 from django.core.validators import RegexValidator
 from django.db import models
 
@@ -10,10 +13,17 @@ __all__ = ("Hall", "Site")
 slug_validator = RegexValidator(r"^[a-z0-9][a-z0-9-]*$", "lower-case letters, digits and dashes")
 
 
+def validate_timezone(value: str) -> None:
+    try:
+        zoneinfo.ZoneInfo(value)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        raise ValidationError(f"{value!r} is not an IANA time zone (e.g. Europe/London)") from None
+
+
 class Site(models.Model):
     slug = models.CharField(max_length=50, unique=True, validators=[slug_validator])
     name = models.CharField(max_length=100)
-    timezone = models.CharField(max_length=64, default="UTC")
+    timezone = models.CharField(max_length=64, default="UTC", validators=[validate_timezone])
 
     class Meta:
         ordering = ("slug",)
