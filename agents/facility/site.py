@@ -8,6 +8,8 @@ figure (`pue_category`) so it is shown wherever PUE is:
 - category 2: PDU outputs (every `feed:` target, plus `meter:pdu_output`),
 - category 1: UPS output (`meter:ups_output`).
 
+Cooling plant meters (`meter:cooling`) give `cooling_power_w`.
+
 The most accurate category whose meters all answered recently is used; a sum
 with a meter missing would understate IT power and flatter PUE, so a partial set
 is never summed. The same rule holds for rack power: every feed of the rack, or
@@ -58,6 +60,10 @@ def site_power(collectors: Sequence[TargetCollector], now: float) -> SitePower:
         _put(values, "total_energy_kwh", _sum_all(utility, now, "energy_kwh"))
     elif utility:
         result.notes.append("total power unknown: a utility meter did not answer")
+    cooling = [
+        c for c in collectors if c.target.feeds.kind == "meter" and c.target.feeds.name == "cooling"
+    ]
+    _put(values, "cooling_power_w", _sum_all(cooling, now, "power_w"))
     for category, source in IT_SOURCES:
         members = it_category_members(collectors, category)
         it_power = _sum_all(members, now, "power_w")

@@ -5,8 +5,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
+
 from agents.facility.config import parse_target
 from agents.facility.modbus_collector import ModbusCollector
+from agents.facility.peers.loop import PeerLoop
 from agents.facility.peers.modbus_meter import ModbusMeter
 from agents.facility.peers.redfish_server import (
     RedfishServer,
@@ -17,9 +20,12 @@ from agents.facility.peers.redfish_server import (
     set_cdu_pump,
     set_pdu,
 )
+from agents.facility.peers.site import SitePeers
 from agents.facility.peers.snmp_agent import SnmpAgent
 from agents.facility.redfish_collector import RedfishCollector
 from agents.facility.snmp_collector import SnmpCollector
+from agents.facility.targets import build_collectors
+from agents.protocol.validate import validate_batch
 from tests.facility.conftest import NOW
 
 
@@ -95,3 +101,31 @@ def test_all_three_peers_run_in_one_asyncio_program():
     assert (feed["power_w"], feed["energy_kwh"], feed["current_a"]) == (12_340, 5678.9, 53.6)
     assert meter_values == {"power_w": 812_000, "energy_kwh": 4_000_000}
     assert silent_state == "timeout"
+
+
+def test_a_simulated_site_reaches_the_backend_shape_through_the_real_collectors():
+    peers = PeerLoop()
+    site = peers.call(SitePeers(loops=["CDU-1"], feeds=[("A01", "A"), ("A01", "B")]).start())
+    try:
+        for feed in ("A", "B"):
+            site.update_feed(
+                "A01", feed, power_w=60_000, energy_kwh=100, current_a=87, voltage_v=230
+            )
+        site.update_loop("CDU-1", supply_c=30, return_c=41, flow_lpm=400, pumps_failed=1)
+        site.update_meter("utility", power_w=150_000, energy_kwh=9_000)
+        site.update_meter("cooling", power_w=22_000, energy_kwh=1_000)
+        [poller] = build_collectors(site.target_tables())
+        reading = poller.collect(NOW)
+        poller.close()
+    finally:
+        peers.call(site.stop())
+        peers.close()
+
+    validate_batch({"protocol": 1, "source": "site:demo", "seq": 1, **reading.samples}, now=NOW)
+    [loop] = reading.samples["loop"]
+    [rack] = reading.samples["rack"]
+    [facility] = reading.samples["facility"]
+    assert (loop["pumps_failed"], loop["pumps_running"]) == (1, 2)
+    assert rack["power_w"] == 120_000
+    assert facility["pue_category"] == 2 and facility["pue"] == 1.25
+    assert facility["cooling_power_w"] == pytest.approx(22_000)

@@ -299,10 +299,28 @@ def set_cdu(tree: RedfishTree, **readings: float) -> None:
 
 
 def set_cdu_pump(tree: RedfishTree, number: int, *, failed: bool, speed_pct: float = 60.0) -> None:
-    """Fail or restore a pump: the pump's Status and the CDU's Conditions change, as on hardware."""
+    """Fail or restore one pump: its Status and the CDU's Conditions change, as on hardware."""
     tree.put(f"{_CDU}/Pumps/{number}", _pump_document(number, speed_pct, failed))
-    conditions = [] if not failed else _pump_document(number, 0, True)["Status"]["Conditions"]
-    health = "Critical" if failed else "OK"
+    _refresh_cdu_conditions(tree)
+
+
+def set_cdu_failed_pumps(tree: RedfishTree, failed: int, speed_pct: float = 60.0) -> None:
+    """Exactly `failed` pumps failed (the highest-numbered ones), the others running."""
+    paths = [p for p in tree.paths() if p.startswith(f"{_CDU}/Pumps/")]
+    total = len(paths)
+    for number in range(1, total + 1):
+        broken = number > total - failed
+        tree.put(f"{_CDU}/Pumps/{number}", _pump_document(number, speed_pct, broken))
+    _refresh_cdu_conditions(tree)
+
+
+def _refresh_cdu_conditions(tree: RedfishTree) -> None:
+    conditions: list[Json] = []
+    for path in tree.paths():
+        if path.startswith(f"{_CDU}/Pumps/"):
+            pump = json.loads(tree.get(path) or b"{}")
+            conditions += pump.get("Status", {}).get("Conditions", [])
+    health = "Critical" if conditions else "OK"
     tree.update(_CDU, {"Status": {"Health": health, "Conditions": copy.deepcopy(conditions)}})
 
 
