@@ -335,3 +335,17 @@ def test_a_worker_holding_a_stale_state_cannot_claim_the_chunk(db: TierDb) -> No
         fresh = read_state(cur, "1m", "gpu")
         assert fresh is not None
         assert claim(cur, "1m", "gpu", fresh)
+
+
+def test_a_resend_after_raw_retention_does_not_shrink_stored_minutes(db: TierDb) -> None:
+    raw = series(T - 600, T)
+    store_raw(db, raw)
+    roll(db, T + 30)
+    before = stored(db, "gpu", "1m")
+    # Raw rows expire, then an agent resends part of an old batch (its ack was lost):
+    # the recompute sees only the resent rows and must keep the fuller minute.
+    db.execute("DELETE FROM fw_gpu_raw")
+    store_raw(db, {"gpu": [r for r in raw["gpu"] if int(r[0]) % 60 < 20]})
+    db.execute("UPDATE fw_rollup_state SET dirty_from = %s WHERE tier = '1m'", [T - 600])
+    roll(db, T + 30)
+    assert stored(db, "gpu", "1m") == before
