@@ -126,12 +126,12 @@ def describe(power: SitePower) -> list[str]:
         if "total_power_w" in facility:
             parts.append(f"total {facility['total_power_w'] / 1000:.1f} kW")
         if "it_power_w" in facility:
-            parts.append(
-                f"IT {facility['it_power_w'] / 1000:.1f} kW from {power.it_source}, "
-                f"category {int(facility['pue_category'])}"
-            )
-        if "pue" in facility:
-            parts.append(f"PUE {facility['pue']:.2f} (category {int(facility['pue_category'])})")
+            category = int(facility["pue_category"])
+            parts.append(f"IT {facility['it_power_w'] / 1000:.1f} kW from {power.it_source}")
+            pue = f"PUE {facility['pue']:.2f}" if "pue" in facility else "PUE unknown"
+            parts.append(f"{pue} (category {category})")
+        if "cooling_power_w" in facility:
+            parts.append(f"cooling {facility['cooling_power_w'] / 1000:.1f} kW")
         lines.append("site: " + ", ".join(parts))
     for rack, values in power.racks.items():
         line = f"rack {rack}: {values['power_w'] / 1000:.1f} kW, the sum of its PDU feeds"
