@@ -219,18 +219,3 @@ def test_out_of_range_reading_is_dropped_and_said(serve_mockup):
 
     assert "supply_c" not in loop
     assert "supply_c=900 is implausible" in collector.status.detail
-
-
-def test_tls_is_verified_by_default():
-    table = {
-        "name": "tls",
-        "protocol": "redfish",
-        "address": "127.0.0.1:1",
-        "profile": "pdu",
-        "feeds": "feed:A1/A",
-    }
-    collector = RedfishCollector(parse_target(table))
-
-    assert collector.client.base_url == "https://127.0.0.1:1"
-    assert collector.client._tls is not None
-    assert collector.client._tls.check_hostname is True

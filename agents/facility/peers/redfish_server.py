@@ -17,6 +17,7 @@ import copy
 import json
 import secrets
 import socket
+import ssl
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -78,6 +79,7 @@ class RedfishServer:
         password: str | None = None,
         delay_s: float = 0.0,
         raw_bodies: dict[str, bytes] | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self.tree = tree
         self.username = username
@@ -88,6 +90,10 @@ class RedfishServer:
         self._stop = threading.Event()
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
         self._httpd.daemon_threads = True
+        self.scheme = "http"
+        if tls is not None:  # a BMC-like HTTPS endpoint (tests of certificate checking)
+            self._httpd.socket = tls.wrap_socket(self._httpd.socket, server_side=True)
+            self.scheme = "https"
         self._thread: threading.Thread | None = None
 
     @property
@@ -96,7 +102,7 @@ class RedfishServer:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{self.scheme}://127.0.0.1:{self.port}"
 
     def start(self) -> RedfishServer:
         self._thread = threading.Thread(
