@@ -52,7 +52,7 @@ def _ensure_admin(env: dict[str, str], password: str) -> None:
         f"u.set_password({password!r})\n"
         "u.save()\n"
     )
-    _manage(env, "shell", "-c", script)
+    _manage(env, "shell", "-v", "0", "-c", script)
 
 
 def main() -> int:
@@ -108,6 +108,8 @@ def main() -> int:
         ],
         "simulator": [
             str(BIN / "fleet-agent"),
+            "--log-level",
+            "warning",
             "simulate",
             "--server",
             server,
@@ -128,13 +130,21 @@ def main() -> int:
 
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)
+    log_dir = var_dir / "log"
+    log_dir.mkdir(parents=True, exist_ok=True)
+
+    def spawn(name: str) -> subprocess.Popen[bytes]:
+        # Each process logs to var/log/<name>.log so the terminal keeps the banner.
+        log = (log_dir / f"{name}.log").open("ab")
+        return subprocess.Popen(commands[name], env=env, cwd=ROOT, stdout=log, stderr=log)
+
     for name in ("web", "worker", "beat"):
-        procs[name] = subprocess.Popen(commands[name], env=env, cwd=ROOT)
+        procs[name] = spawn(name)
     if not _wait_for_web(server, procs["web"]):
         print("the web server did not start; see the messages above", file=sys.stderr)
         _stop_all(procs)
         return 1
-    procs["simulator"] = subprocess.Popen(commands["simulator"], env=env, cwd=ROOT)
+    procs["simulator"] = spawn("simulator")
     print(
         "\n"
         f"  Fleetwatch is running:  {server}/\n"
@@ -142,6 +152,7 @@ def main() -> int:
         f"  enrolment token:        {token}\n"
         f"  simulated nodes:        {nodes} (GPUs, racks, CDUs, facility meters)\n"
         f"  Slack webhook:          {os.environ.get('SLACK_WEBHOOK_URL') or 'not set'}\n"
+        f"  logs:                   {log_dir}/{{web,worker,beat,simulator}}.log\n"
         "  Ctrl-C stops everything.\n",
         flush=True,
     )
@@ -149,7 +160,11 @@ def main() -> int:
     while not stopping:
         for name, proc in procs.items():
             if proc.poll() is not None:
-                print(f"{name} exited with code {proc.returncode}; stopping", file=sys.stderr)
+                print(
+                    f"{name} exited with code {proc.returncode}; stopping"
+                    f" (see {log_dir}/{name}.log)",
+                    file=sys.stderr,
+                )
                 stopping, code = True, 1
                 break
         time.sleep(0.5)
