@@ -161,3 +161,18 @@ def test_sdm630_map_is_read_in_two_requests():
     blocks = plan_reads(load_map("eastron-sdm630"))
 
     assert [(b.function, b.start, b.count) for b in blocks] == [(4, 0, 54), (4, 72, 2)]
+
+
+def test_a_meter_that_recovers_is_read_again(start_meter):
+    meter = start_meter("eastron-sdm630", power_w=5000)
+    collector = meter_collector(meter.address, "eastron-sdm630")
+    meter.exception = 6
+    collector.collect(NOW)
+    failed_state = collector.status.state
+    meter.exception = None
+
+    collector.collect(NOW + 10)
+
+    assert failed_state == "device_error"
+    assert collector.status.state == "ok"
+    assert collector.latest is not None and collector.latest.values["power_w"] == 5000

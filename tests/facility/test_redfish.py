@@ -11,7 +11,7 @@ import pytest
 
 from agents.facility.config import parse_target
 from agents.facility.peers.redfish_server import RedfishServer, RedfishTree
-from agents.facility.redfish import read_node_power
+from agents.facility.redfish import read_node_power, sensor_value
 from agents.facility.redfish_client import RedfishClient
 from agents.facility.redfish_collector import RedfishCollector
 from agents.protocol.validate import validate_batch
@@ -219,3 +219,39 @@ def test_out_of_range_reading_is_dropped_and_said(serve_mockup):
 
     assert "supply_c" not in loop
     assert "supply_c=900 is implausible" in collector.status.detail
+
+
+@pytest.mark.parametrize(
+    ("sensor", "unit", "expected"),
+    [
+        ({"Reading": 6.438, "ReadingUnits": "kW"}, "W", 6438.0),
+        ({"Reading": 374, "ReadingUnits": "W"}, "W", 374.0),
+        ({"Reading": 196}, "W", 196.0),  # Gigabyte: no ReadingUnits, the schema's unit
+        ({"Reading": 31, "ReadingUnits": "Cel"}, "C", 31.0),
+        ({"Reading": 31, "ReadingUnits": "C"}, "C", 31.0),  # DMTF's own PDU CabTemp
+        ({"Reading": 87.8, "ReadingUnits": "[degF]"}, "C", 31.0),
+        ({"Reading": 468, "ReadingUnits": "J"}, "kWh", 468 / 3.6e6),
+        ({"Reading": 1.2, "ReadingUnits": "bar"}, "kPa", 120.0),
+        ({"Reading": 30, "ReadingUnits": "%"}, "C", None),  # not a temperature: no reading
+        ({"Reading": "n/a", "ReadingUnits": "W"}, "W", None),
+        ({"Reading": None, "ReadingUnits": "W"}, "W", None),
+    ],
+)
+def test_sensor_unit_spellings_are_normalised(sensor, unit, expected):
+    value = sensor_value(sensor, unit)
+
+    assert value == (pytest.approx(expected) if expected is not None else None)
+
+
+def test_an_expired_session_is_renewed_without_a_failure(serve_mockup):
+    server = serve_mockup("pdu", username="admin", password="secret")
+    collector = collector_for(
+        server, "pdu", "feed:A12/A", username="admin", password_env="RF_PASSWORD", auth="session"
+    )
+    collector.collect(NOW)
+    server.sessions.clear()  # the BMC forgot the session (reboot, idle timeout)
+
+    [feed] = collector.collect(NOW + 10).samples["feed"]
+
+    assert feed["power_w"] == 6438
+    assert collector.status.state == "ok"
