@@ -44,6 +44,7 @@ class AgentConfig:
     throttle_every: int = 10
     energy_every: int = 30
     pcie_every: int = 60
+    pcie_throughput_every: int = 300  # 0: never (each read sleeps ~42 ms per GPU)
     nvml: str = "auto"  # auto | off | fake:<capture dir> (tests and benches)
     bmc_url: str = ""
     bmc_user: str = ""

@@ -46,6 +46,7 @@ class GpuCollector:
         throttle_every: int = 10,
         energy_every: int = 30,
         pcie_every: int = 60,
+        pcie_throughput_every: int = 300,
         mig_every: int = 60,
         watch_events: bool = True,
     ) -> None:
@@ -54,6 +55,7 @@ class GpuCollector:
         self.throttle_every = throttle_every
         self.energy_every = energy_every
         self.pcie_every = pcie_every
+        self.pcie_throughput_every = pcie_throughput_every
         self.mig_every = mig_every
         self.watch_events = watch_events
         self.handles: dict[int, Any] = {}
@@ -160,13 +162,16 @@ class GpuCollector:
         reads: list[SlowRead] = []
         count = max(1, len(self.handles))
         for position, index in enumerate(sorted(self.handles)):
-            for name, every, fn in (
+            for name, every, fn in (  # every <= 0 turns a read off
                 ("throttle", self.throttle_every, self._read_throttle),
                 ("energy", self.energy_every, self._read_energy),
                 ("pcie", self.pcie_every, self._read_pcie),
+                ("pcie_throughput", self.pcie_throughput_every, self._read_pcie_throughput),
                 ("mig", self.mig_every, self._read_mig),
             ):
                 # Stagger: GPU k of n reads at k/n of the cycle, so no tick carries them all.
+                if every <= 0:
+                    continue
                 offset = (position * every) // count
                 reads.append(
                     SlowRead(f"gpu{index}:{name}", every, offset, self._guarded(index, fn))
@@ -204,13 +209,18 @@ class GpuCollector:
             self.nvml.field_values(index, handle, list(PCIE_REPLAY_FIELDS), "pcie_replay"),
             PCIE_REPLAY_FIELDS,
         )
-        # NVML reports KB/s over a 20 ms window; the call sleeps for it, hence the slow lane.
+        fields.update(self._read_nvlink(index, handle))
+        return fields
+
+    def _read_pcie_throughput(self, index: int, handle: Any) -> dict[str, Any]:
+        # NVML samples for 20 ms and sleeps meanwhile (~21 ms a call, two calls): a
+        # 20 ms glimpse says little about throughput anyway, so it is read rarely.
+        fields: dict[str, Any] = {}
         for name, counter in (
             ("pcie_tx_kib_s", pynvml.NVML_PCIE_UTIL_TX_BYTES),
             ("pcie_rx_kib_s", pynvml.NVML_PCIE_UTIL_RX_BYTES),
         ):
             _put(fields, name, self.nvml.get(index, "nvmlDeviceGetPcieThroughput", handle, counter))
-        fields.update(self._read_nvlink(index, handle))
         return fields
 
     def _read_nvlink(self, index: int, handle: Any) -> dict[str, Any]:

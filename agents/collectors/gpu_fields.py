@@ -4,8 +4,8 @@ Costs measured on the H200 (tests/data/nvml/h200/nvml_call_costs.json, medians):
 most getters 2–10 µs and the bundle of cheap field values ~9 µs → every tick;
 throttle/violation-time fields ~0.56 ms of CPU → every `throttle_every` ticks;
 total energy ~3.2 ms of CPU → every `energy_every` ticks;
-PCIe replay field ~0.13 ms, PCIe throughput ~21 ms (it samples for 20 ms) → every
-`pcie_every` ticks, with NVLink state and error counters.
+PCIe replay field ~0.13 ms → every `pcie_every` ticks, with NVLink state and error counters;
+PCIe throughput ~21 ms a call (it samples for 20 ms, asleep) → every `pcie_throughput_every`.
 """
 
 from __future__ import annotations

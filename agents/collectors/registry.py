@@ -35,6 +35,7 @@ def build_collectors(config: AgentConfig) -> list[Collector]:
                 throttle_every=config.throttle_every,
                 energy_every=config.energy_every,
                 pcie_every=config.pcie_every,
+                pcie_throughput_every=config.pcie_throughput_every,
             )
         )
     if config.enabled("host"):

@@ -206,7 +206,8 @@ class FakeNvml:
             finally:
                 if self.spend_costs:
                     self._spend(name, args)
-                elapsed = time.perf_counter() - started
+                # An event wait blocks by design (on its own thread): not a call cost.
+                elapsed = 0.0 if name == "nvmlEventSetWait_v2" else time.perf_counter() - started
                 with self._stats_lock:
                     self.stats.calls += 1
                     self.stats.wall_s += elapsed

@@ -28,7 +28,8 @@ def _run_ticks(collectors: CollectorSet, ticks: int) -> list[Reading]:
 
 def test_slow_nvml_calls_never_run_on_the_tick_thread() -> None:
     fake = fake_gpus(4)
-    collectors = CollectorSet([collector(fake, watch_events=False)], interval_s=1.0)
+    gpu = collector(fake, watch_events=False, pcie_throughput_every=20)
+    collectors = CollectorSet([gpu], interval_s=1.0)
     _run_ticks(collectors, 60)
     tick_thread = threading.current_thread().name
     for call in SLOW_CALLS:
@@ -42,7 +43,9 @@ def test_slow_reads_run_at_their_cadence_not_every_tick() -> None:
     collectors = CollectorSet([collector(fake, watch_events=False)], interval_s=1.0)
     readings = _run_ticks(collectors, 60)
     assert fake.stats.by_call["nvmlDeviceGetTotalEnergyConsumption"] == 4 * 60 // 30
-    assert fake.stats.by_call["nvmlDeviceGetPcieThroughput"] == 4 * 2  # TX and RX, once a minute
+    # Every 5 minutes, staggered: in the first minute only GPU 0's TX and RX reads.
+    assert fake.stats.by_call["nvmlDeviceGetPcieThroughput"] == 2
+    assert fake.stats.field_threads[pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER]
     assert fake.stats.by_call["nvmlDeviceGetPowerUsage"] == 4 * 60
     energy_ticks = [
         i for i, r in enumerate(readings) if any("energy_j" in s for s in r.samples["gpu"])
