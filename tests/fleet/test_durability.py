@@ -40,10 +40,9 @@ def test_every_acknowledged_batch_survives_a_server_crash(fresh_server: FleetSer
             acked.append(json.loads(ws.recv(timeout=10))["ack"])
         fresh_server.kill()  # SIGKILL right after the last ack: no graceful shutdown
     fresh_server.start()
-    stored = fresh_server.query(
-        "SELECT count(*) FROM fw_gpu_raw WHERE node_id = (SELECT id FROM fleet_node WHERE name = ?)",
-        (node,),
-    )[0][0]
+    stored = fresh_server.count(
+        "gpu", "node_id = (SELECT id FROM fleet_node WHERE name = ?)", (node,)
+    )
     assert sorted(acked) == list(range(1, 41))
     assert stored == 40 * 8
 
