@@ -93,8 +93,11 @@ class SitePeers:
         set_cdu_failed_pumps(tree, pumps_failed)
         set_cdu_leak(tree, _LEAK_STATES.get(leak, "Critical"))
 
-    def update_meter(self, role: str, *, power_w: float, energy_kwh: float) -> None:
-        self.meters[role].set(power_w=power_w, energy_kwh=energy_kwh)
+    def update_meter(self, role: str, *, power_w: float, energy_kwh: float | None = None) -> None:
+        values = {"power_w": power_w}
+        if energy_kwh is not None:
+            values["energy_kwh"] = energy_kwh
+        self.meters[role].set(**values)
 
     def target_tables(self) -> list[dict[str, Any]]:
         """`[[facility.targets]]` for a facility agent polling these devices."""
