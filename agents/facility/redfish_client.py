@@ -75,11 +75,21 @@ class RedfishClient:
         return context
 
     def get(self, path: str) -> dict[str, Any] | None:
-        """The JSON body at `path`, or None when the service answers 404."""
-        status, body = self._request("GET", canonical_path(path))
+        """The JSON body at `path`, or None when the service answers 404.
+
+        Links are followed only inside this service's `/redfish/` tree: a body naming
+        another host or path is no reading, never a request elsewhere.
+        """
+        parts = urlsplit(path)
+        if parts.netloc and parts.hostname != self._host:
+            return None
+        path = canonical_path(parts.path + (f"#{parts.fragment}" if parts.fragment else ""))
+        if not path.startswith("/redfish/"):
+            return None
+        status, body = self._request("GET", path)
         if status == 401 and self._auth == "session" and self._session_token:
             self._session_token = None  # expired session: log in again once
-            status, body = self._request("GET", canonical_path(path))
+            status, body = self._request("GET", path)
         if status == 404:
             return None
         self._raise_for_status(status, path)

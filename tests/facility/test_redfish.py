@@ -255,3 +255,13 @@ def test_an_expired_session_is_renewed_without_a_failure(serve_mockup):
 
     assert feed["power_w"] == 6438
     assert collector.status.state == "ok"
+
+
+def test_links_outside_the_service_are_not_followed(serve_mockup):
+    server = serve_mockup("pdu")
+    client = RedfishClient(server.url)
+
+    assert client.get("http://198.51.100.7/redfish/v1/Chassis") is None
+    assert client.get("/etc/passwd") is None
+    assert client.requests == 0  # neither was requested
+    assert client.get(f"{server.url}/redfish/v1/PowerEquipment/RackPDUs/1/") is not None
