@@ -167,3 +167,21 @@ def test_nothing_listening_is_unreachable():
 def test_a_profile_cannot_feed_the_wrong_kind_of_entity():
     with pytest.raises(ValueError, match="feeds"):
         snmp_target("127.0.0.1:161", "x", "ups-mib", "loop:CDU-1")
+
+
+def test_snmp_v3_finds_table_rows_by_their_identity_too(snmpsim):
+    collector = snmp_target(
+        snmpsim.address,
+        "vertiv-power",
+        "liebert-gp-environmental",
+        "rack:A12",
+        version="3",
+        username=V3_USER["username"],
+        auth_key_env="SNMP_AUTH",
+        priv_key_env="SNMP_PRIV",
+        context="vertiv-power",
+    )
+
+    rack = validated("rack", collector.collect(NOW))
+
+    assert (rack["temp_outlet_c"], rack["humidity_pct"]) == (23, 42)
