@@ -96,6 +96,9 @@ class FaultPlan:
                 return fault
         return None
 
+    def any_active(self, kind: str, elapsed_s: float) -> bool:
+        return any(f.kind == kind and f.active(elapsed_s) for f in self.faults)
+
     def started(self, kind: str, name: str, elapsed_s: float, step_s: float) -> Fault | None:
         """A fault on `name` that began during the last step (for one-shot effects)."""
         for fault in self.faults:

@@ -186,15 +186,15 @@ class SiteModel:
     def step(self, dt: float, elapsed_s: float, wall: float | None = None) -> None:
         self.elapsed_s = elapsed_s
         self.outdoor_c = _outdoor_c(wall if wall is not None else time.time())
-        chiller = self.faults.active("chiller-degraded", "", elapsed_s)
+        chiller = self.faults.any_active("chiller-degraded", elapsed_s)
         self._one_shot_faults(dt, elapsed_s)
         for loop in self.loops.values():
             self._step_loop_supply(loop, dt, elapsed_s)
         for rack in self.racks.values():
-            self._step_rack(rack, dt, elapsed_s, chiller is not None)
+            self._step_rack(rack, dt, elapsed_s, chiller)
         for loop in self.loops.values():
             self._step_loop_return(loop)
-        self._step_facility(dt, chiller is not None)
+        self._step_facility(dt, chiller)
 
     def _one_shot_faults(self, dt: float, elapsed_s: float) -> None:
         for node in self.nodes.values():

@@ -87,11 +87,13 @@ def test_cdu_pump_failure_heats_liquid_rack_gpus_into_slowdown() -> None:
         node.workload.kind, node.workload.load, node.workload.remaining_s = "training", 1.0, 1e9
     _run(model, 60)
     liquid_gpu = model.nodes["gpu-a01-01"].gpus[0]
-    before = liquid_gpu.temp_die_c
+    before = (liquid_gpu.temp_die_c, liquid_gpu.power_avg_w, liquid_gpu.clock_sm_mhz)
     assert not liquid_gpu.reasons & reasons.HARMFUL
     _run(model, 600, start=60)
-    assert liquid_gpu.temp_die_c > before + 15
+    assert liquid_gpu.temp_die_c > before[0] + 15
     assert liquid_gpu.reasons & reasons.HARMFUL
+    assert liquid_gpu.power_avg_w < before[1] - 50  # the GPU slows itself: less power
+    assert liquid_gpu.clock_sm_mhz < before[2]  # and lower clocks
     assert "sw_thermal" in reasons.decode(liquid_gpu.reasons) or "hw_thermal" in reasons.decode(
         liquid_gpu.reasons
     )
