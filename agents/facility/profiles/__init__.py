@@ -1,0 +1,1 @@
+"""Device profiles and register maps as data (JSON), one file per device family."""

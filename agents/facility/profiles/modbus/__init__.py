@@ -1,0 +1,1 @@
+"""Modbus register maps: register -> metric, type, word order, unit."""

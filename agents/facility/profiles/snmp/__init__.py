@@ -1,0 +1,1 @@
+"""SNMP device profiles: OID -> metric, scale, unit, index handling."""
