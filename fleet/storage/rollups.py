@@ -226,6 +226,10 @@ def _chunk(tier: str, kind: str, now: float, using: str) -> int | None:
         with transaction.atomic(using=using), conn.cursor() as cur:
             if not claim(cur, tier, kind, state):
                 continue  # another worker or the ingest writer moved it: re-read
+            if conn.vendor == "postgresql":
+                # The statement's cost estimate triggers JIT, which compiled its 136
+                # aggregates for 2.3 s to run a 0.1 s query (measured, one 512-GPU minute).
+                cur.execute("SET LOCAL jit = off")
             written = 0
             if lo < hi:
                 cur.execute(aggregate_sql(tier, kind, conn.vendor), [lo, hi])
