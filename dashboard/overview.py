@@ -48,12 +48,6 @@ def _select(sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         return list(cur.fetchall())
 
 
-def _gpu_cols() -> list[str]:
-    from fleet.ingest.store import latest_columns
-
-    return list(latest_columns("gpu"))
-
-
 def node_summaries() -> dict[int, dict[str, Any]]:
     """Per node: GPU power, hottest GPU, least headroom, node power — as the writer pushes."""
     from fleet.ingest.store import latest_columns
@@ -65,15 +59,14 @@ def node_summaries() -> dict[int, dict[str, Any]]:
         )
     }
     gpu_cols = latest_columns("gpu")
-    per_node: dict[int, list[list[Any]]] = {}
+    per_node: dict[int, list[tuple[tuple[int, ...], dict[str, Any]]]] = {}
     for rec in _select(f"SELECT {', '.join(gpu_cols)} FROM {latest_table('gpu')}"):
-        node_id, gpu, ts, *values = rec
-        per_node.setdefault(node_id, []).append([ts, node_id, gpu, *values])
+        sample = dict(zip(gpu_cols, rec, strict=True))
+        per_node.setdefault(rec[0], []).append(((rec[0], rec[1]), sample))
     node_cols = latest_columns("node")
-    node_rows: dict[int, list[Any]] = {}
+    node_rows: dict[int, dict[str, Any]] = {}
     for rec in _select(f"SELECT {', '.join(node_cols)} FROM {latest_table('node')}"):
-        node_id, ts, *values = rec
-        node_rows[node_id] = [ts, node_id, *values]
+        node_rows[rec[0]] = dict(zip(node_cols, rec, strict=True))
     out: dict[int, dict[str, Any]] = {}
     for node_id in set(per_node) | set(node_rows):
         out[node_id] = summarize_node(per_node.get(node_id, []), node_rows.get(node_id), limits)

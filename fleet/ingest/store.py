@@ -21,6 +21,8 @@ from agents.protocol.metrics import METRICS
 from fleet.storage.schema import ENTITY_COLUMNS, latest_table, raw_table
 
 Row = tuple[Any, ...]
+# Per sample kind: the columns this commit carries (ts, entity ids, present metrics) and rows.
+KindRows = dict[str, tuple[tuple[str, ...], list[Row]]]
 
 # SQLite (>= 3.32) allows 32766 bound parameters per statement.
 _SQLITE_MAX_PARAMS = 32766
@@ -37,9 +39,7 @@ def latest_columns(kind: str) -> tuple[str, ...]:
 class Store(Protocol):
     vendor: str
 
-    def write(
-        self, rows: dict[str, list[Row]], events: list[Row], extra: Sequence[tuple[str, Row]]
-    ) -> None:
+    def write(self, rows: KindRows, events: list[Row], extra: Sequence[tuple[str, Row]]) -> None:
         """Store everything in one transaction; return only once it is durable."""
 
     def upsert_latest(self, kind: str, rows: list[Row]) -> None: ...
@@ -67,36 +67,35 @@ class SqliteStore:
             "PRAGMA cache_size=-65536",
         ):
             self.conn.execute(pragma)
-        self._insert_sql: dict[tuple[str, int], str] = {}
+        self._insert_sql: dict[tuple[str, tuple[str, ...], int], str] = {}
 
-    def _insert(self, table: str, ncols: int, nrows: int, verb: str = "INSERT OR IGNORE") -> str:
-        key = (f"{verb} {table}", nrows)
+    def _insert(self, table: str, columns: tuple[str, ...], nrows: int) -> str:
+        key = (table, columns, nrows)
         sql = self._insert_sql.get(key)
         if sql is None:
-            one = "(" + ",".join("?" * ncols) + ")"
-            sql = f"{verb} INTO {table} VALUES " + ",".join([one] * nrows)
+            one = "(" + ",".join("?" * len(columns)) + ")"
+            sql = f"INSERT OR IGNORE INTO {table} ({','.join(columns)}) VALUES " + ",".join(
+                [one] * nrows
+            )
             if len(self._insert_sql) > 512:
                 self._insert_sql.clear()
             self._insert_sql[key] = sql
         return sql
 
-    def _insert_rows(self, table: str, rows: list[Row]) -> None:
-        ncols = len(rows[0])
-        per_stmt = max(1, _SQLITE_MAX_PARAMS // ncols)
+    def _insert_rows(self, table: str, columns: tuple[str, ...], rows: list[Row]) -> None:
+        per_stmt = max(1, _SQLITE_MAX_PARAMS // len(columns))
         for start in range(0, len(rows), per_stmt):
             chunk = rows[start : start + per_stmt]
             params = [v for row in chunk for v in row]
-            self.conn.execute(self._insert(table, ncols, len(chunk)), params)
+            self.conn.execute(self._insert(table, columns, len(chunk)), params)
 
-    def write(
-        self, rows: dict[str, list[Row]], events: list[Row], extra: Sequence[tuple[str, Row]]
-    ) -> None:
+    def write(self, rows: KindRows, events: list[Row], extra: Sequence[tuple[str, Row]]) -> None:
         conn = self.conn
         conn.execute("BEGIN IMMEDIATE")
         try:
-            for kind, kind_rows in rows.items():
+            for kind, (columns, kind_rows) in rows.items():
                 if kind_rows:
-                    self._insert_rows(raw_table(kind), kind_rows)
+                    self._insert_rows(raw_table(kind), columns, kind_rows)
             if events:
                 cols = ",".join(EVENT_SQL_COLUMNS)
                 conn.executemany(
@@ -160,44 +159,48 @@ class PostgresStore:
         self.conn = psycopg.connect(conninfo, autocommit=False)
         self._types = {kind: _pg_types(kind) for kind in METRICS}
 
-    def write(
-        self, rows: dict[str, list[Row]], events: list[Row], extra: Sequence[tuple[str, Row]]
-    ) -> None:
+    def write(self, rows: KindRows, events: list[Row], extra: Sequence[tuple[str, Row]]) -> None:
         try:
             with self.conn.cursor() as cur:
-                for kind, kind_rows in rows.items():
+                for kind, (columns, kind_rows) in rows.items():
                     if kind_rows:
-                        self._copy(cur, raw_table(kind), self._types[kind], kind_rows)
+                        self._copy(cur, raw_table(kind), kind, columns, kind_rows)
                 self._write_rest(cur, events, extra)
             self.conn.commit()
         except self._psycopg.errors.UniqueViolation:
             # A resend: redo the whole commit through the stage, skipping duplicates.
             self.conn.rollback()
             with self.conn.cursor() as cur:
-                for kind, kind_rows in rows.items():
+                for kind, (columns, kind_rows) in rows.items():
                     if kind_rows:
-                        self._copy_staged(cur, kind, kind_rows)
+                        self._copy_staged(cur, kind, columns, kind_rows)
                 self._write_rest(cur, events, extra)
             self.conn.commit()
         except BaseException:
             self.conn.rollback()
             raise
 
-    def _copy(self, cur: Any, table: str, types: list[str], rows: Iterable[Row]) -> None:
-        with cur.copy(f"COPY {table} FROM STDIN (FORMAT BINARY)") as copy:
-            copy.set_types(types)
+    def _copy(
+        self, cur: Any, table: str, kind: str, columns: tuple[str, ...], rows: Iterable[Row]
+    ) -> None:
+        types = self._types[kind]
+        with cur.copy(f"COPY {table} ({','.join(columns)}) FROM STDIN (FORMAT BINARY)") as copy:
+            copy.set_types([types[c] for c in columns])
             for row in rows:
                 copy.write_row(row)
 
-    def _copy_staged(self, cur: Any, kind: str, rows: list[Row]) -> None:
+    def _copy_staged(self, cur: Any, kind: str, columns: tuple[str, ...], rows: list[Row]) -> None:
         table = raw_table(kind)
         stage = f"stage_{kind}"
         cur.execute(
             f"CREATE TEMP TABLE IF NOT EXISTS {stage} (LIKE {table} INCLUDING DEFAULTS) "
             "ON COMMIT DELETE ROWS"
         )
-        self._copy(cur, stage, self._types[kind], rows)
-        cur.execute(f"INSERT INTO {table} SELECT * FROM {stage} ON CONFLICT DO NOTHING")
+        self._copy(cur, stage, kind, columns, rows)
+        cols = ",".join(columns)
+        cur.execute(
+            f"INSERT INTO {table} ({cols}) SELECT {cols} FROM {stage} ON CONFLICT DO NOTHING"
+        )
         cur.execute(f"TRUNCATE {stage}")
 
     def _write_rest(self, cur: Any, events: list[Row], extra: Sequence[tuple[str, Row]]) -> None:
@@ -246,10 +249,9 @@ class PostgresStore:
         self.conn.close()
 
 
-def _pg_types(kind: str) -> list[str]:
-    keys = ENTITY_COLUMNS[kind]
-    metrics = METRICS[kind]
-    return ["float8", *["int4"] * len(keys), *("int8" if m.integer else "float8" for m in metrics)]
+def _pg_types(kind: str) -> dict[str, str]:
+    types = {"ts": "float8"} | {key: "int4" for key in ENTITY_COLUMNS[kind]}
+    return types | {m.name: "int8" if m.integer else "float8" for m in METRICS[kind]}
 
 
 def open_store(db: dict[str, Any]) -> Store:

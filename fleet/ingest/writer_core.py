@@ -18,7 +18,8 @@ from agents.protocol import parse_source
 from agents.protocol.metrics import METRICS
 from agents.protocol.validate import Batch, ProtocolError, validate_batch
 from fleet.ingest.inventory import GpuLimits, Inventory
-from fleet.ingest.store import Row, Store
+from fleet.ingest.store import Row, Store, latest_columns
+from fleet.storage.schema import ENTITY_COLUMNS, latest_table
 
 log = logging.getLogger("fleet.ingest.writer")
 
@@ -32,12 +33,9 @@ ALLOWED_KINDS: dict[str, frozenset[str]] = {
     "site": frozenset({"rack", "feed", "loop", "facility"}),
 }
 
-_GPU_COL = {m.name: 3 + i for i, m in enumerate(METRICS["gpu"])}
-_NODE_COL = {m.name: 2 + i for i, m in enumerate(METRICS["node"])}
-_RACK_COL = {m.name: 2 + i for i, m in enumerate(METRICS["rack"])}
-_LOOP_COL = {m.name: 2 + i for i, m in enumerate(METRICS["loop"])}
-_FAC_COL = {m.name: 2 + i for i, m in enumerate(METRICS["facility"])}
-_KEY_LEN = {"gpu": 2, "node": 1, "rack": 1, "feed": 1, "loop": 1, "facility": 1}
+_METRIC_NAMES: dict[str, tuple[str, ...]] = {
+    kind: tuple(m.name for m in metrics) for kind, metrics in METRICS.items()
+}
 
 
 @dataclass(slots=True)
@@ -68,8 +66,8 @@ class WriterCore:
     store: Store
     inventory: Inventory = field(default_factory=Inventory)
     conns: dict[int, Connection] = field(default_factory=dict)
-    # kind -> entity key -> merged newest row (raw column order)
-    latest: dict[str, dict[tuple[int, ...], list[Any]]] = field(default_factory=dict)
+    # kind -> entity ids -> the newest sample, merged (slow fields keep their last value)
+    latest: dict[str, dict[tuple[int, ...], dict[str, Any]]] = field(default_factory=dict)
     dirty: dict[str, set[tuple[int, ...]]] = field(default_factory=dict)
     oldest_written: dict[str, float] = field(default_factory=dict)
     sources: dict[str, SourceState] = field(default_factory=dict)
@@ -91,7 +89,8 @@ class WriterCore:
     def process(self, frames: list[tuple[int, bytes]], now: float) -> list[Result]:
         """Validate every frame, store the good ones in one commit, answer each."""
         results: list[Result] = []
-        good: list[tuple[Connection, Batch, int]] = []
+        staged = Staged()
+        accepted: list[tuple[int, Batch]] = []
         for conn_id, payload in frames:
             conn = self.conns.get(conn_id)
             if conn is None:
@@ -105,20 +104,16 @@ class WriterCore:
                 continue
             try:
                 self._authorize(conn, batch)
+                staged.add(self._resolve(conn, batch))
             except ProtocolError as exc:
                 results.append(Result(conn_id, batch.seq, exc.code, exc.as_dict()))
                 continue
-            good.append((conn, batch, conn_id))
-        if not good:
-            return results
-        rows, events, extra, rejected = self._resolve(good)
-        results.extend(rejected)
-        stored = [(c, b, cid) for c, b, cid in good if cid not in {r.conn_id for r in rejected}]
-        if stored:
-            self.store.write(rows, events, extra)
-            self.stored_batches += len(stored)
-            self._remember(rows, stored, now)
-            results.extend(Result(cid, b.seq, OK) for _, b, cid in stored)
+            accepted.append((conn_id, batch))
+        if accepted:
+            self.store.write(staged.rows(), staged.events, staged.extra)
+            self.stored_batches += len(accepted)
+            self._remember(staged, accepted, now)
+            results.extend(Result(cid, b.seq, OK) for cid, b in accepted)
         return results
 
     def _decode(self, payload: bytes) -> Any:
@@ -133,45 +128,47 @@ class WriterCore:
                 403, "source", f"this token writes {conn.source}, not {batch.source}"
             )
         allowed = ALLOWED_KINDS[conn.kind]
-        for kind in batch.rows:
-            if batch.rows[kind] and kind not in allowed:
+        for kind, samples in batch.samples.items():
+            if samples and kind not in allowed:
                 raise ProtocolError(403, kind, f"a {conn.kind} source may not write {kind} samples")
         if conn.kind != "node" and (batch.gpu_info or batch.node_info):
             raise ProtocolError(403, "gpu_info", "only a node source describes GPUs")
 
-    def _resolve(
-        self, good: list[tuple[Connection, Batch, int]]
-    ) -> tuple[dict[str, list[Row]], list[Row], list[tuple[str, Row]], list[Result]]:
-        rows: dict[str, list[Row]] = {}
-        events: list[Row] = []
-        extra: list[tuple[str, Row]] = []
-        rejected: list[Result] = []
-        for conn, batch, conn_id in good:
-            try:
-                resolved = self._resolve_one(conn, batch)
-            except ProtocolError as exc:
-                rejected.append(Result(conn_id, batch.seq, exc.code, exc.as_dict()))
-                continue
-            for kind, kind_rows in resolved.items():
-                rows.setdefault(kind, []).extend(kind_rows)
-            node_id = self._node_id(conn) if conn.kind == "node" else None
-            for pos, ev in enumerate(batch.events):
-                events.append(
-                    (
-                        batch.source,
-                        batch.seq,
-                        pos,
-                        float(ev["ts"]),
-                        node_id,
-                        ev.get("gpu"),
-                        ev["kind"],
-                        ev.get("code"),
-                        str(ev.get("detail", ""))[:2000],
-                    )
-                )
-            if node_id is not None:
-                extra.extend(self._info_updates(node_id, batch))
-        return rows, events, extra, rejected
+    def _resolve(self, conn: Connection, batch: Batch) -> Resolved:
+        """Names on the wire → row ids; raises (storing nothing of this batch) on any miss."""
+        out = Resolved()
+        if conn.kind == "node":
+            node_id = self._node_id(conn)
+            for s in batch.samples.get("gpu", ()):
+                out.samples.setdefault("gpu", []).append(((node_id, s["gpu"]), s))
+            for s in batch.samples.get("node", ()):
+                out.samples.setdefault("node", []).append(((node_id,), s))
+            out.events = self._events(batch, node_id)
+            out.extra = self._info_updates(node_id, batch)
+            return out
+        for kind in ("rack", "feed", "loop"):
+            for s in batch.samples.get(kind, ()):
+                out.samples.setdefault(kind, []).append(((self._entity_id(conn, kind, s),), s))
+        for s in batch.samples.get("facility", ()):
+            out.samples.setdefault("facility", []).append(((conn.site_id,), s))
+        out.events = self._events(batch, None)
+        return out
+
+    def _events(self, batch: Batch, node_id: int | None) -> list[Row]:
+        return [
+            (
+                batch.source,
+                batch.seq,
+                pos,
+                float(ev["ts"]),
+                node_id,
+                ev.get("gpu"),
+                ev["kind"],
+                ev.get("code"),
+                str(ev.get("detail", ""))[:2000],
+            )
+            for pos, ev in enumerate(batch.events)
+        ]
 
     def _node_id(self, conn: Connection) -> int:
         ref = self.inventory.nodes.get(conn.name)
@@ -181,30 +178,14 @@ class WriterCore:
             raise ProtocolError(403, "source", f"node {conn.name} is not in the inventory")
         return ref.id
 
-    def _resolve_one(self, conn: Connection, batch: Batch) -> dict[str, list[Row]]:
-        out: dict[str, list[Row]] = {}
-        if conn.kind == "node":
-            node_id = self._node_id(conn)
-            if "gpu" in batch.rows:
-                out["gpu"] = [(r[0], node_id, *r[1:]) for r in batch.rows["gpu"]]
-            if "node" in batch.rows:
-                out["node"] = [(r[0], node_id, *r[1:]) for r in batch.rows["node"]]
-            return out
-        for kind in ("rack", "feed", "loop"):
-            if kind in batch.rows:
-                out[kind] = [self._entity_row(conn, kind, r) for r in batch.rows[kind]]
-        if "facility" in batch.rows:
-            out["facility"] = [(r[0], conn.site_id, *r[1:]) for r in batch.rows["facility"]]
-        return out
-
-    def _entity_row(self, conn: Connection, kind: str, r: Row) -> Row:
+    def _entity_id(self, conn: Connection, kind: str, sample: dict[str, Any]) -> int:
         if kind == "loop":
-            return (r[0], self._lookup_loop(conn, r[1]), *r[2:])
-        rack_id = self._lookup_rack(conn, r[1])
+            return self._lookup_loop(conn, sample["loop"])
+        rack_id = self._lookup_rack(conn, sample["rack"])
         if kind == "rack":
-            return (r[0], rack_id, *r[2:])
-        feed_id = self._lookup(self.inventory.feeds, (rack_id, r[2]), f"feed {r[1]}/{r[2]}")
-        return (r[0], feed_id, *r[3:])
+            return rack_id
+        what = f"feed {sample['rack']}/{sample['feed']}"
+        return self._lookup(self.inventory.feeds, (rack_id, sample["feed"]), what)
 
     def _lookup_rack(self, conn: Connection, name: str) -> int:
         if conn.kind == "rack" and conn.name.split("/", 1)[-1] != name:
@@ -238,8 +219,8 @@ class WriterCore:
             index = info.get("gpu")
             if type(index) is not int:
                 continue
-            limits = info.get("limits") if isinstance(info.get("limits"), dict) else {}
-            assert isinstance(limits, dict)
+            raw_limits = info.get("limits")
+            limits: dict[str, Any] = raw_limits if isinstance(raw_limits, dict) else {}
             values = (
                 str(info.get("uuid", ""))[:64],
                 str(info.get("model", ""))[:100],
@@ -258,71 +239,60 @@ class WriterCore:
                     f" power_limit_max_w = %s, info = {json_param}"
                     ' WHERE node_id = %s AND "index" = %s'
                 )
-                updates.append((sql, (*values, node_id, index)))
             else:
                 sql = (
                     "INSERT INTO fleet_gpu (uuid, model, slowdown_c, shutdown_c, gpu_max_c,"
                     ' mem_max_c, tlimit_slowdown_c, power_limit_max_w, info, node_id, "index")'
                     f" VALUES (%s, %s, %s, %s, %s, %s, %s, %s, {json_param}, %s, %s)"
                 )
-                updates.append((sql, (*values, node_id, index)))
+            updates.append((sql, (*values, node_id, index)))
             self.inventory.gpus[(node_id, index)] = GpuLimits(values[2], values[6])
         return updates
 
     # -- latest state ------------------------------------------------------
-    def _remember(
-        self, rows: dict[str, list[Row]], stored: list[tuple[Connection, Batch, int]], now: float
-    ) -> None:
-        for kind, kind_rows in rows.items():
-            nkey = _KEY_LEN[kind]
+    def _remember(self, staged: Staged, accepted: list[tuple[int, Batch]], now: float) -> None:
+        for kind, items in staged.samples.items():
             latest = self.latest.setdefault(kind, {})
             dirty = self.dirty.setdefault(kind, set())
             oldest = self.oldest_written.get(kind)
-            for row in kind_rows:
-                key = row[1 : 1 + nkey]
+            for key, sample in items:
+                ts = sample["ts"]
                 prev = latest.get(key)
                 if prev is None:
-                    latest[key] = list(row)
-                elif row[0] >= prev[0]:
+                    latest[key] = sample
+                elif ts >= prev["ts"]:
                     # Slow-cadence fields are absent from most samples: keep their last value.
-                    latest[key] = [
-                        n if n is not None else o for n, o in zip(row, prev, strict=True)
-                    ]
+                    prev.update(sample)
                 else:
                     continue
                 dirty.add(key)
-                if oldest is None or row[0] < oldest:
-                    oldest = row[0]
+                if oldest is None or ts < oldest:
+                    oldest = ts
             if oldest is not None:
                 self.oldest_written[kind] = oldest
-        for _, batch, _ in stored:
+        for _, batch in accepted:
             self.sources[batch.source] = SourceState(batch.seq, now, batch.agent)
 
     def _load_latest(self) -> None:
-        from fleet.ingest.store import latest_columns
-        from fleet.storage.schema import latest_table
-
         for kind in METRICS:
-            nkey = _KEY_LEN[kind]
             cols = latest_columns(kind)
-            table: dict[tuple[int, ...], list[Any]] = {}
+            nkey = len(ENTITY_COLUMNS[kind])
+            table: dict[tuple[int, ...], dict[str, Any]] = {}
             for rec in self.store.execute(f"SELECT {', '.join(cols)} FROM {latest_table(kind)}"):
-                keys, ts, values = rec[:nkey], rec[nkey], rec[nkey + 1 :]
-                table[tuple(keys)] = [ts, *keys, *values]
+                sample = {
+                    c: v for c, v in zip(cols[nkey:], rec[nkey:], strict=True) if v is not None
+                }
+                table[tuple(rec[:nkey])] = sample
             self.latest[kind] = table
 
     def flush(self, now: float) -> dict[str, Any] | None:
         """Write dirty latest rows, source stats and rollup marks; return the live update."""
-        update: dict[str, Any] = {}
         for kind, keys in self.dirty.items():
             if not keys:
                 continue
-            nkey = _KEY_LEN[kind]
+            order = _METRIC_NAMES[kind]
             latest = self.latest[kind]
-            rows = []
-            for key in keys:
-                row = latest[key]
-                rows.append((*row[1 : 1 + nkey], row[0], *row[1 + nkey :]))
+            rows = [(*key, latest[key]["ts"], *map(latest[key].get, order)) for key in keys]
             self.store.upsert_latest(kind, rows)
         self._mark_rollups_dirty()
         self._flush_sources()
@@ -361,39 +331,79 @@ class WriterCore:
         touched = {key[0] for key in self.dirty.get("gpu", ())}
         touched |= {key[0] for key in self.dirty.get("node", ())}
         if touched:
-            per_node: dict[int, list[list[Any]]] = {}
-            for key, row in self.latest.get("gpu", {}).items():
+            per_node: dict[int, list[tuple[tuple[int, ...], dict[str, Any]]]] = {}
+            for key, sample in self.latest.get("gpu", {}).items():
                 if key[0] in touched:
-                    per_node.setdefault(key[0], []).append(row)
-            node_rows = self.latest.get("node", {})
+                    per_node.setdefault(key[0], []).append((key, sample))
+            node_latest = self.latest.get("node", {})
             for node_id in touched:
-                summary = summarize_node(
-                    per_node.get(node_id, []), node_rows.get((node_id,)), self.inventory.gpus
+                nodes[str(node_id)] = summarize_node(
+                    per_node.get(node_id, []), node_latest.get((node_id,)), self.inventory.gpus
                 )
-                nodes[str(node_id)] = summary
         racks = {
-            str(key[0]): {"p": row[_RACK_COL["power_w"]], "ts": row[0]}
+            str(key[0]): {"p": d.get("power_w"), "ts": d["ts"]}
             for key in self.dirty.get("rack", ())
-            if (row := self.latest["rack"][key])
+            if (d := self.latest["rack"][key]).get("power_w") is not None
         }
         loops = {
             str(key[0]): {
-                "supply_c": row[_LOOP_COL["supply_c"]],
-                "return_c": row[_LOOP_COL["return_c"]],
-                "flow_lpm": row[_LOOP_COL["flow_lpm"]],
-                "ts": row[0],
+                "supply_c": d.get("supply_c"),
+                "return_c": d.get("return_c"),
+                "flow_lpm": d.get("flow_lpm"),
+                "ts": d["ts"],
             }
             for key in self.dirty.get("loop", ())
-            if (row := self.latest["loop"][key])
+            if (d := self.latest["loop"][key])
         }
         sites = {
-            str(key[0]): {"pue": row[_FAC_COL["pue"]], "ts": row[0]}
+            str(key[0]): {"pue": d.get("pue"), "ts": d["ts"]}
             for key in self.dirty.get("facility", ())
-            if (row := self.latest["facility"][key])
+            if (d := self.latest["facility"][key])
         }
         if not (nodes or racks or loops or sites):
             return {}
         return {"ts": now, "nodes": nodes, "racks": racks, "loops": loops, "sites": sites}
+
+
+@dataclass
+class Resolved:
+    """One batch, resolved: (entity ids, sample) per kind, its events and info updates."""
+
+    samples: dict[str, list[tuple[tuple[int, ...], dict[str, Any]]]] = field(default_factory=dict)
+    events: list[Row] = field(default_factory=list)
+    extra: list[tuple[str, Row]] = field(default_factory=list)
+
+
+@dataclass
+class Staged:
+    """Everything one commit will store."""
+
+    samples: dict[str, list[tuple[tuple[int, ...], dict[str, Any]]]] = field(default_factory=dict)
+    events: list[Row] = field(default_factory=list)
+    extra: list[tuple[str, Row]] = field(default_factory=list)
+
+    def add(self, resolved: Resolved) -> None:
+        for kind, items in resolved.samples.items():
+            self.samples.setdefault(kind, []).extend(items)
+        self.events.extend(resolved.events)
+        self.extra.extend(resolved.extra)
+
+    def rows(self) -> dict[str, tuple[tuple[str, ...], list[Row]]]:
+        """Per kind: the columns this commit carries, and its rows.
+
+        Only metrics present in at least one sample become columns (the rest
+        default to NULL): fewer bound parameters, the biggest single cost of
+        the SQLite insert."""
+        out: dict[str, tuple[tuple[str, ...], list[Row]]] = {}
+        for kind, items in self.samples.items():
+            present: set[str] = set()
+            for _, sample in items:
+                present.update(sample)
+            metrics = tuple(m for m in _METRIC_NAMES[kind] if m in present)
+            columns = ("ts", *ENTITY_COLUMNS[kind], *metrics)
+            rows = [(s["ts"], *key, *map(s.get, metrics)) for key, s in items]
+            out[kind] = (columns, rows)
+        return out
 
 
 def _seq_of(obj: Any) -> int | None:
@@ -406,32 +416,34 @@ def _num(value: Any) -> float | None:
     return float(value) if type(value) in (int, float) else None
 
 
-def gpu_headroom_c(row: list[Any] | tuple[Any, ...], limits: GpuLimits | None) -> float | None:
+def gpu_headroom_c(sample: dict[str, Any], limits: GpuLimits | None) -> float | None:
     """°C below the GPU's own slowdown limit (absolute form, else the T.Limit form)."""
     if limits is None:
         return None
-    temp = row[_GPU_COL["temp_gpu_c"]]
+    temp = sample.get("temp_gpu_c")
     if limits.slowdown_c is not None and temp is not None:
         return float(limits.slowdown_c - temp)
-    margin = row[_GPU_COL["temp_margin_c"]]
+    margin = sample.get("temp_margin_c")
     if limits.tlimit_slowdown_c is not None and margin is not None:
         return float(margin - limits.tlimit_slowdown_c)
     return None
 
 
 def summarize_node(
-    gpu_rows: list[list[Any]],
-    node_row: list[Any] | None,
+    gpus: list[tuple[tuple[int, ...], dict[str, Any]]],
+    node: dict[str, Any] | None,
     limits: dict[tuple[int, int], GpuLimits],
 ) -> dict[str, Any]:
     """The figures a fleet page shows per node: GPU power, hottest GPU, least headroom."""
-    power = [r[_GPU_COL["power_w"]] for r in gpu_rows if r[_GPU_COL["power_w"]] is not None]
-    temps = [r[_GPU_COL["temp_gpu_c"]] for r in gpu_rows if r[_GPU_COL["temp_gpu_c"]] is not None]
-    heads = [h for r in gpu_rows if (h := gpu_headroom_c(r, limits.get((r[1], r[2])))) is not None]
+    power = [p for _, s in gpus if (p := s.get("power_w")) is not None]
+    temps = [t for _, s in gpus if (t := s.get("temp_gpu_c")) is not None]
+    heads = [
+        h for key, s in gpus if (h := gpu_headroom_c(s, limits.get((key[0], key[1])))) is not None
+    ]
     reasons = 0
-    for r in gpu_rows:
-        reasons |= r[_GPU_COL["clock_event_reasons"]] or 0
-    ts = max((r[0] for r in gpu_rows), default=None)
+    for _, s in gpus:
+        reasons |= s.get("clock_event_reasons") or 0
+    ts = max((s["ts"] for _, s in gpus), default=None)
     out: dict[str, Any] = {
         "gpu_power_w": round(sum(power), 1) if power else None,
         "max_temp_c": max(temps) if temps else None,
@@ -439,9 +451,9 @@ def summarize_node(
         "reasons": reasons,
         "ts": ts,
     }
-    if node_row is not None:
-        out["power_w"] = node_row[_NODE_COL["power_w"]]
-        out["ts"] = max(out["ts"] or 0, node_row[0])
+    if node is not None:
+        out["power_w"] = node.get("power_w")
+        out["ts"] = max(out["ts"] or 0, node["ts"])
     return out
 
 
