@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import signal
+import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -156,7 +157,11 @@ class AgentRunner:
             stamp = round(ts, 3)
             reading = await loop.run_in_executor(pool, self.collectors.collect, stamp, self.ticks)
             if self.ticks == 0:
-                reading.node_info = {"agent_version": __version__, **reading.node_info}
+                reading.node_info = {
+                    "hostname": socket.gethostname(),
+                    "agent_version": __version__,
+                    **reading.node_info,
+                }
             self.outbox.ticks_skipped = self.ticker.skipped
             self.outbox.submit(reading)
             self.ticks += 1

@@ -12,7 +12,7 @@ import asyncio
 import functools
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 
 from agents.collectors.base import Reading, SlowRead
@@ -20,23 +20,33 @@ from agents.protocol.metrics import ENTITY_KEYS
 
 
 class Ticker:
-    def __init__(self, interval_s: float) -> None:
+    def __init__(
+        self,
+        interval_s: float,
+        clock: Callable[[], float] | None = None,
+        sleep: Callable[[float], Awaitable[None]] | None = None,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
         if interval_s <= 0:
             raise ValueError("interval must be positive")
         self.interval_s = interval_s
         self.skipped = 0
+        # Injectable so that tests can drive the schedule with a clock of their own.
+        self._clock = clock
+        self._sleep = sleep or asyncio.sleep
+        self._wall = wall
 
     async def ticks(self) -> AsyncIterator[float]:
         """Yield the wall-clock time of each tick."""
-        loop = asyncio.get_running_loop()
-        next_at = loop.time()
+        clock = self._clock or asyncio.get_running_loop().time
+        next_at = clock()
         while True:
-            delay = next_at - loop.time()
+            delay = next_at - clock()
             if delay > 0:
-                await asyncio.sleep(delay)
-            yield time.time()
+                await self._sleep(delay)
+            yield self._wall()
             next_at += self.interval_s
-            behind = loop.time() - next_at
+            behind = clock() - next_at
             if behind > 0:
                 missed = int(behind // self.interval_s) + 1
                 self.skipped += missed

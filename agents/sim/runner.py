@@ -21,6 +21,7 @@ from agents.enroll import enroll
 from agents.log import get_logger
 from agents.outbox import Outbox
 from agents.schedule import Ticker
+from agents.sim.collectors import site_collectors, site_reading
 from agents.sim.faults import FaultPlan
 from agents.sim.fleet import SiteModel
 from agents.sim.inventory import Inventory
@@ -64,6 +65,7 @@ class Simulator:
         self.inventory = inventory
         self.faults = faults
         self.model = SiteModel(inventory, faults, settings.seed)
+        self.site_collectors = site_collectors(self.model, settings.interval_s)
         self.agents: dict[str, VirtualAgent] = {}
         self.site: VirtualAgent | None = None
         self.stats = SimStats()
@@ -137,7 +139,7 @@ class Simulator:
             self.stats.batches += 1
         if self.site is not None and self.site.outbox is not None:
             self.site.outbox.ticks_skipped = self.ticker.skipped
-            self.site.outbox.submit(self.model.site_reading(ts))
+            self.site.outbox.submit(site_reading(self.site_collectors, ts))
             self.stats.batches += 1
 
     async def _apply_agent_faults(self, elapsed: float) -> None:

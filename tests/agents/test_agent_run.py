@@ -139,3 +139,48 @@ def test_run_with_a_revoked_token_exits_with_code_3(backend: StubBackend, tmp_pa
     _, stderr = agent.communicate(timeout=30)
     assert agent.returncode == 3
     assert "server rejected this agent" in stderr
+
+
+def _check(backend: StubBackend, tmp_path: Path, token: str) -> subprocess.CompletedProcess[str]:
+    write_token(tmp_path / "token", token)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "agents.cli",
+            "check",
+            "--server",
+            backend.url,
+            "--token-file",
+            str(tmp_path / "token"),
+            "--nvml",
+            f"fake:{CAPTURE}::2",
+            "--collectors",
+            "gpu,host,power,tuning",
+            "--ipmitool",
+            str(tmp_path / "no-ipmitool"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_check_reports_what_each_collector_sees_and_the_connection(
+    backend: StubBackend, tmp_path: Path
+) -> None:
+    done = _check(backend, tmp_path, backend.enroll(SOURCE))
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = done.stdout
+    assert "[gpu] ok" in report and "gpu 1 limits" in report and '"slowdown_c": 89' in report
+    assert '"tlimit_slowdown_c": -2' in report
+    assert "not available here (left out): nvlink_up" in report  # the H200 VM has no NVLink
+    assert "[host] ok" in report and "[tuning] ok" in report
+    assert "[ipmi] not used here" in report
+    assert "reachable, token accepted" in report
+
+
+def test_check_says_when_the_server_refuses_the_token(backend: StubBackend, tmp_path: Path) -> None:
+    done = _check(backend, tmp_path, "fwn_revoked")
+    assert done.returncode == 1
+    assert "refuses the token: run `fleet-agent enroll`" in done.stdout

@@ -1,7 +1,5 @@
 from __future__ import annotations
 
-import asyncio
-import itertools
 import threading
 import time
 
@@ -159,27 +157,41 @@ def test_slow_lane_staggers_reads_by_offset() -> None:
     assert sorted(ran) == [(0, "a"), (2, "b"), (4, "a"), (6, "b")]
 
 
+class FakeClock:
+    """Time that moves only when the test (sleeping, or working) says so."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
 async def test_ticker_skips_and_counts_ticks_it_could_not_keep() -> None:
-    ticker = Ticker(0.01)
+    clock = FakeClock()
+    ticker = Ticker(1.0, clock=clock, sleep=clock.sleep, wall=clock)
     stamps: list[float] = []
     async for ts in ticker.ticks():
         stamps.append(ts)
-        if len(stamps) == 3:
-            time.sleep(0.035)  # a tick whose work overran three deadlines
+        clock.now += 3.5 if len(stamps) == 3 else 0.2  # the third tick's work overran
         if len(stamps) == 6:
             break
-    assert ticker.skipped >= 3
-    gaps = [b - a for a, b in itertools.pairwise(stamps)]
-    assert min(gaps) > 0.005  # no burst of late ticks run back to back
+    assert ticker.skipped == 3
+    # Back on the grid after the overrun, no burst of late ticks: 0 1 2 | 6 7 8.
+    assert [s - stamps[0] for s in stamps] == [0.0, 1.0, 2.0, 6.0, 7.0, 8.0]
 
 
 async def test_ticker_keeps_its_grid_without_drift() -> None:
-    ticker = Ticker(0.02)
+    clock = FakeClock()
+    ticker = Ticker(0.5, clock=clock, sleep=clock.sleep, wall=clock)
     stamps: list[float] = []
     async for ts in ticker.ticks():
         stamps.append(ts)
-        await asyncio.sleep(0.005)  # work well inside the interval
+        clock.now += 0.37  # work inside the interval must not push later ticks back
         if len(stamps) == 11:
             break
     assert ticker.skipped == 0
-    assert abs((stamps[-1] - stamps[0]) - 0.2) < 0.05
+    assert [s - stamps[0] for s in stamps] == [0.5 * i for i in range(11)]

@@ -5,6 +5,7 @@ from pathlib import Path
 
 from agents.protocol import reasons
 from agents.protocol.validate import validate_batch
+from agents.sim.collectors import VirtualCduCollector
 from agents.sim.faults import FaultPlan, FaultSpecError, parse_fault
 from agents.sim.fleet import SiteModel
 from agents.sim.inventory import fetch_inventory, parse_inventory
@@ -65,20 +66,20 @@ def test_full_load_holds_at_the_cap_with_power_cap_reason() -> None:
 
 def test_power_never_exceeds_the_cap_except_transiently() -> None:
     model = _site()
-    over_streak = longest = 0
+    instant: dict[tuple[str, int], list[float]] = {}
     for t in range(1800):
         model.step(1.0, float(t), wall=1_795_996_000.0 + t)
         for node in model.nodes.values():
             for gpu in node.gpus:
-                assert gpu.power_avg_w <= gpu.power_cap_w
-        instant_over = any(
-            g.power_instant_w > g.power_cap_w for n in model.nodes.values() for g in n.gpus
-        )
-        over_streak = over_streak + 1 if instant_over else 0
-        longest = max(longest, over_streak)
-    gpus = [g for n in model.nodes.values() for g in n.gpus]
-    assert any(g.violation_power_ns > 0 for g in gpus)  # the workload did reach the cap
-    assert longest < 1800  # instant spikes come and go
+                assert gpu.power_avg_w <= gpu.power_cap_w  # the enforced 1 s average: never
+                instant.setdefault((node.name, gpu.index), []).append(gpu.power_instant_w)
+    every = [w for series in instant.values() for w in series]
+    assert any(w > POWER_CAP_W for w in every)  # transients above the cap do happen
+    assert max(every) <= 1.3 * POWER_CAP_W  # the capture's worst burst was 888 W on 700
+    for series in instant.values():  # ...but they are transients: they average out
+        window = 30
+        means = [sum(series[i : i + window]) / window for i in range(len(series) - window)]
+        assert max(means) <= 1.02 * POWER_CAP_W
 
 
 def test_cdu_pump_failure_heats_liquid_rack_gpus_into_slowdown() -> None:
@@ -99,7 +100,7 @@ def test_cdu_pump_failure_heats_liquid_rack_gpus_into_slowdown() -> None:
     )
     air_gpu = model.nodes["gpu-b01-01"].gpus[0]
     assert not air_gpu.reasons & reasons.HARMFUL  # its rack is not on that loop
-    loop = model.site_reading(time.time()).samples["loop"][0]
+    loop = VirtualCduCollector(model).collect(time.time()).samples["loop"][0]
     assert loop["pumps_failed"] == 3 and loop["flow_lpm"] < 10
 
 
