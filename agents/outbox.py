@@ -79,7 +79,13 @@ class Outbox:
             log.error("batch over 1 MiB not sent", source=self.source, seq=seq, size=len(payload))
             return seq
         self._last_size = len(payload)
-        self.spool.put(seq, payload)
+        try:
+            self.spool.put(seq, payload)
+        except OSError as exc:
+            # Disk full or read-only: this batch is lost, and says so in the next that fits.
+            self.spool.dropped_batches += 1
+            log.error("cannot write the spool: batch lost", source=self.source, error=str(exc))
+            return seq
         self.uplink.notify()
         return seq
 

@@ -155,7 +155,13 @@ class AgentRunner:
                 self._stop.set()
                 return
             stamp = round(ts, 3)
-            reading = await loop.run_in_executor(pool, self.collectors.collect, stamp, self.ticks)
+            try:
+                reading = await loop.run_in_executor(
+                    pool, self.collectors.collect, stamp, self.ticks
+                )
+            except Exception as exc:  # a bug of ours: log it, keep the agent alive
+                log.error("tick failed", exc_info=True, error=str(exc))
+                continue
             if self.ticks == 0:
                 reading.node_info = {
                     "hostname": socket.gethostname(),

@@ -146,9 +146,14 @@ class Uplink:
             use_http = (
                 self.settings.http_fallback and failures >= self.settings.ws_failures_before_http
             )
-            if use_http and await self._http_mode():
-                failures = 0
-                continue
+            try:
+                if use_http and await self._http_mode():
+                    failures = 0
+                    continue
+            except UplinkRejected as exc:
+                self.rejected = str(exc)
+                log.error("server rejected this agent", source=self.settings.source, why=str(exc))
+                raise
             delay = backoff_delay(
                 failures, self.settings.backoff_base_s, self.settings.backoff_cap_s
             )

@@ -142,3 +142,34 @@ async def test_batch_for_another_source_is_refused_with_close_4403(
     await outbox.close(0.1)
     assert "another source" in (outbox.rejected or "")
     assert backend.store.count("node") == 0
+
+
+async def test_http_fallback_with_a_revoked_token_stops_with_a_reason(
+    backend: StubBackend, tmp_path: Path
+) -> None:
+    backend.websocket_enabled = False
+    outbox = make_outbox(backend, tmp_path, token="fwn_revoked", ws_failures_before_http=1)
+    outbox.start()
+    outbox.submit(node_reading())
+    assert await wait_for(lambda: outbox.rejected is not None)
+    await outbox.close(0.1)
+    assert "401" in (outbox.rejected or "")
+
+
+async def test_a_spool_that_cannot_be_written_loses_the_batch_but_not_the_agent(
+    backend: StubBackend, tmp_path: Path
+) -> None:
+    outbox = make_outbox(backend, tmp_path / "spool")
+    outbox.start()
+    spool_dir = tmp_path / "spool"
+    spool_dir.rename(tmp_path / "moved")
+    spool_dir.write_text("not a directory")  # every write fails, even as root
+    try:
+        outbox.submit(node_reading())
+    finally:
+        spool_dir.unlink()
+        (tmp_path / "moved").rename(spool_dir)
+    outbox.submit(node_reading(ts=time.time() + 1))
+    assert await outbox.uplink.flush(10)
+    await outbox.close(1)
+    assert backend.store.batches[-1]["agent"]["dropped_batches"] == 1
