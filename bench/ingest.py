@@ -33,6 +33,27 @@ from tests.support.agent import post_json  # noqa: E402
 from tests.support.server import FleetServer  # noqa: E402
 
 GPU_PER_BATCH = 8
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of one process so far (from /proc)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def server_pids(server: FleetServer) -> dict[str, int]:
+    assert server.proc is not None
+    out = subprocess.run(
+        ["pgrep", "-P", str(server.proc.pid)], capture_output=True, text=True, check=False
+    )
+    pids = {"loop": server.proc.pid}
+    for i, pid in enumerate(out.stdout.split()):
+        pids[f"writer{i}"] = int(pid)
+    return pids
 
 
 def seed_nodes(server: FleetServer, count: int) -> None:
@@ -58,6 +79,8 @@ def enroll_all(server: FleetServer, count: int, path: Path) -> None:
 
 
 def load(server: FleetServer, route: str, tokens: Path, args: argparse.Namespace) -> dict[str, Any]:
+    pids = server_pids(server)
+    before = {name: cpu_seconds(pid) for name, pid in pids.items()}
     out = subprocess.run(
         [
             sys.executable,
@@ -83,6 +106,13 @@ def load(server: FleetServer, route: str, tokens: Path, args: argparse.Namespace
         raise RuntimeError(out.stderr[-3000:])
     result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
     result["gpu_samples_per_s"] = result["acked_in_window"] * GPU_PER_BATCH / args.window
+    # CPU per acknowledged batch, whole run (warm-up included), per process.
+    total = max(1, result["acked_total"])
+    pids = server_pids(server) | pids
+    result["cpu_us_per_batch"] = {
+        name: round(1e6 * (cpu_seconds(pid) - before.get(name, 0.0)) / total)
+        for name, pid in pids.items()
+    } | {"client": round(1e6 * result["client_cpu_s"] / total)}
     return result
 
 
@@ -109,7 +139,7 @@ def timed(fn, data):
     for s in range(0, len(data), {commit_rows}):
         fn(data[s:s + {commit_rows}])
     return len(data) / (time.perf_counter() - t)
-store_rate = timed(lambda chunk: store.write({{"gpu": chunk}}, [], []), rows(1.2e9))
+store_rate = timed(lambda chunk: store.write({{"gpu": (cols, chunk)}}, [], []), rows(1.2e9))
 marks = ",".join(["%s"] * len(cols))
 sql = f"INSERT INTO fw_gpu_raw VALUES ({{marks}})"
 if store.vendor == "sqlite":
@@ -171,16 +201,17 @@ def main() -> int:
     print()
     print(f"machine: {platform.node()} {os.cpu_count()} cores, Python {platform.python_version()}")
     print(f"store: {args.db}; C={args.connections} W={args.inflight}; window {args.window:g} s")
-    print(f"{'path':40s} {'GPU-samples/s':>14s} {'p50 ms':>8s} {'p99 ms':>8s}")
+    print(f"{'path':40s} {'GPU-samples/s':>14s} {'p50 ms':>8s} {'p99 ms':>8s}  CPU us/batch")
     for label, key in (
         ("(a) full ingest (validate, commit, ack)", "ingest"),
         ("(b) no-op, same consumer machinery", "noop"),
         ("(c) stock AsyncWebsocketConsumer no-op", "stock"),
     ):
         r = results[key]
+        cpu = " ".join(f"{k}={v}" for k, v in r["cpu_us_per_batch"].items())
         print(
             f"{label:40s} {r['gpu_samples_per_s']:14,.0f} {r['p50_ms'] or 0:8.1f} "
-            f"{r['p99_ms'] or 0:8.1f}"
+            f"{r['p99_ms'] or 0:8.1f}  {cpu}"
         )
     print(
         f"(d) storage write, {commit_rows} rows/commit: {store_rate:,.0f} rows/s; "

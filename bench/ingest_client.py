@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import resource
 import statistics
 import time
 from typing import Any
@@ -105,7 +106,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     ]
     await asyncio.gather(*tasks)
     lat = sorted(stats.latencies)
+    usage = resource.getrusage(resource.RUSAGE_SELF)
     return {
+        "client_cpu_s": usage.ru_utime + usage.ru_stime,
         "acked_in_window": stats.in_window,
         "acked_total": stats.total,
         "window_s": args.window,
