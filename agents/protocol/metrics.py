@@ -41,6 +41,7 @@ def _c(name: str, hi: float, help: str, integer: bool = True) -> Metric:
 
 
 _BIG = 1e13  # counters: below the fp64 blank sentinel (2**47 ≈ 1.4e14)
+_NS = 1e18  # ~31 years of nanoseconds: below the int64 blank sentinel (~9.2e18)
 
 GPU_METRICS: tuple[Metric, ...] = (
     _g("util_gpu_pct", 0, 100, "GPU utilisation over the driver's sample period (%)"),
@@ -57,12 +58,12 @@ GPU_METRICS: tuple[Metric, ...] = (
     _g("clock_sm_mhz", 0, 10_000, "SM clock (MHz)"),
     _g("clock_mem_mhz", 0, 20_000, "memory clock (MHz)"),
     _g("pstate", 0, 15, "performance state P0..P15", integer=True),
-    _g("clock_event_reasons", 0, 0xFFFF_FFFF, "clock-event (throttle) reason bitmask", True),
-    _c("violation_power_ns", _BIG * 1e6, "time held down by the power limit (ns)"),
-    _c("violation_thermal_ns", _BIG * 1e6, "time held down by thermal limits (ns)"),
-    _c("slowdown_sw_thermal_ns", _BIG * 1e6, "time in SW thermal slowdown (ns)"),
-    _c("slowdown_hw_thermal_ns", _BIG * 1e6, "time in HW thermal slowdown (ns)"),
-    _c("slowdown_hw_power_brake_ns", _BIG * 1e6, "time in HW power-brake slowdown (ns)"),
+    _g("clock_event_reasons", 0, 0xFF_FFFF, "clock-event (throttle) reason bitmask", True),
+    _c("violation_power_ns", _NS, "time held down by the power limit (ns)"),
+    _c("violation_thermal_ns", _NS, "time held down by thermal limits (ns)"),
+    _c("slowdown_sw_thermal_ns", _NS, "time in SW thermal slowdown (ns)"),
+    _c("slowdown_hw_thermal_ns", _NS, "time in HW thermal slowdown (ns)"),
+    _c("slowdown_hw_power_brake_ns", _NS, "time in HW power-brake slowdown (ns)"),
     _c("ecc_sbe_vol_total", 2_000_000_000, "volatile single-bit ECC errors"),
     _c("ecc_dbe_vol_total", 2_000_000_000, "volatile double-bit ECC errors"),
     _c("remapped_rows_correctable", 100_000, "rows remapped for correctable errors"),

@@ -94,6 +94,20 @@ def validate_batch(obj: Any, now: float) -> Batch:
     return batch
 
 
+# DCGM's "blank" values (dcgm_structs.h): BLANK, NOT_FOUND, NOT_SUPPORTED, NOT_PERMISSIONED.
+_INT32_BLANK = 0x7FFFFFF0
+_INT64_BLANK = 0x7FFFFFFFFFFFFFF0
+_FP64_BLANK = 140737488355328.0
+
+
+def is_dcgm_blank(value: float) -> bool:
+    return (
+        _INT32_BLANK <= value <= _INT32_BLANK + 3
+        or _INT64_BLANK <= value <= _INT64_BLANK + 15
+        or _FP64_BLANK <= value <= _FP64_BLANK + 3
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class _Plan:
     """Bounds for one sample shape (its keys in order), checked in C by `map`."""
@@ -102,6 +116,7 @@ class _Plan:
     hi: tuple[float, ...]
     ts_pos: int
     int_types: Callable[[tuple[type, ...]], Any]  # the types at integer-field positions
+    big_pos: tuple[int, ...]  # fields whose range admits a DCGM blank value
 
 
 _NUMBERS = frozenset({int, float})
@@ -117,6 +132,7 @@ def _plan(kind: str, keys: tuple[str, ...]) -> _Plan | None:
     lo: list[float] = []
     hi: list[float] = []
     ints: list[int] = []
+    big: list[int] = []
     for pos, key in enumerate(keys):
         if key == "ts":
             lo.append(1_000_000_000)
@@ -131,6 +147,8 @@ def _plan(kind: str, keys: tuple[str, ...]) -> _Plan | None:
             hi.append(high)
             if integer:
                 ints.append(pos)
+            if high >= _INT32_BLANK:
+                big.append(pos)
         else:
             return None
     if any(key not in keys for key in ENTITY_KEYS[kind]):
@@ -138,7 +156,7 @@ def _plan(kind: str, keys: tuple[str, ...]) -> _Plan | None:
     # itemgetter of a single position returns the item, not a 1-tuple: naming every
     # position twice makes it always return a tuple.
     getter = operator.itemgetter(*ints, *ints) if ints else (lambda t: ())
-    return _Plan(tuple(lo), tuple(hi), keys.index("ts"), getter)
+    return _Plan(tuple(lo), tuple(hi), keys.index("ts"), getter, tuple(big))
 
 
 def _sample(kind: SampleKind, i: int, sample: Any, limit: float) -> dict[str, Any]:
@@ -163,6 +181,7 @@ def _sample(kind: SampleKind, i: int, sample: Any, limit: float) -> dict[str, An
                 and all(map(operator.le, values, plan.hi))
                 and values[plan.ts_pos] <= limit
                 and float not in plan.int_types(types)
+                and not any(is_dcgm_blank(values[p]) for p in plan.big_pos)
             ):
                 return sample
     return _slow_sample(kind, i, sample, limit)
@@ -195,7 +214,7 @@ def _check_value(value: Any, spec: tuple[float, float, bool], where: str) -> boo
             raise ProtocolError(400, where, "null: leave an unsupported field out instead")
         raise ProtocolError(400, where, f"must be a number, got {t.__name__}")
     lo, hi, integer = spec
-    if value >= 2147483632 and hi < 2147483632:
+    if is_dcgm_blank(value):
         raise ProtocolError(400, where, f"{value} is a DCGM blank sentinel, not a reading")
     if not lo <= value <= hi:  # also false for NaN
         raise ProtocolError(400, where, f"{value} is outside [{lo:g}, {hi:g}]")

@@ -1,0 +1,106 @@
+"""Generate the protocol's JSON Schema from the metric catalogue.
+
+    python -m agents.protocol.schema > agents/protocol/schema-v1.json
+
+The schema states for people and other tools what `validate.py` enforces on
+the hot path; a test keeps the file current and the two in agreement.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from agents.protocol import MAX_BATCH_BYTES, MAX_FUTURE_S, PROTOCOL_VERSION, SOURCE_KINDS
+from agents.protocol.metrics import ENTITY_KEYS, METRICS, SAMPLE_KINDS
+
+SCHEMA_ID = "https://fleetwatch.invalid/schema/agent-batch-v1.json"
+
+
+def _metric(lo: float, hi: float, integer: bool, help: str) -> dict[str, Any]:
+    return {
+        "type": "integer" if integer else "number",
+        "minimum": lo,
+        "maximum": hi,
+        "description": help,
+    }
+
+
+def _entity_key(key: str) -> dict[str, Any]:
+    if key == "gpu":
+        return {"type": "integer", "minimum": 0, "maximum": 1023, "description": "GPU index"}
+    return {"type": "string", "minLength": 1, "maxLength": 100, "description": f"{key} name"}
+
+
+def sample_schema(kind: str) -> dict[str, Any]:
+    properties: dict[str, Any] = {
+        "ts": {
+            "type": "number",
+            "minimum": 1_000_000_000,
+            "description": f"Unix time (s); at most {MAX_FUTURE_S:g} s ahead of the server",
+        }
+    }
+    for key in ENTITY_KEYS[kind]:
+        properties[key] = _entity_key(key)
+    for m in METRICS[kind]:
+        properties[m.name] = _metric(m.lo, m.hi, m.integer, f"{m.help} [{m.kind}]")
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": ["ts", *ENTITY_KEYS[kind]],
+        "additionalProperties": False,
+    }
+
+
+def batch_schema() -> dict[str, Any]:
+    properties: dict[str, Any] = {
+        "protocol": {"const": PROTOCOL_VERSION},
+        "source": {
+            "type": "string",
+            "pattern": f"^({'|'.join(SOURCE_KINDS)}):.+$",
+            "description": "node:<hostname>, rack:<site>/<rack>, loop:<site>/<loop>, site:<site>",
+        },
+        "seq": {"type": "integer", "minimum": 0},
+        "sent_at": {"type": "number"},
+        "gpu_info": {"type": "array", "items": {"type": "object"}},
+        "node_info": {"type": "object"},
+        "agent": {"type": "object"},
+        "events": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "ts": {"type": "number", "minimum": 1_000_000_000},
+                    "kind": {
+                        "enum": ["xid", "ecc_sbe", "ecc_dbe", "gpu_lost", "collector_error", "note"]
+                    },
+                    "gpu": {"type": "integer", "minimum": 0},
+                    "code": {"type": "integer"},
+                    "detail": {"type": "string"},
+                },
+                "required": ["ts", "kind"],
+            },
+        },
+    }
+    for kind in SAMPLE_KINDS:
+        properties[kind] = {"type": "array", "items": {"$ref": f"#/$defs/{kind}"}}
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": SCHEMA_ID,
+        "title": f"Fleetwatch agent batch, protocol v{PROTOCOL_VERSION}",
+        "description": f"One batch from one source; at most {MAX_BATCH_BYTES} bytes of JSON.",
+        "type": "object",
+        "properties": properties,
+        "required": ["protocol", "source", "seq"],
+        "additionalProperties": False,
+        "$defs": {kind: sample_schema(kind) for kind in SAMPLE_KINDS},
+    }
+
+
+def render() -> str:
+    return json.dumps(batch_schema(), indent=2, ensure_ascii=False) + "\n"
+
+
+if __name__ == "__main__":
+    sys.stdout.write(render())
