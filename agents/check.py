@@ -18,6 +18,7 @@ from typing import Any
 
 from agents.collectors.base import Collector, NotPresent, Reading
 from agents.enroll import EnrollError, read_token
+from agents.protocol import reasons
 from agents.protocol.metrics import metric_names
 from agents.runconfig import AgentConfig, ConfigError, config_from_args
 from agents.uplink import http_url
@@ -29,9 +30,14 @@ def check_command(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"fleet-agent: {exc}")
         return 2
-    from agents.collectors.registry import build_collectors
+    from agents.collectors.registry import PluginError, build_collectors
 
-    lines, healthy = check_report(config, build_collectors(config))
+    try:
+        collectors = build_collectors(config)
+    except PluginError as exc:
+        print(f"fleet-agent: {exc}")
+        return 2
+    lines, healthy = check_report(config, collectors)
     print("\n".join(lines))
     return 0 if healthy else 1
 
@@ -85,6 +91,10 @@ def _describe(name: str, reading: Reading) -> list[str]:
             fields = sorted(k for k in sample if k not in ("ts", "gpu", "rack", "loop", "feed"))
             missing = [m for m in metric_names(kind) if m not in sample]  # type: ignore[arg-type]
             lines.append(f"  {label}: reads {', '.join(fields) or 'nothing'}")
+            if "clock_event_reasons" in sample:
+                mask = int(sample["clock_event_reasons"])
+                named = ", ".join(reasons.decode(mask)) or "none"
+                lines.append(f"  {label}: clock-event reasons now {mask:#x} ({named})")
             if missing:
                 lines.append(f"  {label}: not available here (left out): {', '.join(missing)}")
     for info in reading.gpu_info:

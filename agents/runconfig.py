@@ -51,6 +51,9 @@ class AgentConfig:
     bmc_password_file: str = ""
     ipmitool: str = "ipmitool"
     collectors: str = "gpu,host,power,tuning"
+    # Collector plugins: "package.module:factory" entries, comma-separated; each factory
+    # takes the AgentConfig and returns a Collector (see docs/agent.md).
+    plugins: str = ""
     log_level: str = "info"
 
     def resolved_source(self) -> str:

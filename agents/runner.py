@@ -197,9 +197,14 @@ def run_command(args: argparse.Namespace) -> int:
     except (ConfigError, EnrollError) as exc:
         print(f"fleet-agent: {exc}")
         return EXIT_USAGE
-    from agents.collectors.registry import build_collectors
+    from agents.collectors.registry import PluginError, build_collectors
 
-    collectors = CollectorSet(build_collectors(config), config.interval_s)
+    try:
+        built = build_collectors(config)
+    except PluginError as exc:
+        print(f"fleet-agent: {exc}")
+        return EXIT_USAGE
+    collectors = CollectorSet(built, config.interval_s)
     runner = AgentRunner(config, collectors, build_outbox(config, token))
     log.info(
         "agent starting",

@@ -61,6 +61,7 @@ class GpuCollector:
         self.handles: dict[int, Any] = {}
         self.info: dict[int, dict[str, Any]] = {}
         self.lost: set[int] = set()
+        self._nvlink_links: dict[int, int] = {}
         self._info_due = True
         self._pending_events: list[dict[str, Any]] = []
         self._lock = threading.Lock()  # `lost` and pending events: both lanes touch them
@@ -224,16 +225,20 @@ class GpuCollector:
         return fields
 
     def _read_nvlink(self, index: int, handle: Any) -> dict[str, Any]:
+        links = self._nvlink_links.get(index)
+        if links is None:  # probe once: how many links does this GPU have?
+            links = 0
+            while links < NVLINK_MAX_LINKS and (
+                self.nvml.probe(index, "nvmlDeviceGetNvLinkState", handle, links) is not None
+            ):
+                links += 1
+            self._nvlink_links[index] = links
+        if not links:
+            return {}  # no NVLink here (PCIe card, or a VM without peers): fields left out
         up = 0
-        answered = False
-        for link in range(NVLINK_MAX_LINKS):
-            state = self.nvml.get(index, "nvmlDeviceGetNvLinkState", handle, link)
-            if state is None:
-                break  # NotSupported (no NVLink) or past the last link
-            answered = True
+        for link in range(links):
+            state = self.nvml.probe(index, "nvmlDeviceGetNvLinkState", handle, link)
             up += int(state == pynvml.NVML_FEATURE_ENABLED)
-        if not answered:
-            return {}
         fields: dict[str, Any] = {"nvlink_up": up}
         errors = self.nvml.field_values(index, handle, list(NVLINK_ERROR_FIELDS), "nvlink_errors")
         fields.update(scaled(errors, NVLINK_ERROR_FIELDS))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 from typing import Any
 
@@ -55,4 +56,22 @@ def build_collectors(config: AgentConfig) -> list[Collector]:
         from agents.collectors.tuning import TuningCollector
 
         collectors.append(TuningCollector(max(60.0, config.interval_s)))
+    collectors.extend(load_plugins(config))
     return collectors
+
+
+class PluginError(Exception):
+    pass
+
+
+def load_plugins(config: AgentConfig) -> list[Collector]:
+    """Collectors from `plugins = "package.module:factory, …"`: factory(config) -> Collector."""
+    loaded: list[Collector] = []
+    for entry in filter(None, (e.strip() for e in config.plugins.split(","))):
+        module_name, _, attribute = entry.partition(":")
+        try:
+            factory = getattr(importlib.import_module(module_name), attribute or "collector")
+        except (ImportError, AttributeError) as exc:
+            raise PluginError(f"collector plugin {entry!r} cannot be loaded: {exc}") from None
+        loaded.append(factory(config))
+    return loaded

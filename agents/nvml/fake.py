@@ -144,6 +144,7 @@ class FakeNvml:
         no_power: Iterable[int] = (),
         lost_at: dict[int, float] | None = None,
         mig: dict[int, list[MigInstance]] | None = None,
+        nvlinks: int = 0,
     ) -> None:
         self.capture_dir = capture_dir
         inventory = json.loads((capture_dir / "nvml_inventory.json").read_text())
@@ -165,6 +166,9 @@ class FakeNvml:
         self.no_power = frozenset(no_power)
         self.lost_at = dict(lost_at or {})
         self.mig = dict(mig or {})
+        # The captured VM had no NVLink peers (NotSupported); an HGX board has 18 links.
+        self.nvlinks = nvlinks
+        self.nvlink_errors = {"crc": 0, "replay": 0, "recovery": 0}
         # call name -> hook run before answering (tests use it to hold a call open)
         self.before: dict[str, Callable[[], None]] = {}
         self.stats = CallStats()
@@ -362,7 +366,11 @@ class FakeNvml:
         raise _error(pynvml.NVML_ERROR_NOT_SUPPORTED)  # no fans on the SXM board
 
     def _nvmlDeviceGetNvLinkState(self, handle: FakeHandle, link: int) -> int:
-        raise _error(pynvml.NVML_ERROR_NOT_SUPPORTED)  # a single-GPU VM: no NVLink peers
+        if not self.nvlinks:
+            raise _error(pynvml.NVML_ERROR_NOT_SUPPORTED)  # the capture: no NVLink peers
+        if link >= self.nvlinks:
+            raise _error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        return int(pynvml.NVML_FEATURE_ENABLED)
 
     def _nvmlDeviceGetRemappedRows(self, handle: FakeHandle) -> list[int]:
         return [int(v) for v in self.device["remapped_rows"]]
@@ -437,6 +445,12 @@ class FakeNvml:
             pynvml.NVML_FI_DEV_PERF_POLICY_POWER: row["violation_power_ns"],
             pynvml.NVML_FI_DEV_PERF_POLICY_THERMAL: row["violation_thermal_ns"],
         }
+        if self.nvlinks:
+            live[pynvml.NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL] = self.nvlink_errors["crc"]
+            live[pynvml.NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL] = self.nvlink_errors["replay"]
+            live[pynvml.NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL] = self.nvlink_errors[
+                "recovery"
+            ]
         if fid in live:
             return _FieldAnswer(fid, 0, 3, _Value(ullVal=int(live[fid])))
         name = self._field_names.get(fid)

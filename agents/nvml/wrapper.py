@@ -104,6 +104,18 @@ class Nvml:
             self._unsupported.add(key)
             return None
 
+    def probe(self, index: int, call: str, *args: Any) -> Any | None:
+        """Like `get`, but an unsupported answer is not remembered: for calls whose answer
+        depends on the argument (NVLink link N exists, link N+1 does not)."""
+        try:
+            return getattr(self.lib, call)(*args)
+        except pynvml.NVMLError as exc:
+            if int(getattr(exc, "value", -1)) in LOST_CODES:
+                raise GpuLost(index, call) from None
+            return None
+        except AttributeError:
+            return None
+
     def field_values(
         self, index: int, handle: Any, field_ids: Sequence[int], label: str
     ) -> dict[int, float] | None:

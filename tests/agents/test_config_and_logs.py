@@ -50,3 +50,15 @@ def test_logs_are_one_json_object_per_line_with_their_fields() -> None:
     record = json.loads(lines[0])
     assert record["level"] == "warning" and record["msg"] == "spool full"
     assert record["dropped"] == 3 and record["source"] == "node:n1"
+
+
+def test_collector_plugins_are_loaded_from_the_configuration() -> None:
+    from agents.collectors.registry import PluginError, build_collectors
+
+    config = load_config(None, {}, {"collectors": "", "plugins": "tests.agents.plugin_example"})
+    (plugin,) = build_collectors(config)
+    assert plugin.name == "ib-ports"
+    assert plugin.collect(1_795_996_288.0).samples["node"][0]["net_rx_bytes_s"] == 1234.0
+    broken = load_config(None, {}, {"collectors": "", "plugins": "tests.agents.nowhere:make"})
+    with pytest.raises(PluginError, match="cannot be loaded"):
+        build_collectors(broken)

@@ -186,3 +186,16 @@ def test_missing_nvml_disables_the_collector_with_a_reason() -> None:
         assert "did not initialise" in str(exc)
     else:
         raise AssertionError("setup succeeded without a driver")
+
+
+def test_nvlink_state_and_errors_are_read_where_links_exist() -> None:
+    fake = fake_gpus(1, nvlinks=18)
+    gpu = collector(fake)
+    fake.nvlink_errors["crc"] = 3
+    pcie = next(r for r in gpu.slow_reads() if r.name == "gpu0:pcie")
+    for _ in range(2):  # the second read must still find the links
+        sample = pcie.read(time.time()).samples["gpu"][0]
+        assert sample["nvlink_up"] == 18
+        assert sample["nvlink_crc_errors_total"] == 3
+        assert sample["nvlink_replay_total"] == 0
+    assert "pcie_replay_total" in sample
