@@ -1,0 +1,90 @@
+"""Settings come from the environment through strict helpers."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+
+from fleetwatch.env import database_from_url, env_bool, env_int, env_str
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("raw", ["ture", "Y", "enabled", "2"])
+def test_a_typo_in_a_boolean_is_an_error_not_false(
+    monkeypatch: pytest.MonkeyPatch, raw: str
+) -> None:
+    monkeypatch.setenv("FW_FLAG", raw)
+    with pytest.raises(ImproperlyConfigured, match="FW_FLAG"):
+        env_bool("FW_FLAG", False)
+
+
+@pytest.mark.parametrize(
+    ("raw", "value"), [("true", True), ("0", False), ("Yes", True), ("", True)]
+)
+def test_booleans_accept_the_usual_spellings(
+    monkeypatch: pytest.MonkeyPatch, raw: str, value: bool
+) -> None:
+    monkeypatch.setenv("FW_FLAG", raw)
+    assert env_bool("FW_FLAG", True) is value
+
+
+def test_integers_are_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FW_N", "two")
+    with pytest.raises(ImproperlyConfigured, match="not an integer"):
+        env_int("FW_N", 1)
+    monkeypatch.setenv("FW_N", "0")
+    with pytest.raises(ImproperlyConfigured, match="at least 1"):
+        env_int("FW_N", 1, minimum=1)
+
+
+def test_secrets_can_come_from_a_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    secret = tmp_path / "key"
+    secret.write_text("s3cret\n")
+    monkeypatch.setenv("FW_SECRET_FILE", str(secret))
+    assert env_str("FW_SECRET") == "s3cret"
+
+
+def test_database_urls_for_postgres_and_sqlite() -> None:
+    pg = database_from_url("postgres://fw:p%40ss@db.example:5433/fleet?sslmode=require")
+    assert pg["ENGINE"] == "django.db.backends.postgresql"
+    assert (pg["USER"], pg["PASSWORD"], pg["HOST"], pg["PORT"], pg["NAME"]) == (
+        "fw",
+        "p@ss",
+        "db.example",
+        "5433",
+        "fleet",
+    )
+    assert pg["OPTIONS"] == {"sslmode": "require"}
+    assert database_from_url("sqlite:////var/lib/fw.db")["NAME"] == "/var/lib/fw.db"
+    with pytest.raises(ImproperlyConfigured, match="mysql"):
+        database_from_url("mysql://x/y")
+
+
+def _load_settings(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("FLEETWATCH_", "SECRET"))}
+    clean.update(env)
+    return subprocess.run(
+        [sys.executable, "-c", "import fleetwatch.settings"],
+        env=clean,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+
+
+def test_secret_key_is_required_outside_the_demo(tmp_path: Path) -> None:
+    refused = _load_settings({"FLEETWATCH_VAR_DIR": str(tmp_path)})
+    assert refused.returncode != 0 and "SECRET_KEY is required" in refused.stderr
+    demo = _load_settings({"FLEETWATCH_VAR_DIR": str(tmp_path), "FLEETWATCH_DEMO": "1"})
+    assert demo.returncode == 0, demo.stderr
+
+
+def test_a_bad_boolean_stops_the_server_with_its_name(tmp_path: Path) -> None:
+    out = _load_settings({"FLEETWATCH_VAR_DIR": str(tmp_path), "FLEETWATCH_DEMO": "yess"})
+    assert out.returncode != 0 and "FLEETWATCH_DEMO='yess' is not a boolean" in out.stderr
