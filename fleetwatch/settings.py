@@ -115,6 +115,8 @@ else:
         "data_folder_in": str(CELERY_QUEUE_DIR / "queue"),
         "data_folder_out": str(CELERY_QUEUE_DIR / "queue"),
         "processed_folder": str(CELERY_QUEUE_DIR / "processed"),
+        # kombu's default is ./control, relative to whatever directory the worker runs in
+        "control_folder": str(CELERY_QUEUE_DIR / "control"),
         "store_processed": False,
     }
 CELERY_TASK_IGNORE_RESULT = True
