@@ -20,7 +20,7 @@ import json
 import random
 import urllib.error
 import urllib.request
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -88,18 +88,12 @@ def backoff_delay(attempt: int, base_s: float, cap_s: float) -> float:
 
 
 class Uplink:
-    def __init__(
-        self,
-        settings: UplinkSettings,
-        spool: Spool,
-        on_connect: Callable[[], None] | None = None,
-    ) -> None:
+    def __init__(self, settings: UplinkSettings, spool: Spool) -> None:
         self.settings = settings
         self.spool = spool
         self.stats = UplinkStats()
         self.connected = False
         self.rejected: str | None = None
-        self._on_connect = on_connect
         self._wake = asyncio.Event()
         self._stopping = asyncio.Event()
         self._hurry = asyncio.Event()  # set by flush(): skip the rest of a backoff wait
@@ -127,33 +121,31 @@ class Uplink:
 
     async def run(self) -> None:
         """Keep delivering until `stop()`; raises `UplinkRejected` if the server refuses us."""
+        try:
+            await self._deliver()
+        except UplinkRejected as exc:
+            self.rejected = str(exc)
+            log.error("server rejected this agent", source=self.settings.source, why=str(exc))
+            raise
+
+    async def _deliver(self) -> None:
         failures = 0
         while not self._stopping.is_set():
             connects_before = self.stats.connects
             try:
                 await self._websocket_session()
                 failures = 0
-            except UplinkRejected as exc:
-                self.rejected = str(exc)
-                log.error("server rejected this agent", source=self.settings.source, why=str(exc))
-                raise
             except (OSError, ConnectionClosed, InvalidHandshake, TimeoutError) as exc:
                 # A session that worked and then dropped starts the backoff afresh.
                 failures = 1 if self.stats.connects > connects_before else failures + 1
                 log.debug("websocket unavailable", source=self.settings.source, error=repr(exc))
             if self._stopping.is_set():
                 break
-            use_http = (
-                self.settings.http_fallback and failures >= self.settings.ws_failures_before_http
-            )
-            try:
-                if use_http and await self._http_mode():
-                    failures = 0
-                    continue
-            except UplinkRejected as exc:
-                self.rejected = str(exc)
-                log.error("server rejected this agent", source=self.settings.source, why=str(exc))
-                raise
+            fallback = self.settings.http_fallback
+            wanted = fallback and failures >= self.settings.ws_failures_before_http
+            if wanted and await self._http_mode():
+                failures = 0
+                continue
             delay = backoff_delay(
                 failures, self.settings.backoff_base_s, self.settings.backoff_cap_s
             )
@@ -170,7 +162,7 @@ class Uplink:
                 open_timeout=self.settings.open_timeout_s,
                 compression=None,  # CPU matters more than bytes at one small batch a second
                 max_size=MAX_BATCH_BYTES,
-                proxy=None,
+                close_timeout=2.0,  # a dead server must not hold up a shutdown
             )
         except InvalidStatus as exc:
             # 401 is the server's answer; a 403/404 at the handshake is more likely a proxy
@@ -327,8 +319,6 @@ class Uplink:
             pending=len(self.spool),
             dropped_batches=self.spool.dropped_batches,
         )
-        if self._on_connect is not None:
-            self._on_connect()
 
     async def _sleep(self, seconds: float, wake_on_batch: bool = False) -> None:
         waits: list[Awaitable[Any]] = [self._stopping.wait(), self._hurry.wait()]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pynvml
@@ -34,6 +35,8 @@ from agents.nvml.events import EventWatcher
 from agents.nvml.wrapper import GpuLost, Nvml
 
 log = get_logger("agents.collectors.gpu")
+
+_FieldRead = Callable[[int, Any], dict[str, Any]]
 
 
 class GpuCollector:
@@ -179,7 +182,9 @@ class GpuCollector:
                 )
         return reads
 
-    def _guarded(self, index: int, fn: Any) -> Any:
+    def _guarded(self, index: int, fn: _FieldRead) -> Callable[[float], Reading]:
+        """A slow read of one GPU that turns "the GPU is gone" into a gpu_lost event."""
+
         def read(now: float) -> Reading:
             reading = Reading()
             if index in self.lost:

@@ -191,13 +191,11 @@ class StubBackend:
             if code == 403:
                 await send({"type": "websocket.close", "code": CLOSE_FORBIDDEN})
                 return
-            seq = answer.get("ack")
             if code == 200 and self.drop_acks > 0:
                 self.drop_acks -= 1
                 continue
             frame = answer if code == 200 else {"nack": _seq_of(text), "error": answer["error"]}
             await send({"type": "websocket.send", "text": json.dumps(frame)})
-            del seq
 
     def _ingest(self, source: str, body: bytes) -> tuple[int, dict[str, Any]]:
         try:
