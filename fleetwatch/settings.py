@@ -125,8 +125,8 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TIMEZONE = "UTC"
 
-# Storage tiers: retention per tier (hours). Defaults keep a 512-GPU demo at
-# 1 Hz near 2.5 GB: raw ~0.8 GB, 1-minute ~1.1 GB, 1-hour ~0.5 GB (docs/operations.md).
+# Storage tiers: retention per tier (hours). Defaults keep a 512-GPU, 64-node
+# demo at 1 Hz near 3.3 GB on SQLite (measured: docs/storage.md).
 RETENTION_RAW_HOURS = env_float("FLEETWATCH_RETENTION_RAW_HOURS", 3, minimum=0.1)
 RETENTION_1M_HOURS = env_float("FLEETWATCH_RETENTION_1M_HOURS", 72, minimum=1)
 RETENTION_1H_HOURS = env_float("FLEETWATCH_RETENTION_1H_HOURS", 24 * 90, minimum=1)

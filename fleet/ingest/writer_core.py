@@ -69,7 +69,6 @@ class WriterCore:
     # kind -> entity ids -> the newest sample, merged (slow fields keep their last value)
     latest: dict[str, dict[tuple[int, ...], dict[str, Any]]] = field(default_factory=dict)
     dirty: dict[str, set[tuple[int, ...]]] = field(default_factory=dict)
-    oldest_written: dict[str, float] = field(default_factory=dict)
     sources: dict[str, SourceState] = field(default_factory=dict)
     stored_batches: int = 0
 
@@ -110,7 +109,9 @@ class WriterCore:
                 continue
             accepted.append((conn_id, batch))
         if accepted:
-            self.store.write(staged.rows(), staged.events, staged.extra)
+            # Late rows (an agent's spool after a partition) mark their minute for the
+            # rollup to redo, in the same commit as the rows: a crash cannot split them.
+            self.store.write(staged.rows(), staged.events, staged.extra + staged.rollup_marks())
             self.stored_batches += len(accepted)
             self._remember(staged, accepted, now)
             results.extend(Result(cid, b.seq, OK) for cid, b in accepted)
@@ -254,7 +255,6 @@ class WriterCore:
         for kind, items in staged.samples.items():
             latest = self.latest.setdefault(kind, {})
             dirty = self.dirty.setdefault(kind, set())
-            oldest = self.oldest_written.get(kind)
             for key, sample in items:
                 ts = sample["ts"]
                 prev = latest.get(key)
@@ -266,10 +266,6 @@ class WriterCore:
                 else:
                     continue
                 dirty.add(key)
-                if oldest is None or ts < oldest:
-                    oldest = ts
-            if oldest is not None:
-                self.oldest_written[kind] = oldest
         for _, batch in accepted:
             self.sources[batch.source] = SourceState(batch.seq, now, batch.agent)
 
@@ -294,23 +290,11 @@ class WriterCore:
             latest = self.latest[kind]
             rows = [(*key, latest[key]["ts"], *map(latest[key].get, order)) for key in keys]
             self.store.upsert_latest(kind, rows)
-        self._mark_rollups_dirty()
         self._flush_sources()
         update = self._live_update(now)
         for keys in self.dirty.values():
             keys.clear()
         return update or None
-
-    def _mark_rollups_dirty(self) -> None:
-        for kind, oldest in self.oldest_written.items():
-            bucket = int(oldest // 60) * 60
-            # Only data older than what the 1-minute rollup already covered is "late".
-            self.store.execute(
-                "UPDATE fw_rollup_state SET dirty_from = %s WHERE tier = '1m' AND kind = %s"
-                " AND done_until > %s AND (dirty_from IS NULL OR dirty_from > %s)",
-                (bucket, kind, bucket, bucket),
-            )
-        self.oldest_written.clear()
 
     def _flush_sources(self) -> None:
         if not self.sources:
@@ -387,6 +371,20 @@ class Staged:
             self.samples.setdefault(kind, []).extend(items)
         self.events.extend(resolved.events)
         self.extra.extend(resolved.extra)
+
+    def rollup_marks(self) -> list[tuple[str, Row]]:
+        marks: list[tuple[str, Row]] = []
+        for kind, items in self.samples.items():
+            oldest = min(s["ts"] for _, s in items)
+            bucket = int(oldest // 60) * 60
+            marks.append(
+                (
+                    "UPDATE fw_rollup_state SET dirty_from = %s WHERE tier = '1m' AND kind = %s"
+                    " AND done_until > %s AND (dirty_from IS NULL OR dirty_from > %s)",
+                    (bucket, kind, bucket, bucket),
+                )
+            )
+        return marks
 
     def rows(self) -> dict[str, tuple[tuple[str, ...], list[Row]]]:
         """Per kind: the columns this commit carries, and its rows.
