@@ -75,7 +75,9 @@ class Spool:
         tmp = final.with_suffix(".tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
-            os.write(fd, payload)
+            view = memoryview(payload)
+            while view:  # os.write may write less than asked
+                view = view[os.write(fd, view) :]
             if self.settings.fsync:
                 os.fsync(fd)
         finally:
