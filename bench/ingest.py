@@ -128,10 +128,14 @@ from fleet.ingest.store import open_store, raw_columns
 store = open_store(dict(settings.DATABASES["default"]))
 cols = raw_columns("gpu")
 nmetrics = len(cols) - 3
+from agents.protocol.metrics import METRICS
+integer = [m.integer for m in METRICS["gpu"]]
 def rows(base):
     out = []
     for i in range({rows_total}):
-        vals = [float(j + i % 7) if j % 3 else None for j in range(nmetrics)]
+        vals = [
+            (int if integer[j] else float)(j + i % 7) if j % 3 else None for j in range(nmetrics)
+        ]
         out.append((base + (i // 1600) * 0.001, 1 + (i // 8) % 200, i % 8, *vals))
     return out
 def timed(fn, data):
