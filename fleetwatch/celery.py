@@ -34,7 +34,7 @@ def ensure_queue_folders(sender: Celery, **kwargs: Any) -> None:
     if not str(sender.conf.broker_url or "").startswith("filesystem:"):
         return
     options = sender.conf.broker_transport_options or {}
-    for key in ("data_folder_in", "data_folder_out", "processed_folder"):
+    for key in ("data_folder_in", "data_folder_out", "processed_folder", "control_folder"):
         folder = options.get(key)
         if folder:
             Path(folder).mkdir(parents=True, exist_ok=True)

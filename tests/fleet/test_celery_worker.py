@@ -54,6 +54,7 @@ def _producer(tier: str, var_dir: Path) -> Celery:
         "data_folder_in": str(queue_dir / "queue"),
         "data_folder_out": str(queue_dir / "queue"),
         "processed_folder": str(queue_dir / "processed"),
+        "control_folder": str(queue_dir / "control"),
     }
     return Celery("fwtest-sender", broker="filesystem://", broker_transport_options=options)
 
