@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agents.enroll import enroll
+from agents.enroll import EnrollError, enroll
 from agents.log import get_logger
 from agents.outbox import Outbox
 from agents.schedule import Ticker
@@ -50,6 +50,7 @@ class VirtualAgent:
     outbox: Outbox | None = None
     state: str = "running"  # running | crashed | offline | partitioned
     needs_info: bool = True
+    reenrol_after: float = 0.0  # monotonic time before which no new enrolment is tried
 
 
 @dataclass(slots=True)
@@ -70,6 +71,7 @@ class Simulator:
         self.site: VirtualAgent | None = None
         self.stats = SimStats()
         self.ticker = Ticker(settings.interval_s)
+        self._tasks: set[asyncio.Task[None]] = set()
 
     async def enroll_all(self) -> None:
         """Enrol every virtual node and the site, a few at a time."""
@@ -119,6 +121,7 @@ class Simulator:
                 elapsed = time.monotonic() - started
                 self.model.step(self.settings.interval_s, elapsed, ts)
                 await self._apply_agent_faults(elapsed)
+                self._reenrol_rejected()
                 self._emit(round(ts, 3))
                 self.stats.ticks += 1
                 if duration_s is not None and elapsed >= duration_s:
@@ -131,8 +134,7 @@ class Simulator:
         for name, agent in self.agents.items():
             if agent.outbox is None or agent.state in ("crashed", "offline"):
                 continue
-            if agent.outbox.rejected:
-                continue
+            # A rejected uplink still spools: after re-enrolment the spool goes out.
             agent.outbox.ticks_skipped = self.ticker.skipped
             agent.outbox.submit(self.model.node_reading(name, ts, agent.needs_info))
             agent.needs_info = False
@@ -176,6 +178,37 @@ class Simulator:
             agent.needs_info = True
         agent.state = wanted
         self.stats.agents[agent.source] = wanted
+
+    def _reenrol_rejected(self) -> None:
+        """A token the server no longer knows (the demo database was reset, or someone
+        enrolled the node elsewhere): enrol again, at most once a minute per source."""
+        now = time.monotonic()
+        for agent in [*self.agents.values(), self.site]:
+            if agent is None or agent.outbox is None or not agent.outbox.rejected:
+                continue
+            if now < agent.reenrol_after:
+                continue
+            agent.reenrol_after = now + 60.0
+            task = asyncio.create_task(self._reenrol(agent))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _reenrol(self, agent: VirtualAgent) -> None:
+        try:
+            token = await asyncio.to_thread(
+                enroll, self.settings.server, self.settings.enroll_token, agent.source
+            )
+        except EnrollError as exc:
+            log.error("re-enrolment failed", source=agent.source, error=str(exc))
+            return
+        log.info("re-enrolled after the server refused the token", source=agent.source)
+        agent.token = token
+        if agent.outbox is not None:
+            await agent.outbox.close(flush_timeout_s=0.0)
+            agent.outbox = self._open(agent)
+            agent.needs_info = True
+            if agent.state == "partitioned":
+                await agent.outbox.pause_uplink()
 
     async def close(self, flush_timeout_s: float = 5.0) -> None:
         outboxes = [a.outbox for a in [*self.agents.values(), self.site] if a and a.outbox]

@@ -94,6 +94,7 @@ class StubBackend:
         self.site = site or SMALL_SITE
         self.store = Store()
         self.tokens: dict[str, str] = {}  # token -> source
+        self.enrolments: Counter[str] = Counter()
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.websocket_enabled = True
@@ -130,6 +131,7 @@ class StubBackend:
         self._server = None
 
     def enroll(self, source: str) -> str:
+        self.enrolments[source] += 1
         token = "fwn_" + secrets.token_hex(16)
         self.tokens = {t: s for t, s in self.tokens.items() if s != source}
         self.tokens[token] = source
@@ -177,7 +179,8 @@ class StubBackend:
         if scope["path"] != "/ws/ingest/v1" or not self.websocket_enabled:
             await send({"type": "websocket.close", "code": 1008})  # handshake refused (403)
             return
-        source = self.tokens.get(_bearer(scope) or "")
+        token = _bearer(scope) or ""
+        source = self.tokens.get(token)
         await send({"type": "websocket.accept"})
         if source is None:
             await send({"type": "websocket.close", "code": CLOSE_UNAUTHORIZED})
@@ -185,6 +188,9 @@ class StubBackend:
         while True:
             message = await receive()
             if message["type"] == "websocket.disconnect":
+                return
+            if token not in self.tokens:  # revoked while connected
+                await send({"type": "websocket.close", "code": CLOSE_UNAUTHORIZED})
                 return
             text = message.get("text") or (message.get("bytes") or b"").decode()
             code, answer = self._ingest(source, text.encode())

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import asyncio
 import time
 from pathlib import Path
 
@@ -11,7 +12,7 @@ from agents.sim.fleet import SiteModel
 from agents.sim.inventory import fetch_inventory, parse_inventory
 from agents.sim.physics import POWER_CAP_W
 from agents.sim.runner import SimSettings, Simulator
-from tests.agents.stub_server import ENROLL_TOKEN, SMALL_SITE, StubBackend
+from tests.agents.stub_server import ENROLL_TOKEN, SMALL_SITE, StubBackend, wait_for
 
 
 def _site(faults: list[str] | None = None) -> SiteModel:
@@ -201,3 +202,19 @@ async def test_agent_crash_and_partition_lose_nothing_that_was_spooled(
     # The crashed agent sampled nothing while down, then came back with gpu_info.
     assert len(crashed) < simulator.stats.ticks
     assert sum(1 for b in crashed if "gpu_info" in b) == 2
+
+
+async def test_simulator_re_enrols_a_node_whose_token_was_revoked(
+    backend: StubBackend, tmp_path: Path
+) -> None:
+    inventory = fetch_inventory(backend.url, ENROLL_TOKEN).first_nodes(1)
+    settings = SimSettings(backend.url, ENROLL_TOKEN, tmp_path, interval_s=0.1, backoff_cap_s=0.2)
+    simulator = Simulator(settings, inventory, FaultPlan())
+    await simulator.enroll_all()
+    run = asyncio.create_task(simulator.run(duration_s=2.0))
+    assert await wait_for(lambda: len(backend.store.batches) >= 4)
+    backend.enroll("node:gpu-a01-01")  # someone enrolled the node elsewhere: token revoked
+    await run
+    assert backend.enrolments["node:gpu-a01-01"] == 3  # start, elsewhere, the simulator again
+    node_seqs = sorted(seq for source, seq in backend.store.seqs if source == "node:gpu-a01-01")
+    assert len(node_seqs) == simulator.stats.ticks  # nothing lost across the re-enrolment
