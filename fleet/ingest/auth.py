@@ -13,6 +13,7 @@ class SourceIdentity:
     source: str
     kind: str
     site_id: int
+    token_hash: str
 
 
 def bearer_from_headers(headers: Iterable[tuple[bytes, bytes]]) -> str | None:
@@ -36,11 +37,12 @@ def authenticate_source(token: str | None) -> SourceIdentity | None:
     """The source this token writes, or None for an unknown or revoked token."""
     if not token:
         return None
+    token_hash = hash_token(token)
     found = (
-        SourceToken.objects.filter(token_hash=hash_token(token), revoked=False)
+        SourceToken.objects.filter(token_hash=token_hash, revoked=False)
         .values_list("source", "kind", "site_id")
         .first()
     )
     if found is None:
         return None
-    return SourceIdentity(*found)
+    return SourceIdentity(*found, token_hash)

@@ -52,7 +52,7 @@ class IngestConsumer(LeanDispatchMixin, AsyncWebsocketConsumer):
         pool = get_pool()
         self.conn_id = pool.next_conn_id()
         self.writer = await pool.writer_for(self.conn_id)
-        self.writer.open(self.conn_id, self.identity.source, self.identity.site_id, self)
+        self.writer.open(self.conn_id, self.identity, self)
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         if self.writer is None:
@@ -74,6 +74,8 @@ class IngestConsumer(LeanDispatchMixin, AsyncWebsocketConsumer):
         elif code == 403:
             await self.send(text_data=orjson.dumps({"nack": seq, "error": error}).decode())
             await self.close(code=CLOSE_FORBIDDEN)
+        elif code == 401:  # the token was revoked (re-enrolled, or by an admin)
+            await self.close(code=CLOSE_UNAUTHORIZED)
         elif code >= 500:
             await self.close(code=CLOSE_WRITER_FAILED)
         else:

@@ -79,7 +79,7 @@ async def submit_over_http(identity: SourceIdentity, body: bytes) -> JsonRespons
     conn_id = pool.next_conn_id()
     writer = await pool.writer_for(conn_id)
     handler = _OneShot()
-    writer.open(conn_id, identity.source, identity.site_id, handler)
+    writer.open(conn_id, identity, handler)
     try:
         writer.submit(conn_id, body)
         seq, code, error = await asyncio.wait_for(handler.done, HTTP_WAIT_S)

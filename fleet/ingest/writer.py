@@ -21,6 +21,7 @@ import orjson
 from django.conf import settings
 
 from fleet.ingest import frames
+from fleet.ingest.auth import SourceIdentity
 from fleet.live import publish_fleet_update
 
 log = logging.getLogger("fleet.ingest")
@@ -83,9 +84,11 @@ class IngestWriter:
         self._reader_task = asyncio.ensure_future(self._read_loop(reader))
         log.info("ingest writer started (pid %s)", self.proc.pid)
 
-    def open(self, conn_id: int, source: str, site_id: int, handler: WriterHandler) -> None:
+    def open(self, conn_id: int, identity: SourceIdentity, handler: WriterHandler) -> None:
         self.handlers[conn_id] = handler
-        hello = orjson.dumps({"source": source, "site_id": site_id})
+        hello = orjson.dumps(
+            {"source": identity.source, "site_id": identity.site_id, "token": identity.token_hash}
+        )
         self._send(frames.frame(frames.HELLO, conn_id, hello))
 
     def submit(self, conn_id: int, payload: bytes) -> None:

@@ -44,6 +44,7 @@ class Connection:
     kind: str
     name: str
     site_id: int
+    token_hash: str
 
 
 @dataclass(slots=True)
@@ -77,9 +78,26 @@ class WriterCore:
         self._load_latest()
 
     # -- connections -------------------------------------------------------
-    def hello(self, conn_id: int, source: str, site_id: int) -> None:
+    def hello(self, conn_id: int, source: str, site_id: int, token_hash: str = "") -> None:
         kind, name = parse_source(source)
-        self.conns[conn_id] = Connection(source, kind, name, site_id)
+        self.conns[conn_id] = Connection(source, kind, name, site_id, token_hash)
+
+    def revoked_connections(self) -> list[Result]:
+        """Connections whose token has been revoked since they connected (re-enrolled,
+        or revoked by an admin): answered 401, so the server closes them with 4401."""
+        if not self.conns:
+            return []
+        valid = {
+            row[0]
+            for row in self.store.execute(
+                "SELECT token_hash FROM fleet_sourcetoken WHERE revoked = %s", (False,)
+            )
+        }
+        gone = [cid for cid, conn in self.conns.items() if conn.token_hash not in valid]
+        error = {"code": 401, "field": "authorization", "reason": "the token was revoked"}
+        for cid in gone:
+            self.conns.pop(cid, None)
+        return [Result(cid, None, 401, error) for cid in gone]
 
     def bye(self, conn_id: int) -> None:
         self.conns.pop(conn_id, None)

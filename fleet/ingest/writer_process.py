@@ -32,6 +32,7 @@ from fleet.ingest.writer_core import Result, WriterCore
 log = logging.getLogger("fleet.ingest.writer")
 
 MAX_READ = 4 << 20  # bytes taken per round: bounds one commit's size and latency
+REVALIDATE_S = float(os.environ.get("FLEETWATCH_REVALIDATE_S", "5"))  # revoked tokens
 
 
 class WriterLoop:
@@ -48,6 +49,7 @@ class WriterLoop:
     def run(self) -> None:
         self.send(frames.READY, b"")
         next_flush = time.monotonic() + self.live_interval_s
+        next_check = time.monotonic() + REVALIDATE_S
         while not self.stopping:
             timeout = max(0.0, next_flush - time.monotonic())
             readable, _, _ = select.select([self.sock], [], [], timeout)
@@ -56,7 +58,20 @@ class WriterLoop:
             if time.monotonic() >= next_flush:
                 self._flush()
                 next_flush = time.monotonic() + self.live_interval_s
+            if time.monotonic() >= next_check:
+                self._revalidate()
+                next_check = time.monotonic() + REVALIDATE_S
         self._flush()
+
+    def _revalidate(self) -> None:
+        try:
+            revoked = self.core.revoked_connections()
+        except Exception:
+            log.exception("token revalidation failed")
+            return
+        if revoked:
+            payload = [[r.conn_id, r.seq, r.code, r.error] for r in revoked]
+            self.send(frames.RESULTS, orjson.dumps(payload))
 
     def _read_round(self) -> bool:
         """Read what is there, process it; False when the server has gone."""
@@ -83,7 +98,9 @@ class WriterLoop:
                 batches.append((conn_id, payload))
             elif kind == frames.HELLO:
                 hello = orjson.loads(payload)
-                self.core.hello(conn_id, hello["source"], int(hello["site_id"]))
+                self.core.hello(
+                    conn_id, hello["source"], int(hello["site_id"]), hello.get("token", "")
+                )
             elif kind == frames.BYE:
                 byes.append(conn_id)
         if batches:

@@ -59,3 +59,25 @@ def test_inventory_needs_the_enrolment_token(fleet_server: FleetServer) -> None:
         assert exc.code == 401
     else:
         raise AssertionError("inventory answered without a token")
+
+
+def test_re_enrolment_closes_a_connection_still_using_the_old_token(
+    fleet_server: FleetServer,
+) -> None:
+    import json
+
+    import pytest
+    from websockets.exceptions import ConnectionClosed
+    from websockets.sync.client import connect
+
+    old = enroll(fleet_server, "node:gpu-a01-14")
+    with connect(
+        fleet_server.ws_url + "/ws/ingest/v1",
+        additional_headers={"Authorization": f"Bearer {old}"},
+    ) as ws:
+        ws.send(json.dumps(gpu_batch("gpu-a01-14", 1)))
+        assert json.loads(ws.recv(timeout=10)) == {"ack": 1}
+        enroll(fleet_server, "node:gpu-a01-14")  # the node was re-imaged and enrolled again
+        with pytest.raises(ConnectionClosed) as closed:
+            ws.recv(timeout=10)
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 4401

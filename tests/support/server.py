@@ -71,6 +71,7 @@ class FleetServer:
                 "FLEETWATCH_VAR_DIR": str(self.var_dir),
                 "FLEETWATCH_TESTING": "1",
                 "FLEETWATCH_LIVE_INTERVAL_S": "0.2",
+                "FLEETWATCH_REVALIDATE_S": "0.5",
                 "DJANGO_SETTINGS_MODULE": "fleetwatch.settings",
                 "PYTHONPATH": str(ROOT),
             }
