@@ -141,7 +141,11 @@ def main() -> int:
     for name in ("web", "worker", "beat"):
         procs[name] = spawn(name)
     if not _wait_for_web(server, procs["web"]):
-        print("the web server did not start; see the messages above", file=sys.stderr)
+        print(
+            f"the web server did not start (is port {port} taken? FLEETWATCH_PORT picks another);"
+            f" see {log_dir}/web.log",
+            file=sys.stderr,
+        )
         _stop_all(procs)
         return 1
     procs["simulator"] = spawn("simulator")
