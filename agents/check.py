@@ -2,8 +2,9 @@
 
 For each collector: whether it set up, the fields it reads here (and the catalogue fields
 it cannot, which are left out of every sample), the GPU limits, the host tuning findings,
-and whether the server is reachable with the stored token. Exit 0 when everything that is
-configured works, 1 otherwise.
+and whether the server is reachable with the stored token. A facility agent's targets are
+each polled once and shown with what they answer (`agents.facility.targets.check_targets`).
+Exit 0 when everything that is configured works, 1 otherwise.
 """
 
 from __future__ import annotations
@@ -30,11 +31,12 @@ def check_command(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"fleet-agent: {exc}")
         return 2
-    from agents.collectors.registry import PluginError, build_collectors
+    from agents.collectors.registry import PluginError
+    from agents.runner import agent_collectors
 
     try:
-        collectors = build_collectors(config)
-    except PluginError as exc:
+        collectors = agent_collectors(config)
+    except (ConfigError, PluginError) as exc:
         print(f"fleet-agent: {exc}")
         return 2
     lines, healthy = check_report(config, collectors)
@@ -47,6 +49,11 @@ def check_report(config: AgentConfig, collectors: list[Collector]) -> tuple[list
     healthy = True
     for collector in collectors:
         lines.append("")
+        if _is_facility_poller(collector):
+            facility_lines, answered = _check_facility(collector)
+            lines.extend(facility_lines)
+            healthy = healthy and answered
+            continue
         try:
             collector.setup()
         except NotPresent as exc:
@@ -77,6 +84,26 @@ def check_report(config: AgentConfig, collectors: list[Collector]) -> tuple[list
     connected, connectivity = _connectivity(config)
     lines.extend(connectivity)
     return lines, healthy and connected
+
+
+def _is_facility_poller(collector: Collector) -> bool:
+    from agents.facility.poller import FacilityPoller
+
+    return isinstance(collector, FacilityPoller)
+
+
+def _check_facility(poller: Any) -> tuple[list[str], bool]:
+    """Poll every target once: a line each with its readings or its failure, then the site."""
+    from agents.facility.targets import check_targets
+
+    try:
+        lines = check_targets([poller])
+    finally:
+        poller.close()
+    failing = [t.target.name for t in poller.targets if t.status.state not in ("ok", "degraded")]
+    summary = f"failing: {', '.join(failing)}" if failing else "all answer"
+    head = f"[facility] {len(poller.targets)} target(s), {summary}"
+    return [head, *(f"  {line}" for line in lines)], not failing
 
 
 def _describe(name: str, reading: Reading) -> list[str]:

@@ -70,6 +70,18 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--duration", type=float, default=None, help="stop after this many seconds")
     p.add_argument("--spool-dir", type=Path, default=None)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--site-direct",
+        action="store_true",
+        help="send the site's readings straight from the model, not through the loopback "
+        "SNMP/Redfish/Modbus devices and the facility collectors",
+    )
+    p.add_argument(
+        "--facility-interval",
+        type=float,
+        default=5.0,
+        help="seconds between polls of the site's devices (default 5)",
+    )
 
     from agents.runconfig import add_run_arguments
 
@@ -98,6 +110,9 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     from agents.sim.inventory import InventoryError, fetch_inventory
     from agents.sim.runner import SimSettings, Simulator
 
+    if args.facility_interval <= 0:
+        print("fleet-agent: --facility-interval must be positive", file=sys.stderr)
+        return EXIT_USAGE
     try:
         plan = FaultPlan([parse_fault(spec) for spec in args.fault])
     except FaultSpecError as exc:
@@ -115,6 +130,8 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         spool_root=spool_root,
         interval_s=args.interval,
         seed=args.seed,
+        site_devices=not args.site_direct,
+        facility_interval_s=args.facility_interval,
     )
     simulator = Simulator(settings, inventory, plan)
 

@@ -11,7 +11,8 @@ max_mb = 256
 ```
 
 Every key can also be set as `FLEET_AGENT_<KEY>` (nested keys joined by `_`, e.g.
-`FLEET_AGENT_SPOOL_MAX_MB=64`) and as a flag (`--spool-max-mb 64`).
+`FLEET_AGENT_SPOOL_MAX_MB=64`) and as a flag (`--spool-max-mb 64`), except the
+`[[facility.targets]]` tables (docs/facility.md), which only a file can hold.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import argparse
 import os
 import socket
 import tomllib
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,13 @@ class AgentConfig:
     # takes the AgentConfig and returns a Collector (see docs/agent.md).
     plugins: str = ""
     log_level: str = "info"
+    # `[[facility.targets]]`: the devices a facility agent polls (docs/facility.md). The
+    # tables are checked by `agents.facility.targets.build_collectors`, not here.
+    facility_targets: list[dict[str, Any]] = field(default_factory=list)
+
+    def is_site(self) -> bool:
+        """A facility agent: it sends its site's samples, not a node's (docs/protocol.md)."""
+        return self.resolved_source().startswith("site:")
 
     def resolved_source(self) -> str:
         return self.source or f"node:{socket.gethostname()}"
@@ -64,6 +72,8 @@ class AgentConfig:
 
 
 _TOML_KEYS = {"spool": {"dir": "spool_dir", "max_mb": "spool_max_mb"}}
+# Lists of tables: a file can hold them, an environment variable or a flag cannot.
+_FILE_ONLY = frozenset({"facility_targets"})
 
 
 def _flatten(data: dict[str, Any]) -> dict[str, Any]:
@@ -79,6 +89,10 @@ def _flatten(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def _coerce(name: str, value: Any) -> Any:
+    if name in _FILE_ONLY:
+        if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+            raise ConfigError("facility.targets must be a list of [[facility.targets]] tables")
+        return value
     kind = type(getattr(AgentConfig(), name))
     try:
         if kind is bool and isinstance(value, str):
@@ -106,7 +120,7 @@ def load_config(
     unknown = set(values) - known
     if unknown:
         raise ConfigError(f"unknown setting(s) in {config_file}: {', '.join(sorted(unknown))}")
-    for name in known:
+    for name in known - _FILE_ONLY:
         env_value = env.get(f"FLEET_AGENT_{name.upper()}")
         if env_value is not None:
             values[name] = env_value
@@ -122,8 +136,8 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", type=Path, default=None, help="TOML file")
     for spec in fields(AgentConfig):
         flag = "--" + spec.name.replace("_", "-")
-        if spec.name == "log_level":
-            continue  # a global flag
+        if spec.name == "log_level" or spec.name in _FILE_ONLY:
+            continue  # a global flag; tables only in the file
         parser.add_argument(
             flag, dest=spec.name, default=None, help=f"(env FLEET_AGENT_{spec.name.upper()})"
         )

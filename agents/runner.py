@@ -6,12 +6,16 @@ ticks rather than queueing them. A collector that fails to set up is disabled an
 one that fails on a tick is reported (once per distinct error) and asked again next time.
 SIGTERM: stop ticking, try to deliver what is spooled for `flush_timeout_s`, exit 0;
 whatever is not delivered is on disk for the next start.
+
+A facility agent (source `site:<slug>`, `[[facility.targets]]` in its file) runs the
+facility poller instead of the node collectors, and ticks at its targets' cadence.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import signal
 import socket
 import time
@@ -162,7 +166,8 @@ class AgentRunner:
             except Exception as exc:  # a bug of ours: log it, keep the agent alive
                 log.error("tick failed", exc_info=True, error=str(exc))
                 continue
-            if self.ticks == 0:
+            if self.ticks == 0 and not self.config.is_site():
+                # Only a node describes itself: the server refuses node_info from a site.
                 reading.node_info = {
                     "hostname": socket.gethostname(),
                     "agent_version": __version__,
@@ -171,6 +176,45 @@ class AgentRunner:
             self.outbox.ticks_skipped = self.ticker.skipped
             self.outbox.submit(reading)
             self.ticks += 1
+
+
+def agent_collectors(config: AgentConfig) -> list[Collector]:
+    """A node agent's collectors, or a facility agent's: its targets' poller and plugins.
+
+    A `site:` source may write only site samples, and the server refuses a whole batch
+    (and the agent's token) for one gpu or node sample, so a facility agent does not run
+    the node collectors. Raises ConfigError (a bad target table too) or PluginError.
+    """
+    from agents.collectors.registry import build_collectors, load_plugins
+    from agents.facility.config import TargetConfigError
+    from agents.facility.targets import build_collectors as facility_collectors
+
+    source = config.resolved_source()
+    if not config.is_site():
+        if config.facility_targets:
+            raise ConfigError(
+                f"[[facility.targets]] are polled by a facility agent, not {source}: "
+                'set source = "site:<site slug>" and enrol as that source'
+            )
+        return build_collectors(config)
+    try:
+        collectors = facility_collectors(config.facility_targets) + load_plugins(config)
+    except TargetConfigError as exc:
+        raise ConfigError(str(exc)) from None
+    if not collectors:
+        raise ConfigError(
+            f"{source} has nothing to poll: add [[facility.targets]] (docs/facility.md)"
+        )
+    return collectors
+
+
+def tick_interval(config: AgentConfig, collectors: list[Collector]) -> float:
+    """A facility agent ticks at its shortest target cadence (the poller waits for most of
+    a cadence on slow devices; ticking faster would only count skipped ticks)."""
+    if not config.is_site():
+        return config.interval_s
+    cadences = [getattr(c, "interval_s", config.interval_s) for c in collectors]
+    return max(config.interval_s, min(cadences, default=config.interval_s))
 
 
 def build_outbox(config: AgentConfig, token: str) -> Outbox:
@@ -197,13 +241,14 @@ def run_command(args: argparse.Namespace) -> int:
     except (ConfigError, EnrollError) as exc:
         print(f"fleet-agent: {exc}")
         return EXIT_USAGE
-    from agents.collectors.registry import PluginError, build_collectors
+    from agents.collectors.registry import PluginError
 
     try:
-        built = build_collectors(config)
-    except PluginError as exc:
+        built = agent_collectors(config)
+    except (ConfigError, PluginError) as exc:
         print(f"fleet-agent: {exc}")
         return EXIT_USAGE
+    config = dataclasses.replace(config, interval_s=tick_interval(config, built))
     collectors = CollectorSet(built, config.interval_s)
     runner = AgentRunner(config, collectors, build_outbox(config, token))
     log.info(
@@ -212,6 +257,7 @@ def run_command(args: argparse.Namespace) -> int:
         source=config.resolved_source(),
         server=config.server,
         collectors=[c.name for c in collectors.active],
+        interval_s=config.interval_s,
     )
 
     async def main() -> int:

@@ -8,6 +8,10 @@ belong to the agent rather than the hardware are played here:
   flush; on restart a new uplink drains the spool it left behind;
 - network-partition: sampling goes on into the spool; the link is cut, then restored;
 - node-offline: the node loses power: no samples, no link, a cold start afterwards.
+
+The site batch is, by default, what the real facility collectors read from loopback devices
+showing the model (SNMP PDUs, Redfish CDUs, Modbus meters; `agents/sim/devices.py`), every
+`facility_interval_s`; with `site_devices=False` it is the model's readings, every tick.
 """
 
 from __future__ import annotations
@@ -17,11 +21,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from agents.collectors.base import Reading
 from agents.enroll import EnrollError, enroll
 from agents.log import get_logger
 from agents.outbox import Outbox
 from agents.schedule import Ticker
 from agents.sim.collectors import site_collectors, site_reading
+from agents.sim.devices import SiteDevicePoll
 from agents.sim.faults import FaultPlan
 from agents.sim.fleet import SiteModel
 from agents.sim.inventory import Inventory
@@ -41,6 +47,11 @@ class SimSettings:
     spool_fsync: bool = False
     backoff_cap_s: float = 10.0
     enroll_concurrency: int = 8
+    # The site batch from loopback devices through the facility collectors (as `make demo`
+    # shows a real site), or, when False, straight from the model every tick.
+    site_devices: bool = True
+    # Facility devices are polled every few seconds in practice, not at the node tick.
+    facility_interval_s: float = 5.0
 
 
 @dataclass(slots=True)
@@ -67,6 +78,9 @@ class Simulator:
         self.faults = faults
         self.model = SiteModel(inventory, faults, settings.seed)
         self.site_collectors = site_collectors(self.model, settings.interval_s)
+        self.devices: SiteDevicePoll | None = None
+        if settings.site_devices:
+            self.devices = SiteDevicePoll(self.model, settings.facility_interval_s)
         self.agents: dict[str, VirtualAgent] = {}
         self.site: VirtualAgent | None = None
         self.stats = SimStats()
@@ -115,8 +129,10 @@ class Simulator:
         self.site.outbox = self._open(self.site)
         for agent in self.agents.values():
             agent.outbox = self._open(agent)
-        started = time.monotonic()
         try:
+            if self.devices is not None:
+                await self.devices.start()
+            started = time.monotonic()  # fault times count from here, not from start-up
             async for ts in self.ticker.ticks():
                 elapsed = time.monotonic() - started
                 self.model.step(self.settings.interval_s, elapsed, ts)
@@ -128,6 +144,14 @@ class Simulator:
                     break
         finally:
             await self.close()
+            log.info(
+                "simulator stopped",
+                ticks=self.stats.ticks,
+                ticks_skipped=self.ticker.skipped,
+                batches=self.stats.batches,
+                site_polls=self.devices.polls if self.devices else None,
+                site_polls_skipped=self.devices.skipped if self.devices else None,
+            )
         return self.stats
 
     def _emit(self, ts: float) -> None:
@@ -139,9 +163,15 @@ class Simulator:
             agent.outbox.submit(self.model.node_reading(name, ts, agent.needs_info))
             agent.needs_info = False
             self.stats.batches += 1
+        if self.devices is not None:
+            self.devices.tick(ts, self._submit_site)
+        else:
+            self._submit_site(site_reading(self.site_collectors, ts))
+
+    def _submit_site(self, reading: Reading) -> None:
         if self.site is not None and self.site.outbox is not None:
             self.site.outbox.ticks_skipped = self.ticker.skipped
-            self.site.outbox.submit(site_reading(self.site_collectors, ts))
+            self.site.outbox.submit(reading)
             self.stats.batches += 1
 
     async def _apply_agent_faults(self, elapsed: float) -> None:
@@ -211,5 +241,7 @@ class Simulator:
                 await agent.outbox.pause_uplink()
 
     async def close(self, flush_timeout_s: float = 5.0) -> None:
+        if self.devices is not None:
+            await self.devices.stop(timeout_s=flush_timeout_s)  # its last poll goes out too
         outboxes = [a.outbox for a in [*self.agents.values(), self.site] if a and a.outbox]
         await asyncio.gather(*(o.close(flush_timeout_s) for o in outboxes))

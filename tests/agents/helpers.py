@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
+from typing import Any
 
 from agents.collectors.base import Reading
 from agents.outbox import Outbox
@@ -39,3 +41,17 @@ def make_outbox(
         **uplink,  # type: ignore[arg-type]
     )
     return Outbox(source, spool_dir, settings, spool or SpoolSettings(fsync=False))
+
+
+def agent_toml(settings: dict[str, Any], targets: list[dict[str, Any]]) -> str:
+    """A `fleet-agent` TOML file: top-level settings, then one [[facility.targets]] each."""
+    lines = [f"{key} = {_toml_value(value)}" for key, value in settings.items()]
+    for table in targets:
+        lines += ["", "[[facility.targets]]"]
+        lines += [f"{key} = {_toml_value(value)}" for key, value in table.items()]
+    return "\n".join(lines) + "\n"
+
+
+def _toml_value(value: Any) -> str:
+    # json.dumps writes strings and numbers the way TOML reads them.
+    return json.dumps(str(value) if isinstance(value, Path) else value)

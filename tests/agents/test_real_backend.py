@@ -155,7 +155,10 @@ async def test_simulator_fills_the_real_backend(server: FleetServer, tmp_path: P
     everything = fetch_inventory(server.url, server.enroll_token)
     # The last two nodes: the other tests write as the first ones.
     inventory = dataclasses.replace(everything, nodes=everything.nodes[-2:]).first_nodes(None)
-    settings = SimSettings(server.url, server.enroll_token, tmp_path / "sim", interval_s=0.25)
+    # The model's site readings every tick (test_facility_backend.py covers the devices).
+    settings = SimSettings(
+        server.url, server.enroll_token, tmp_path / "sim", interval_s=0.25, site_devices=False
+    )
     simulator = Simulator(settings, inventory, FaultPlan())
     await simulator.run(duration_s=1.0)
     assert all(len(a.outbox.spool) == 0 for a in simulator.agents.values() if a.outbox)
