@@ -7,16 +7,11 @@ agent would read: every rack feed an APC PDU over SNMP, every loop a Redfish CDU
 plant Modbus meters; rack power and PUE (category 2, PDU outputs) are summed by the
 facility poller exactly as on a real site.
 
-Readings that no device of ours serves yet — rack air and liquid temperatures, humidity,
-the weather — are passed through from the model and said to be so here.
+Readings that no device of ours serves yet — rack air and liquid temperatures and flow,
+the weather — are passed through from the model; rack humidity and leak are not sent.
 
-In the simulator (`agents/sim/runner.py`), about five lines:
-
-    devices = SimulatedSiteDevices(self.model, self.settings.interval_s)
-    await devices.start()                       # once, before the first tick
-    reading = await devices.reading(ts)         # each tick, instead of model.site_reading(ts)
-    self.site.outbox.submit(reading)
-    await devices.stop()                        # in close()
+The simulator (`agents/sim/devices.py`) starts one of these, calls `reading(ts)` every
+facility interval in a task of its own, and `stop()` when it closes.
 
 The model is read by duck typing (`racks`, `loops`, `total_power_w`, …) so this package
 does not import the simulator.
@@ -65,9 +60,11 @@ class SimulatedSiteDevices:
         """Push the model's state to the devices, then read them like a facility agent."""
         assert self.poller is not None, "start() first"
         self._push()
+        # Taken now: the model goes on stepping while the devices are polled.
+        racks, outdoor_c = self._pass_through_values(), round(self.model.outdoor_c, 1)
         # The collectors block on their sockets while the peers answer on this event loop.
         reading = await asyncio.to_thread(self.poller.collect, ts)
-        self._pass_through(reading, ts)
+        self._pass_through(reading, ts, racks, outdoor_c)
         return reading
 
     async def stop(self) -> None:
@@ -106,16 +103,25 @@ class SimulatedSiteDevices:
         )
         self.peers.update_meter("cooling", power_w=model.cooling_power_w)
 
-    def _pass_through(self, reading: Reading, ts: float) -> None:
-        rows = {row["rack"]: row for row in reading.samples.get("rack", [])}
+    def _pass_through_values(self) -> dict[str, dict[str, float]]:
+        values: dict[str, dict[str, float]] = {}
         for rack in self.model.racks.values():
-            row = rows.get(rack.rack.name)
+            values[rack.rack.name] = {
+                metric: round(getattr(rack, attribute), digits)
+                for metric, attribute, digits in _RACK_PASS_THROUGH
+                if rack.rack.loop or not metric.startswith("liquid")
+            }
+        return values
+
+    def _pass_through(
+        self, reading: Reading, ts: float, racks: dict[str, dict[str, float]], outdoor_c: float
+    ) -> None:
+        rows = {row["rack"]: row for row in reading.samples.get("rack", [])}
+        for name, values in racks.items():
+            row = rows.get(name)
             if row is None:
-                row = {"ts": ts, "rack": rack.rack.name}
+                row = {"ts": ts, "rack": name}
                 reading.add("rack", row)
-            for metric, attribute, digits in _RACK_PASS_THROUGH:
-                if metric.startswith("liquid") and not rack.rack.loop:
-                    continue
-                row[metric] = round(getattr(rack, attribute), digits)
+            row.update(values)
         for row in reading.samples.get("facility", []):
-            row["outdoor_c"] = round(self.model.outdoor_c, 1)
+            row["outdoor_c"] = outdoor_c
