@@ -22,6 +22,7 @@ from fleet.ingest.enrollment import (
     enroll as enroll_source,
 )
 from fleet.ingest.writer import get_pool
+from fleet.models import Site
 
 HTTP_WAIT_S = 30.0
 
@@ -50,8 +51,14 @@ def enroll(request: HttpRequest) -> HttpResponse:
 
 @require_GET
 def inventory(request: HttpRequest) -> HttpResponse:
+    """The site's inventory, for a site enrolment token or a `site:` source token (a
+    facility agent checks its targets' entities against it before it polls)."""
+    token = bearer_from_meta(request.META)
+    identity = authenticate_source(token)
+    if identity is not None and identity.kind == "site":
+        return JsonResponse(inventory_for_site(Site.objects.get(pk=identity.site_id)))
     try:
-        site = site_for_enrollment_token(bearer_from_meta(request.META))
+        site = site_for_enrollment_token(token)
     except EnrollmentError as exc:
         return _error(exc.status, "authorization", exc.reason)
     return JsonResponse(inventory_for_site(site))

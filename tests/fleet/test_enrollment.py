@@ -81,3 +81,25 @@ def test_re_enrolment_closes_a_connection_still_using_the_old_token(
         with pytest.raises(ConnectionClosed) as closed:
             ws.recv(timeout=10)
     assert closed.value.rcvd is not None and closed.value.rcvd.code == 4401
+
+
+def test_a_site_source_token_reads_its_sites_inventory_but_a_node_token_does_not(
+    fleet_server: FleetServer,
+) -> None:
+    import json
+    import urllib.error
+    import urllib.request
+
+    def get(token: str) -> tuple[int, dict[str, object]]:
+        request = urllib.request.Request(
+            fleet_server.url + "/api/v1/inventory", headers={"Authorization": f"Bearer {token}"}
+        )
+        try:
+            with urllib.request.urlopen(request) as response:
+                return response.status, json.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            return exc.code, {}
+
+    status, body = get(enroll(fleet_server, "site:demo"))
+    assert status == 200 and body["site"] == {"slug": "demo", "name": "Demo datacentre"}
+    assert get(enroll(fleet_server, "node:gpu-a01-15"))[0] == 401
