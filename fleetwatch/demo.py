@@ -119,6 +119,7 @@ def main() -> int:
             nodes,
             "--spool-dir",
             str(var_dir / "simulator-spool"),
+            *_fault_flags(os.environ.get("FLEETWATCH_DEMO_FAULTS", "")),
         ],
     }
     procs: dict[str, subprocess.Popen[bytes]] = {}
@@ -155,6 +156,7 @@ def main() -> int:
         f"  login:                  admin / {password}\n"
         f"  enrolment token:        {token}\n"
         f"  simulated nodes:        {nodes} (GPUs, racks, CDUs, facility meters)\n"
+        f"  faults:                 {os.environ.get('FLEETWATCH_DEMO_FAULTS') or 'none'}\n"
         f"  Slack webhook:          {os.environ.get('SLACK_WEBHOOK_URL') or 'not set'}\n"
         f"  logs:                   {log_dir}/{{web,worker,beat,simulator}}.log\n"
         "  Ctrl-C stops everything.\n",
@@ -175,6 +177,11 @@ def main() -> int:
     _stop_all(procs)
     print("Fleetwatch demo stopped.")
     return code
+
+
+def _fault_flags(spec: str) -> list[str]:
+    """FLEETWATCH_DEMO_FAULTS="cdu-pump-fail:CDU-1@60s+10m rack-overload:B02@2m" → --fault …"""
+    return [flag for fault in spec.split() for flag in ("--fault", fault)]
 
 
 def _wait_for_web(server: str, proc: subprocess.Popen[bytes]) -> bool:
