@@ -3,7 +3,8 @@
 For each collector: whether it set up, the fields it reads here (and the catalogue fields
 it cannot, which are left out of every sample), the GPU limits, the host tuning findings,
 and whether the server is reachable with the stored token. A facility agent's targets are
-each polled once and shown with what they answer (`agents.facility.targets.check_targets`).
+each polled once and shown with what they answer (`agents.facility.targets.check_targets`),
+and their `feeds` are looked up in the site's inventory (`agents.facility.inventory_check`).
 Exit 0 when everything that is configured works, 1 otherwise.
 """
 
@@ -80,6 +81,11 @@ def check_report(config: AgentConfig, collectors: list[Collector]) -> tuple[list
         finally:
             collector.close()
         lines.extend(_describe(collector.name, reading))
+    if config.is_site():
+        lines.append("")
+        inventory_lines, known = _check_inventory(config, collectors)
+        lines.extend(inventory_lines)
+        healthy = healthy and known
     lines.append("")
     connected, connectivity = _connectivity(config)
     lines.extend(connectivity)
@@ -104,6 +110,28 @@ def _check_facility(poller: Any) -> tuple[list[str], bool]:
     summary = f"failing: {', '.join(failing)}" if failing else "all answer"
     head = f"[facility] {len(poller.targets)} target(s), {summary}"
     return [head, *(f"  {line}" for line in lines)], not failing
+
+
+def _check_inventory(config: AgentConfig, collectors: list[Collector]) -> tuple[list[str], bool]:
+    """Each target whose `feeds` the site's inventory lacks: `run` would refuse to start."""
+    from agents.facility.inventory_check import (
+        InventoryUnavailable,
+        check_site_inventory,
+        facility_targets,
+    )
+
+    if not config.server:
+        return ["[inventory] not checked: no server configured"], True
+    try:
+        token = read_token(Path(config.token_file))
+        unknown = check_site_inventory(config.server, token, collectors)
+    except (EnrollError, InventoryUnavailable) as exc:
+        return [f"[inventory] NOT CHECKED: {exc}"], False
+    checked = len(facility_targets(collectors))
+    if not unknown:
+        return [f"[inventory] {checked} target(s): every rack, feed and loop is known"], True
+    head = f"[inventory] {len(unknown)} of {checked} target(s) feed what the site does not have"
+    return [head, *(f"  NOT IN INVENTORY {line}" for line in unknown)], False
 
 
 def _describe(name: str, reading: Reading) -> list[str]:

@@ -8,7 +8,9 @@ SIGTERM: stop ticking, try to deliver what is spooled for `flush_timeout_s`, exi
 whatever is not delivered is on disk for the next start.
 
 A facility agent (source `site:<slug>`, `[[facility.targets]]` in its file) runs the
-facility poller instead of the node collectors, and ticks at its targets' cadence.
+facility poller instead of the node collectors, and ticks at its targets' cadence. It
+refuses to start when a target feeds a rack, feed or loop its site's inventory lacks
+(`inventory_problems`): the server would refuse every one of its batches for it.
 """
 
 from __future__ import annotations
@@ -217,6 +219,29 @@ def tick_interval(config: AgentConfig, collectors: list[Collector]) -> float:
     return max(config.interval_s, min(cadences, default=config.interval_s))
 
 
+def inventory_problems(config: AgentConfig, token: str, collectors: list[Collector]) -> list[str]:
+    """A facility agent's targets whose `feeds` its site's inventory lacks, one line each.
+
+    The server refuses a whole site batch for one unknown rack, feed or loop, so such a
+    target would lose every target's data on every tick: better not to start. When the
+    inventory cannot be read (server down, older backend) the agent starts anyway, with a
+    warning: the spool and the reconnect logic are there for a server that is away.
+    """
+    if not config.is_site():
+        return []
+    from agents.facility.inventory_check import InventoryUnavailable, check_site_inventory
+
+    try:
+        return check_site_inventory(config.server, token, collectors)
+    except InventoryUnavailable as exc:
+        log.warning(
+            "inventory check skipped: the targets' feeds were not checked against the "
+            "site's inventory",
+            error=str(exc),
+        )
+        return []
+
+
 def build_outbox(config: AgentConfig, token: str) -> Outbox:
     source = config.resolved_source()
     settings = UplinkSettings(
@@ -247,6 +272,11 @@ def run_command(args: argparse.Namespace) -> int:
         built = agent_collectors(config)
     except (ConfigError, PluginError) as exc:
         print(f"fleet-agent: {exc}")
+        return EXIT_USAGE
+    unknown = inventory_problems(config, token, built)
+    if unknown:
+        for line in unknown:
+            print(f"fleet-agent: {line}")
         return EXIT_USAGE
     config = dataclasses.replace(config, interval_s=tick_interval(config, built))
     collectors = CollectorSet(built, config.interval_s)
