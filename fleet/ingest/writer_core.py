@@ -8,6 +8,7 @@ tests can drive it directly.
 from __future__ import annotations
 
 import logging
+import operator
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -69,7 +70,10 @@ class WriterCore:
     conns: dict[int, Connection] = field(default_factory=dict)
     # kind -> entity ids -> the newest sample, merged (slow fields keep their last value)
     latest: dict[str, dict[tuple[int, ...], dict[str, Any]]] = field(default_factory=dict)
-    dirty: dict[str, set[tuple[int, ...]]] = field(default_factory=dict)
+    dirty: dict[str, set[tuple[int, ...]]] = field(default_factory=dict)  # since the last push
+    unsaved: dict[str, set[tuple[int, ...]]] = field(default_factory=dict)  # since the last save
+    save_interval_s: float = 2.0
+    saved_at: float = 0.0
     sources: dict[str, SourceState] = field(default_factory=dict)
     stored_batches: int = 0
 
@@ -273,6 +277,7 @@ class WriterCore:
         for kind, items in staged.samples.items():
             latest = self.latest.setdefault(kind, {})
             dirty = self.dirty.setdefault(kind, set())
+            unsaved = self.unsaved.setdefault(kind, set())
             for key, sample in items:
                 ts = sample["ts"]
                 prev = latest.get(key)
@@ -284,6 +289,7 @@ class WriterCore:
                 else:
                     continue
                 dirty.add(key)
+                unsaved.add(key)
         for _, batch in accepted:
             self.sources[batch.source] = SourceState(batch.seq, now, batch.agent)
 
@@ -300,19 +306,28 @@ class WriterCore:
             self.latest[kind] = table
 
     def flush(self, now: float) -> dict[str, Any] | None:
-        """Write dirty latest rows, source stats and rollup marks; return the live update."""
-        for kind, keys in self.dirty.items():
+        """Return the live update (every call); every `save_interval_s`, also write the
+        latest-state tables and source stats. Browsers get the push at the live interval;
+        pages and rules that read the tables see them at most a couple of seconds old,
+        and the database is spared an upsert per entity twice a second."""
+        if now - self.saved_at >= self.save_interval_s:
+            self.save(now)
+        update = self._live_update(now)
+        for keys in self.dirty.values():
+            keys.clear()
+        return update or None
+
+    def save(self, now: float) -> None:
+        for kind, keys in self.unsaved.items():
             if not keys:
                 continue
             order = _METRIC_NAMES[kind]
             latest = self.latest[kind]
             rows = [(*key, latest[key]["ts"], *map(latest[key].get, order)) for key in keys]
             self.store.upsert_latest(kind, rows)
-        self._flush_sources()
-        update = self._live_update(now)
-        for keys in self.dirty.values():
             keys.clear()
-        return update or None
+        self._flush_sources()
+        self.saved_at = now
 
     def _flush_sources(self) -> None:
         if not self.sources:
@@ -416,8 +431,18 @@ class Staged:
             for _, sample in items:
                 present.update(sample)
             metrics = tuple(m for m in _METRIC_NAMES[kind] if m in present)
-            columns = ("ts", *ENTITY_COLUMNS[kind], *metrics)
-            rows = [(s["ts"], *key, *map(s.get, metrics)) for key, s in items]
+            # Samples of one shape carry every column: itemgetter reads them in C. A
+            # commit mixing shapes (a slow field in some samples) takes the .get path.
+            # (with no metric, itemgetter("ts") would return a scalar, not a tuple)
+            getter = operator.itemgetter("ts", *metrics) if metrics else None
+            if getter is None:
+                rows = [(*key, s["ts"]) for key, s in items]
+            else:
+                try:
+                    rows = [(*key, *getter(s)) for key, s in items]
+                except KeyError:
+                    rows = [(*key, s["ts"], *map(s.get, metrics)) for key, s in items]
+            columns = (*ENTITY_COLUMNS[kind], "ts", *metrics)
             out[kind] = (columns, rows)
         return out
 

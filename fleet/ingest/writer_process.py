@@ -62,6 +62,7 @@ class WriterLoop:
                 self._revalidate()
                 next_check = time.monotonic() + REVALIDATE_S
         self._flush()
+        self.core.save(time.time())  # the latest state on disk matches what was acked
 
     def _revalidate(self) -> None:
         try:
