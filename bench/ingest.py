@@ -185,7 +185,15 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="fw-bench-") as tmp:
         var_dir = Path(tmp)
         with FleetServer.started(
-            var_dir, tier=tier, racks=1, extra_env={"FLEETWATCH_BENCH_ROUTES": "1"}
+            var_dir,
+            tier=tier,
+            racks=1,
+            # production intervals, not the test fixture's quick ones
+            extra_env={
+                "FLEETWATCH_BENCH_ROUTES": "1",
+                "FLEETWATCH_LIVE_INTERVAL_S": "0.5",
+                "FLEETWATCH_REVALIDATE_S": "5",
+            },
         ) as server:
             seed_nodes(server, args.connections)
             tokens = var_dir / "tokens.json"
