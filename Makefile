@@ -26,8 +26,8 @@ typecheck: $(STAMP)
 	FLEETWATCH_TESTING=1 $(BIN)/mypy .
 
 # The embedded tier always; the PostgreSQL + Redis tier where they answer
-# (FLEETWATCH_TEST_DATABASE_URL / FLEETWATCH_TEST_REDIS_URL, default the local
-# ports). REQUIRE_SERVICES=1 makes a missing service fatal; REQUIRE_BROWSER=1
+# (FLEETWATCH_TEST_DATABASE_URL / _REDIS_URL, else DATABASE_URL / REDIS_URL,
+# else the local ports). REQUIRE_SERVICES=1 makes a missing service fatal; REQUIRE_BROWSER=1
 # does the same for Debian's chromium (browser tests skip without it).
 test: $(STAMP)
 	$(BIN)/ruff check .

@@ -11,11 +11,20 @@ DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 
 
 def services_database_url() -> str:
-    return os.environ.get("FLEETWATCH_TEST_DATABASE_URL") or DEFAULT_DATABASE_URL
+    """An admin connection: each test server creates (and drops) a database of its own."""
+    return (
+        os.environ.get("FLEETWATCH_TEST_DATABASE_URL")
+        or os.environ.get("DATABASE_URL")
+        or DEFAULT_DATABASE_URL
+    )
 
 
 def services_redis_url() -> str:
-    return os.environ.get("FLEETWATCH_TEST_REDIS_URL") or DEFAULT_REDIS_URL
+    return (
+        os.environ.get("FLEETWATCH_TEST_REDIS_URL")
+        or os.environ.get("REDIS_URL")
+        or DEFAULT_REDIS_URL
+    )
 
 
 def answers(url: str, timeout: float = 1.0) -> bool:
