@@ -63,7 +63,14 @@ def batch_schema() -> dict[str, Any]:
         },
         "seq": {"type": "integer", "minimum": 0},
         "sent_at": {"type": "number"},
-        "gpu_info": {"type": "array", "items": {"type": "object"}},
+        "gpu_info": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {"gpu": {"type": "integer", "minimum": 0, "maximum": 1023}},
+                "required": ["gpu"],
+            },
+        },
         "node_info": {"type": "object"},
         "agent": {"type": "object"},
         "events": {
@@ -75,9 +82,9 @@ def batch_schema() -> dict[str, Any]:
                     "kind": {
                         "enum": ["xid", "ecc_sbe", "ecc_dbe", "gpu_lost", "collector_error", "note"]
                     },
-                    "gpu": {"type": "integer", "minimum": 0},
-                    "code": {"type": "integer"},
-                    "detail": {"type": "string"},
+                    "gpu": {"type": "integer", "minimum": 0, "maximum": 1023},
+                    "code": {"type": "integer", "minimum": -(2**63), "maximum": 2**63 - 1},
+                    "detail": {"type": "string", "pattern": "^[^\\u0000]*$"},
                 },
                 "required": ["ts", "kind"],
             },

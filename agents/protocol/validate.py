@@ -7,6 +7,7 @@ for people and other tools, and a test keeps the two in step.
 
 from __future__ import annotations
 
+import json
 import math
 import operator
 from collections.abc import Callable
@@ -91,10 +92,12 @@ def validate_batch(obj: Any, now: float) -> Batch:
     batch.events = [_event(i, e, limit) for i, e in enumerate(_list_of_objects(obj, "events"))]
     batch.node_info = _object(obj, "node_info")
     batch.agent = _object(obj, "agent")
+    _check_info(batch)
     return batch
 
 
 # DCGM's "blank" values (dcgm_structs.h): BLANK, NOT_FOUND, NOT_SUPPORTED, NOT_PERMISSIONED.
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _INT32_BLANK = 0x7FFFFFF0
 _INT64_BLANK = 0x7FFFFFFFFFFFFFF0
 _FP64_BLANK = 140737488355328.0
@@ -267,9 +270,28 @@ def _event(i: int, event: dict[str, Any], limit: float) -> dict[str, Any]:
     if event.get("kind") not in _EVENT_KINDS:
         raise ProtocolError(400, f"{where}.kind", f"must be one of {sorted(_EVENT_KINDS)}")
     gpu = event.get("gpu")
-    if gpu is not None and (type(gpu) is not int or gpu < 0):
-        raise ProtocolError(400, f"{where}.gpu", "must be a GPU index")
+    if gpu is not None and (type(gpu) is not int or not 0 <= gpu <= 1023):
+        raise ProtocolError(400, f"{where}.gpu", "must be a GPU index 0..1023")
     code = event.get("code")
-    if code is not None and type(code) is not int:
-        raise ProtocolError(400, f"{where}.code", "must be an integer")
+    if code is not None and (type(code) is not int or not _INT64_MIN <= code <= _INT64_MAX):
+        raise ProtocolError(400, f"{where}.code", "must be a 64-bit integer")
+    detail = event.get("detail")
+    if detail is not None and (type(detail) is not str or "\x00" in detail):
+        raise ProtocolError(400, f"{where}.detail", "must be text without NUL characters")
     return event
+
+
+def _check_info(batch: Batch) -> None:
+    """gpu_info/node_info/agent are free-form, but stored: indices in range, no NUL
+    characters (PostgreSQL text and jsonb refuse them, which would fail the commit)."""
+    for i, info in enumerate(batch.gpu_info):
+        index = info.get("gpu")
+        if type(index) is not int or not 0 <= index <= 1023:
+            raise ProtocolError(400, f"gpu_info[{i}].gpu", "required GPU index 0..1023")
+    for name, value in (
+        ("gpu_info", batch.gpu_info),
+        ("node_info", batch.node_info),
+        ("agent", batch.agent),
+    ):
+        if value and "\\u0000" in json.dumps(value):
+            raise ProtocolError(400, name, "text must not contain NUL characters")

@@ -40,6 +40,7 @@ class IngestConsumer(LeanDispatchMixin, AsyncWebsocketConsumer):
     identity: SourceIdentity | None = None
     writer: IngestWriter | None = None
     conn_id = 0
+    closing = False  # once we close, later answers for this connection are dropped
 
     async def connect(self) -> None:
         token = bearer_from_headers(self.scope.get("headers", ()))
@@ -64,26 +65,39 @@ class IngestConsumer(LeanDispatchMixin, AsyncWebsocketConsumer):
         self.writer.submit(self.conn_id, payload)
 
     async def disconnect(self, code: int) -> None:
+        self.closing = True
         if self.writer is not None:
             self.writer.close(self.conn_id)
             self.writer = None
 
     async def writer_result(self, seq: int | None, code: int, error: dict[str, Any] | None) -> None:
+        # An agent pipelines batches, so one commit can answer several of them: after
+        # the first answer that closes the connection, the rest have nowhere to go.
+        if self.closing:
+            return
         if code == 0:
             await self.send(text_data=f'{{"ack":{seq}}}')
         elif code == 403:
             await self.send(text_data=orjson.dumps({"nack": seq, "error": error}).decode())
-            await self.close(code=CLOSE_FORBIDDEN)
+            await self._close(CLOSE_FORBIDDEN)
         elif code == 401:  # the token was revoked (re-enrolled, or by an admin)
-            await self.close(code=CLOSE_UNAUTHORIZED)
+            await self._close(CLOSE_UNAUTHORIZED)
         elif code >= 500:
-            await self.close(code=CLOSE_WRITER_FAILED)
+            await self._close(CLOSE_WRITER_FAILED)
         else:
             await self.send(text_data=orjson.dumps({"nack": seq, "error": error}).decode())
 
     async def writer_lost(self) -> None:
         self.writer = None
-        await self.close(code=CLOSE_WRITER_FAILED)
+        if not self.closing:
+            await self._close(CLOSE_WRITER_FAILED)
+
+    async def _close(self, code: int) -> None:
+        self.closing = True
+        if self.writer is not None:
+            self.writer.close(self.conn_id)
+            self.writer = None
+        await self.close(code=code)
 
     async def _nack(self, seq: int | None, code: int, field: str, reason: str) -> None:
         error = {"code": code, "field": field, "reason": reason}

@@ -156,7 +156,8 @@ class PostgresStore:
         import psycopg
 
         self._psycopg = psycopg
-        self.conn = psycopg.connect(conninfo, autocommit=False)
+        # The ack promises durability: ask for it rather than trust the server default.
+        self.conn = psycopg.connect(conninfo, autocommit=False, options="-c synchronous_commit=on")
         self._types = {kind: _pg_types(kind) for kind in METRICS}
 
     def write(self, rows: KindRows, events: list[Row], extra: Sequence[tuple[str, Row]]) -> None:
@@ -170,6 +171,15 @@ class PostgresStore:
         except self._psycopg.errors.UniqueViolation:
             # A resend: redo the whole commit through the stage, skipping duplicates.
             self.conn.rollback()
+            self._write_staged(rows, events, extra)
+        except BaseException:
+            self.conn.rollback()
+            raise
+
+    def _write_staged(
+        self, rows: KindRows, events: list[Row], extra: Sequence[tuple[str, Row]]
+    ) -> None:
+        try:
             with self.conn.cursor() as cur:
                 for kind, (columns, kind_rows) in rows.items():
                     if kind_rows:
@@ -265,12 +275,38 @@ def open_store(db: dict[str, Any]) -> Store:
 
 
 def pg_conninfo(db: dict[str, Any]) -> str:
+    """libpq connection string for a Django DATABASES entry (quoting done by psycopg)."""
+    from psycopg.conninfo import make_conninfo
+
     parts = {
         "dbname": db.get("NAME"),
         "user": db.get("USER"),
         "password": db.get("PASSWORD"),
         "host": db.get("HOST"),
         "port": db.get("PORT"),
-        **(db.get("OPTIONS") or {}),
     }
-    return " ".join(f"{k}='{v}'" for k, v in parts.items() if v not in (None, ""))
+    # Only libpq's own options; Django-only ones (e.g. pool settings) would break it.
+    options = db.get("OPTIONS") or {}
+    parts |= {k: v for k, v in options.items() if k in _LIBPQ_OPTIONS}
+    return make_conninfo(**{k: str(v) for k, v in parts.items() if v not in (None, "")})
+
+
+_LIBPQ_OPTIONS = frozenset(
+    {
+        "sslmode",
+        "sslrootcert",
+        "sslcert",
+        "sslkey",
+        "sslpassword",
+        "connect_timeout",
+        "application_name",
+        "target_session_attrs",
+        "options",
+        "passfile",
+        "service",
+        "channel_binding",
+        "gssencmode",
+        "keepalives",
+        "keepalives_idle",
+    }
+)

@@ -131,17 +131,29 @@ class IngestWriter:
     async def _dispatch(self, results: list[list[Any]]) -> None:
         for conn_id, seq, code, error in results:
             handler = self.handlers.get(conn_id)
-            if handler is not None:
+            if handler is None:
+                continue
+            try:
                 await handler.writer_result(seq, code, error)
+            except Exception:
+                # One connection's failure (it went away mid-send) is that connection's
+                # problem: it must not be taken for the writer link failing.
+                log.warning("could not answer connection %s", conn_id, exc_info=True)
+                self.close(conn_id)
 
     async def _lost(self) -> None:
-        self._writer = None
+        writer, self._writer = self._writer, None
         handlers = list(self.handlers.values())
         self.handlers.clear()
-        for handler in handlers:
-            await handler.writer_lost()
+        if writer is not None:
+            writer.close()
         if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()
+        for handler in handlers:
+            try:
+                await handler.writer_lost()
+            except Exception:
+                log.warning("could not close a connection after the writer failed", exc_info=True)
 
     async def stop(self) -> None:
         if self._writer is not None:

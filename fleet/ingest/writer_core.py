@@ -110,8 +110,7 @@ class WriterCore:
     def process(self, frames: list[tuple[int, bytes]], now: float) -> list[Result]:
         """Validate every frame, store the good ones in one commit, answer each."""
         results: list[Result] = []
-        staged = Staged()
-        accepted: list[tuple[int, Batch]] = []
+        accepted: list[tuple[int, Batch, Resolved]] = []
         for conn_id, payload in frames:
             conn = self.conns.get(conn_id)
             if conn is None:
@@ -125,19 +124,54 @@ class WriterCore:
                 continue
             try:
                 self._authorize(conn, batch)
-                staged.add(self._resolve(conn, batch))
+                resolved = self._resolve(conn, batch)
             except ProtocolError as exc:
                 results.append(Result(conn_id, batch.seq, exc.code, exc.as_dict()))
                 continue
-            accepted.append((conn_id, batch))
+            accepted.append((conn_id, batch, resolved))
         if accepted:
-            # Late rows (an agent's spool after a partition) mark their minute for the
-            # rollup to redo, in the same commit as the rows: a crash cannot split them.
-            self.store.write(staged.rows(), staged.events, staged.extra + staged.rollup_marks())
-            self.stored_batches += len(accepted)
-            self._remember(staged, accepted, now)
-            results.extend(Result(cid, b.seq, OK) for cid, b in accepted)
+            results.extend(self._store(accepted, now))
         return results
+
+    def _store(self, accepted: list[tuple[int, Batch, Resolved]], now: float) -> list[Result]:
+        """One commit for the round. If it fails, each batch is tried alone, so one batch
+        the database refuses cannot take the round's other batches down with it: the
+        refused one gets a final 400; if every one fails, the database itself is the
+        problem and all get 503 (agents resend later)."""
+        try:
+            self._commit(accepted, now)
+            return [Result(cid, b.seq, OK) for cid, b, _ in accepted]
+        except Exception:
+            if len(accepted) == 1:
+                raise
+            log.warning("commit of %d batches failed; retrying one by one", len(accepted))
+        results: list[Result] = []
+        failed: list[tuple[int, Batch, str]] = []
+        for item in accepted:
+            try:
+                self._commit([item], now)
+                results.append(Result(item[0], item[1].seq, OK))
+            except Exception as exc:
+                failed.append((item[0], item[1], exc.__class__.__name__))
+        code = 503 if not results else 400
+        for cid, batch, why in failed:
+            reason = f"the database refused this batch ({why})"
+            error = {"code": code, "field": "$", "reason": reason}
+            results.append(Result(cid, batch.seq, code, error))
+        return results
+
+    def _commit(self, items: list[tuple[int, Batch, Resolved]], now: float) -> None:
+        staged = Staged()
+        for _, _, resolved in items:
+            staged.add(resolved)
+        # Late rows (an agent's spool after a partition) mark their minute for the
+        # rollup to redo, in the same commit as the rows: a crash cannot split them.
+        self.store.write(staged.rows(), staged.events, staged.extra + staged.rollup_marks())
+        # Only what is committed changes what the writer remembers.
+        for _, _, resolved in items:
+            self.inventory.gpus.update(resolved.gpu_limits)
+        self.stored_batches += len(items)
+        self._remember(staged, [(cid, b) for cid, b, _ in items], now)
 
     def _decode(self, payload: bytes) -> Any:
         try:
@@ -167,7 +201,7 @@ class WriterCore:
             for s in batch.samples.get("node", ()):
                 out.samples.setdefault("node", []).append(((node_id,), s))
             out.events = self._events(batch, node_id)
-            out.extra = self._info_updates(node_id, batch)
+            out.extra, out.gpu_limits = self._info_updates(node_id, batch)
             return out
         for kind in ("rack", "feed", "loop"):
             for s in batch.samples.get(kind, ()):
@@ -228,8 +262,11 @@ class WriterCore:
             raise ProtocolError(400, what.split()[0], f"{what} is not in this site's inventory")
         return found
 
-    def _info_updates(self, node_id: int, batch: Batch) -> list[tuple[str, Row]]:
+    def _info_updates(
+        self, node_id: int, batch: Batch
+    ) -> tuple[list[tuple[str, Row]], dict[tuple[int, int], GpuLimits]]:
         updates: list[tuple[str, Row]] = []
+        limits_seen: dict[tuple[int, int], GpuLimits] = {}
         json_param = "CAST(%s AS jsonb)" if self.store.vendor == "postgresql" else "%s"
         if batch.node_info is not None:
             updates.append(
@@ -255,22 +292,22 @@ class WriterCore:
                 _num(limits.get("power_limit_max_w")),
                 orjson.dumps(info).decode(),
             )
-            if (node_id, index) in self.inventory.gpus:
-                sql = (
-                    "UPDATE fleet_gpu SET uuid = %s, model = %s, slowdown_c = %s, shutdown_c = %s,"
-                    " gpu_max_c = %s, mem_max_c = %s, tlimit_slowdown_c = %s,"
-                    f" power_limit_max_w = %s, info = {json_param}"
-                    ' WHERE node_id = %s AND "index" = %s'
-                )
-            else:
-                sql = (
-                    "INSERT INTO fleet_gpu (uuid, model, slowdown_c, shutdown_c, gpu_max_c,"
-                    ' mem_max_c, tlimit_slowdown_c, power_limit_max_w, info, node_id, "index")'
-                    f" VALUES (%s, %s, %s, %s, %s, %s, %s, %s, {json_param}, %s, %s)"
-                )
+            # An upsert: another writer or the admin may have created the row already.
+            update = (
+                "uuid = excluded.uuid, model = excluded.model, slowdown_c = excluded.slowdown_c,"
+                " shutdown_c = excluded.shutdown_c, gpu_max_c = excluded.gpu_max_c,"
+                " mem_max_c = excluded.mem_max_c, tlimit_slowdown_c = excluded.tlimit_slowdown_c,"
+                " power_limit_max_w = excluded.power_limit_max_w, info = excluded.info"
+            )
+            sql = (
+                "INSERT INTO fleet_gpu (uuid, model, slowdown_c, shutdown_c, gpu_max_c,"
+                ' mem_max_c, tlimit_slowdown_c, power_limit_max_w, info, node_id, "index")'
+                f" VALUES (%s, %s, %s, %s, %s, %s, %s, %s, {json_param}, %s, %s)"
+                f' ON CONFLICT (node_id, "index") DO UPDATE SET {update}'
+            )
             updates.append((sql, (*values, node_id, index)))
-            self.inventory.gpus[(node_id, index)] = GpuLimits(values[2], values[6])
-        return updates
+            limits_seen[(node_id, index)] = GpuLimits(values[2], values[6])
+        return updates, limits_seen
 
     # -- latest state ------------------------------------------------------
     def _remember(self, staged: Staged, accepted: list[tuple[int, Batch]], now: float) -> None:
@@ -389,6 +426,7 @@ class Resolved:
     samples: dict[str, list[tuple[tuple[int, ...], dict[str, Any]]]] = field(default_factory=dict)
     events: list[Row] = field(default_factory=list)
     extra: list[tuple[str, Row]] = field(default_factory=list)
+    gpu_limits: dict[tuple[int, int], GpuLimits] = field(default_factory=dict)
 
 
 @dataclass
@@ -412,9 +450,12 @@ class Staged:
             bucket = int(oldest // 60) * 60
             marks.append(
                 (
-                    "UPDATE fw_rollup_state SET dirty_from = %s WHERE tier = '1m' AND kind = %s"
-                    " AND done_until > %s AND (dirty_from IS NULL OR dirty_from > %s)",
-                    (bucket, kind, bucket, bucket),
+                    # Always touches the row (taking its lock), so a rollup claiming it
+                    # concurrently waits for this commit instead of passing these rows by.
+                    "UPDATE fw_rollup_state SET dirty_from = CASE WHEN done_until > %s"
+                    " AND (dirty_from IS NULL OR dirty_from > %s) THEN %s ELSE dirty_from END"
+                    " WHERE tier = '1m' AND kind = %s",
+                    (bucket, bucket, bucket, kind),
                 )
             )
         return marks

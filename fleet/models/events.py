@@ -21,8 +21,9 @@ class Event(models.Model):
     class Meta:
         ordering = ("-ts",)
         constraints = [
-            # A batch resent after a lost ack stores its events once.
-            models.UniqueConstraint(fields=("source", "seq", "pos"), name="event_once")
+            # A batch resent after a lost ack stores its events once; ts is part of the
+            # key because a re-imaged node starts its seq again from the beginning.
+            models.UniqueConstraint(fields=("source", "seq", "pos", "ts"), name="event_once_ts")
         ]
 
     def __str__(self) -> str:

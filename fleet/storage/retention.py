@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
@@ -59,8 +60,22 @@ def _covered_until(tier: str, kind: str, using: str) -> float | None:
     return None if state is None else float(state.start)
 
 
-def delete_before(table: str, column: str, cutoff: float, slice_s: float, using: str) -> int:
-    """Delete rows with `column` < `cutoff`, oldest first, one slice per transaction."""
+def delete_before(
+    table: str,
+    column: str,
+    cutoff: float,
+    slice_s: float,
+    using: str,
+    covered_by: tuple[str, str] | None = None,
+) -> int:
+    """Delete rows with `column` < `cutoff`, oldest first, one slice per transaction.
+
+    With `covered_by=(tier, kind)`, each slice also stops where that tier's rollup has
+    covered its source, read again *inside* the slice's transaction: late data acked
+    while a pass runs marks its minute dirty, and must not be deleted before it is
+    rolled up (SQLite's IMMEDIATE transactions and PostgreSQL's FOR SHARE on the state
+    row order the delete after the writer's commit).
+    """
     conn = connections[using]
     if conn.vendor == "postgresql":
         slice_s *= PG_SLICE_FACTOR
@@ -74,9 +89,27 @@ def delete_before(table: str, column: str, cutoff: float, slice_s: float, using:
             return deleted
         upper = min(cutoff, float(oldest) + slice_s)
         with transaction.atomic(using=using), conn.cursor() as cur:
+            if covered_by is not None:
+                covered = _covered_locked(cur, *covered_by, conn.vendor)
+                if covered is None or covered <= float(oldest):
+                    return deleted
+                upper = min(upper, covered)
             cur.execute(f"DELETE FROM {table} WHERE {column} < %s", [upper])
             deleted += max(cur.rowcount, 0)
         time.sleep(_YIELD_S)
+
+
+def _covered_locked(cur: Any, tier: str, kind: str, vendor: str) -> float | None:
+    lock = " FOR SHARE" if vendor == "postgresql" else ""
+    cur.execute(
+        f"SELECT done_until, dirty_from FROM fw_rollup_state WHERE tier = %s AND kind = %s{lock}",
+        [tier, kind],
+    )
+    row = cur.fetchone()
+    if row is None:
+        return None
+    done, dirty = row
+    return float(done if dirty is None else min(done, dirty))
 
 
 def apply_retention(now: float, using: str = DEFAULT_DB_ALIAS) -> dict[str, int]:
@@ -88,12 +121,16 @@ def apply_retention(now: float, using: str = DEFAULT_DB_ALIAS) -> dict[str, int]
         if raw_covered is not None:
             table = raw_table(kind)
             limit = min(cut.raw, raw_covered)
-            deleted[table] = delete_before(table, "ts", limit, SLICE_S["raw"], using)
+            deleted[table] = delete_before(
+                table, "ts", limit, SLICE_S["raw"], using, covered_by=("1m", kind)
+            )
         minute_covered = _covered_until("1h", kind, using)
         if minute_covered is not None:
             table = rollup_table(kind, "1m")
             limit = min(cut.one_minute, minute_covered)
-            deleted[table] = delete_before(table, "bucket", limit, SLICE_S["1m"], using)
+            deleted[table] = delete_before(
+                table, "bucket", limit, SLICE_S["1m"], using, covered_by=("1h", kind)
+            )
         table = rollup_table(kind, "1h")
         deleted[table] = delete_before(table, "bucket", cut.one_hour, SLICE_S["1h"], using)
     deleted["fleet_event"] = delete_before(

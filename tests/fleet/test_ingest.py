@@ -164,3 +164,37 @@ def test_latest_state_is_the_newest_sample_with_slow_fields_kept(
             break
         time.sleep(0.1)
     assert rows == [(pytest.approx(t0 + 2), 71, 1000.0)]
+
+
+def test_one_agents_pipelined_rejections_do_not_disconnect_other_agents(
+    fleet_server: FleetServer,
+) -> None:
+    bystander = enroll(fleet_server, "node:gpu-a01-15")
+    offender = enroll(fleet_server, "node:gpu-a01-16")
+    with ws_connect(fleet_server, bystander) as calm, ws_connect(fleet_server, offender) as bad:
+        for seq in (1, 2, 3):  # three batches for another node, pipelined in one go
+            bad.send(json.dumps(gpu_batch("gpu-a01-15", seq)))
+        with pytest.raises(ConnectionClosed) as closed:
+            while True:
+                bad.recv(timeout=10)
+        calm.send(json.dumps(gpu_batch("gpu-a01-15", 1)))
+        assert json.loads(calm.recv(timeout=10)) == {"ack": 1}
+        calm.send(json.dumps(gpu_batch("gpu-a01-15", 2, ts=time.time() + 1)))
+        assert json.loads(calm.recv(timeout=10)) == {"ack": 2}
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 4403
+
+
+def test_a_re_imaged_node_starting_its_seq_again_keeps_its_new_events(
+    fleet_server: FleetServer,
+) -> None:
+    node = "gpu-a02-02"
+    url = fleet_server.url + "/api/v1/ingest"
+    for attempt in range(2):  # enrol, send seq 1 with an XID; re-image; the same again
+        token = enroll(fleet_server, f"node:{node}")
+        batch = gpu_batch(node, 1, ts=time.time() - 10 + attempt)
+        batch["events"] = [{"ts": time.time() - 10 + attempt, "kind": "xid", "code": 79}]
+        assert post_json(url, batch, token)[0] == 200
+    stored = fleet_server.query(
+        "SELECT count(*) FROM fleet_event WHERE source = ?", (f"node:{node}",)
+    )
+    assert stored[0][0] == 2

@@ -112,3 +112,23 @@ def test_a_whole_float_in_an_integer_field_is_stored_as_an_integer() -> None:
     }
     sample = validate_batch(batch, NOW).samples["gpu"][0]
     assert sample["pstate"] == 2 and type(sample["pstate"]) is int
+
+
+@pytest.mark.parametrize(
+    ("extra", "field"),
+    [
+        ({"events": [{"ts": NOW, "kind": "xid", "code": 2**64}]}, "events[0].code"),
+        ({"events": [{"ts": NOW, "kind": "xid", "gpu": 40000}]}, "events[0].gpu"),
+        ({"events": [{"ts": NOW, "kind": "note", "detail": "a\x00b"}]}, "events[0].detail"),
+        ({"gpu_info": [{"gpu": -1}]}, "gpu_info[0].gpu"),
+        ({"gpu_info": [{"gpu": 0, "uuid": "GPU\x00"}]}, "gpu_info"),
+        ({"node_info": {"hostname": "n\x00"}}, "node_info"),
+    ],
+)
+def test_values_a_database_would_refuse_are_refused_at_the_door(
+    extra: dict[str, Any], field: str
+) -> None:
+    batch = {"protocol": 1, "source": "node:n", "seq": 1, **extra}
+    with pytest.raises(ProtocolError) as refused:
+        validate_batch(batch, NOW)
+    assert refused.value.field == field and refused.value.code == 400
