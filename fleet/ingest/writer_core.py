@@ -317,6 +317,11 @@ class WriterCore:
             unsaved = self.unsaved.setdefault(kind, set())
             for key, sample in items:
                 ts = sample["ts"]
+                if ts > now:
+                    # A node whose clock runs ahead (up to the 300 s the protocol allows)
+                    # must not freeze its latest state: it counts as "now" here. The raw
+                    # row keeps the time the agent sent (already built for the commit).
+                    ts = sample["ts"] = now
                 prev = latest.get(key)
                 if prev is None:
                     latest[key] = sample

@@ -110,3 +110,13 @@ def test_gpu_limits_of_a_failed_round_are_not_remembered(core: WriterCore) -> No
     with pytest.raises(sqlite3.IntegrityError):
         core.process([(3, frame(batch))], time.time())
     assert core.inventory.gpus.get((node_id, 5)) == before
+
+
+def test_a_node_clock_running_ahead_does_not_freeze_its_latest_state(core: WriterCore) -> None:
+    now = time.time()
+    ahead = gpu_batch("gpu-a01-02", 10, ts=now + 200, temp_gpu_c=50)
+    on_time = gpu_batch("gpu-a01-02", 11, ts=now + 1, temp_gpu_c=70)
+    core.process([(2, frame(ahead))], now)
+    core.process([(2, frame(on_time))], now + 1)
+    node_id = core.inventory.nodes["gpu-a01-02"].id
+    assert core.latest["gpu"][(node_id, 0)]["temp_gpu_c"] == 70
