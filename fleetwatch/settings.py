@@ -135,6 +135,8 @@ RETENTION_1H_HOURS = env_float("FLEETWATCH_RETENTION_1H_HOURS", 24 * 90, minimum
 INGEST_WRITERS = env_int("FLEETWATCH_INGEST_WRITERS", 1, minimum=1)
 # How often the writer publishes latest state to the DB and live pages (s).
 LIVE_INTERVAL_S = env_float("FLEETWATCH_LIVE_INTERVAL_S", 0.5, minimum=0.05)
+# A live page's socket is ended this often so its session is checked again (s).
+LIVE_REAUTH_S = env_float("FLEETWATCH_LIVE_REAUTH_S", 300, minimum=1)
 
 SLACK_WEBHOOK_URL = env_str("SLACK_WEBHOOK_URL")
 

@@ -97,3 +97,45 @@ def test_fleet_page_updates_a_rack_by_push_after_ingest(
     assert took < 3.0
     page.screenshot(path=str(fleet_server.var_dir / "fleet.png"))
     page.close()
+
+
+def test_live_socket_refuses_a_visitor_without_a_session(fleet_server: FleetServer) -> None:
+    from websockets.exceptions import ConnectionClosed
+    from websockets.sync.client import connect
+
+    with (
+        connect(
+            fleet_server.ws_url + "/ws/live/fleet",
+            additional_headers={"Origin": fleet_server.url},
+        ) as ws,
+        pytest.raises(ConnectionClosed) as closed,
+    ):
+        ws.recv(timeout=10)
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 4401
+
+
+def test_a_page_left_open_after_logout_stops_receiving_and_returns_to_login(
+    tmp_path,  # type: ignore[no-untyped-def]
+    browser,  # type: ignore[no-untyped-def]
+) -> None:
+    env = {"FLEETWATCH_LIVE_REAUTH_S": "2", "DJANGO_SUPERUSER_PASSWORD": "ops-password-1"}
+    with FleetServer.started(tmp_path / "srv", racks=1, extra_env=env) as server:
+        server.manage("createsuperuser", "--noinput", "--username", "ops", "--email", "o@x.io")
+        context = browser.new_context()
+        page = context.new_page()
+        login(page, server)
+        page.wait_for_selector("#live-status[data-state='live']")
+        # Past a routine re-check, pushes still arrive on the reconnected socket.
+        page.wait_for_timeout(3000)
+        token = enroll(server, "node:gpu-a01-01")
+        assert post_json(server.url + "/api/v1/ingest", gpu_batch("gpu-a01-01", 1), token)[0] == 200
+        rack_id = server.query("SELECT id FROM fleet_rack WHERE name = 'A01'")[0][0]
+        power = page.locator(f"#rack-{rack_id} [data-field=power]")
+        page.wait_for_function(
+            "el => el.textContent.trim() === '3.2'", arg=power.element_handle(), timeout=5000
+        )
+        other = context.new_page()  # the same browser logs out in another tab
+        other.goto(server.url + "/admin/")
+        other.click("#logout-form button")
+        page.wait_for_url("**/admin/login/**", timeout=10000)
+        context.close()
