@@ -11,9 +11,6 @@ into the site's `facility` sample, which names no entity, so it is never checked
 from __future__ import annotations
 
 import difflib
-import json
-import urllib.error
-import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -21,9 +18,8 @@ from typing import Any
 from agents.collectors.base import Collector
 from agents.facility.config import Entity, Target
 from agents.facility.poller import FacilityPoller
-from agents.uplink import http_url
+from agents.inventory_client import InventoryFetchError, get_inventory
 
-INVENTORY_PATH = "/api/v1/inventory"
 # Enough names to spot a typo in a line; a big site's full list would bury the message.
 _LISTED = 12
 
@@ -43,20 +39,11 @@ class SiteEntities:
 
 def fetch_site_entities(server: str, token: str, timeout_s: float = 5.0) -> SiteEntities:
     """The site's racks, feeds and loops, read with the site's own source token."""
-    request = urllib.request.Request(
-        http_url(server, INVENTORY_PATH),
-        headers={"Authorization": f"Bearer {token}", "Accept": "application/json"},
-    )
     try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as response:
-            data = json.loads(response.read())
-    except urllib.error.HTTPError as exc:
-        # 401 also from a backend older than the site-token inventory: not proof of a bad token.
-        raise InventoryUnavailable(
-            f"{server} answered HTTP {exc.code} to GET {INVENTORY_PATH}"
-        ) from None
-    except (OSError, ValueError) as exc:
-        raise InventoryUnavailable(f"cannot read the inventory from {server}: {exc}") from None
+        data = get_inventory(server, token, timeout_s)
+    except InventoryFetchError as exc:
+        # 401 too: an older backend refuses site tokens here; not proof of a bad token.
+        raise InventoryUnavailable(str(exc)) from None
     return parse_site_entities(data)
 
 

@@ -11,6 +11,7 @@ PROTOCOL_VERSION = 1
 WS_PATH = "/ws/ingest/v1"
 HTTP_INGEST_PATH = "/api/v1/ingest"
 HTTP_ENROLL_PATH = "/api/v1/enroll"
+HTTP_INVENTORY_PATH = "/api/v1/inventory"
 
 # A batch larger than this is refused with 413 (WebSocket: an error frame).
 MAX_BATCH_BYTES = 1 << 20

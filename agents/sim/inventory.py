@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
-import json
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from typing import Any
 
-from agents.uplink import http_url
-
-INVENTORY_PATH = "/api/v1/inventory"
+from agents.inventory_client import InventoryFetchError, get_inventory
 
 
 class InventoryError(Exception):
@@ -106,19 +101,12 @@ def parse_inventory(data: Any) -> Inventory:
 
 
 def fetch_inventory(server: str, enroll_token: str, timeout_s: float = 10.0) -> Inventory:
-    request = urllib.request.Request(
-        http_url(server, INVENTORY_PATH),
-        headers={"Authorization": f"Bearer {enroll_token}", "Accept": "application/json"},
-    )
     try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as resp:
-            data = json.loads(resp.read())
-    except urllib.error.HTTPError as exc:
-        if exc.code == 401:
+        data = get_inventory(server, enroll_token, timeout_s)
+    except InventoryFetchError as exc:
+        if exc.status == 401:
             raise InventoryError(
                 "the enrolment token was refused (bad, expired or revoked)"
             ) from None
-        raise InventoryError(f"GET {INVENTORY_PATH} failed with HTTP {exc.code}") from None
-    except (OSError, ValueError) as exc:
-        raise InventoryError(f"cannot read the inventory from {server}: {exc}") from None
+        raise InventoryError(str(exc)) from None
     return parse_inventory(data)
