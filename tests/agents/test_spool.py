@@ -3,6 +3,8 @@ from __future__ import annotations
 import stat
 from pathlib import Path
 
+import pytest
+
 from agents.spool import SEQ_BLOCK, Spool, SpoolSettings
 
 
@@ -79,3 +81,30 @@ def test_interrupted_write_is_discarded_on_start(tmp_path: Path) -> None:
     spool = Spool(tmp_path)
     assert spool.pending() == []
     assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_a_full_disk_loses_that_batch_counts_it_and_the_agent_keeps_going(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+
+    import orjson
+
+    from agents.outbox import Outbox
+    from agents.uplink import UplinkSettings
+    from tests.agents.helpers import node_reading
+
+    settings = UplinkSettings(server="http://127.0.0.1:9", token="t", source="node:n1")
+    outbox = Outbox("node:n1", tmp_path, settings, SpoolSettings(fsync=False))
+    real_put = outbox.spool.put
+
+    def disk_full(seq: int, payload: bytes) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(outbox.spool, "put", disk_full)
+    lost = outbox.submit(node_reading())
+    monkeypatch.setattr(outbox.spool, "put", real_put)
+    kept = outbox.submit(node_reading())
+    assert outbox.spool.pending() == [kept] and lost != kept
+    sent = orjson.loads(outbox.spool.read(kept) or b"{}")
+    assert sent["agent"]["dropped_batches"] == 1  # the loss is reported with the next batch
