@@ -118,45 +118,29 @@ class GpuCollector:
         return reading
 
     def _fast(self, index: int, handle: Any, now: float) -> dict[str, Any]:
-        get = self.nvml.get
+        nvml = self.nvml
         sample: dict[str, Any] = {"ts": now, "gpu": index}
-        util = get(index, "nvmlDeviceGetUtilizationRates", handle)
+        util = nvml.utilization(index, handle)
         if util is not None:
-            sample["util_gpu_pct"] = int(util.gpu)
-            sample["util_mem_pct"] = int(util.memory)
-        memory = get(index, "nvmlDeviceGetMemoryInfo", handle)
+            sample["util_gpu_pct"] = util.gpu_pct
+            sample["util_mem_pct"] = util.memory_pct
+        memory = nvml.memory_info(index, handle)
         if memory is not None:
-            sample["mem_used_mib"] = round(memory.used / MIB)
-            sample["mem_total_mib"] = round(memory.total / MIB)
-        _put(
-            sample,
-            "temp_gpu_c",
-            get(index, "nvmlDeviceGetTemperature", handle, pynvml.NVML_TEMPERATURE_GPU),
-        )
-        _put(sample, "temp_margin_c", get(index, "nvmlDeviceGetMarginTemperature", handle))
-        _put(sample, "power_w", get(index, "nvmlDeviceGetPowerUsage", handle), 0.001)
-        _put(sample, "power_limit_w", get(index, "nvmlDeviceGetEnforcedPowerLimit", handle), 0.001)
-        _put(
-            sample,
-            "clock_sm_mhz",
-            get(index, "nvmlDeviceGetClockInfo", handle, pynvml.NVML_CLOCK_SM),
-        )
-        _put(
-            sample,
-            "clock_mem_mhz",
-            get(index, "nvmlDeviceGetClockInfo", handle, pynvml.NVML_CLOCK_MEM),
-        )
-        pstate = get(index, "nvmlDeviceGetPerformanceState", handle)
-        if pstate is not None and int(pstate) != PSTATE_UNKNOWN:
-            sample["pstate"] = int(pstate)
-        _put(
-            sample,
-            "clock_event_reasons",
-            get(index, "nvmlDeviceGetCurrentClocksEventReasons", handle),
-        )
-        _put(sample, "fan_pct", get(index, "nvmlDeviceGetFanSpeed", handle))
+            sample["mem_used_mib"] = round(memory.used_bytes / MIB)
+            sample["mem_total_mib"] = round(memory.total_bytes / MIB)
+        _put(sample, "temp_gpu_c", nvml.temperature_c(index, handle, pynvml.NVML_TEMPERATURE_GPU))
+        _put(sample, "temp_margin_c", nvml.margin_temperature_c(index, handle))
+        _put(sample, "power_w", nvml.power_usage_mw(index, handle), 0.001)
+        _put(sample, "power_limit_w", nvml.enforced_power_limit_mw(index, handle), 0.001)
+        _put(sample, "clock_sm_mhz", nvml.clock_mhz(index, handle, pynvml.NVML_CLOCK_SM))
+        _put(sample, "clock_mem_mhz", nvml.clock_mhz(index, handle, pynvml.NVML_CLOCK_MEM))
+        pstate = nvml.performance_state(index, handle)
+        if pstate is not None and pstate != PSTATE_UNKNOWN:
+            sample["pstate"] = pstate
+        _put(sample, "clock_event_reasons", nvml.clock_event_reasons(index, handle))
+        _put(sample, "fan_pct", nvml.fan_speed_pct(index, handle))
         sample.update(
-            scaled(self.nvml.field_values(index, handle, list(FAST_FIELDS), "fast"), FAST_FIELDS)
+            scaled(nvml.field_values(index, handle, list(FAST_FIELDS), "fast"), FAST_FIELDS)
         )
         return sample
 
@@ -207,7 +191,7 @@ class GpuCollector:
         )
 
     def _read_energy(self, index: int, handle: Any) -> dict[str, Any]:
-        millijoules = self.nvml.get(index, "nvmlDeviceGetTotalEnergyConsumption", handle)
+        millijoules = self.nvml.total_energy_mj(index, handle)
         return {} if millijoules is None else {"energy_j": round(millijoules / 1000.0, 3)}
 
     def _read_pcie(self, index: int, handle: Any) -> dict[str, Any]:
@@ -226,7 +210,7 @@ class GpuCollector:
             ("pcie_tx_kib_s", pynvml.NVML_PCIE_UTIL_TX_BYTES),
             ("pcie_rx_kib_s", pynvml.NVML_PCIE_UTIL_RX_BYTES),
         ):
-            _put(fields, name, self.nvml.get(index, "nvmlDeviceGetPcieThroughput", handle, counter))
+            _put(fields, name, self.nvml.pcie_throughput_kib_s(index, handle, counter))
         return fields
 
     def _read_nvlink(self, index: int, handle: Any) -> dict[str, Any]:
@@ -234,16 +218,13 @@ class GpuCollector:
         if links is None:  # probe once: how many links does this GPU have?
             links = 0
             while links < NVLINK_MAX_LINKS and (
-                self.nvml.probe(index, "nvmlDeviceGetNvLinkState", handle, links) is not None
+                self.nvml.nvlink_is_up(index, handle, links) is not None
             ):
                 links += 1
             self._nvlink_links[index] = links
         if not links:
             return {}  # no NVLink here (PCIe card, or a VM without peers): fields left out
-        up = 0
-        for link in range(links):
-            state = self.nvml.probe(index, "nvmlDeviceGetNvLinkState", handle, link)
-            up += int(state == pynvml.NVML_FEATURE_ENABLED)
+        up = sum(bool(self.nvml.nvlink_is_up(index, handle, link)) for link in range(links))
         fields: dict[str, Any] = {"nvlink_up": up}
         errors = self.nvml.field_values(index, handle, list(NVLINK_ERROR_FIELDS), "nvlink_errors")
         fields.update(scaled(errors, NVLINK_ERROR_FIELDS))
@@ -260,22 +241,19 @@ class GpuCollector:
     # -- static facts ------------------------------------------------------------------------
 
     def _device_info(self, index: int, handle: Any, driver: str | None) -> dict[str, Any]:
-        get = self.nvml.get
+        nvml = self.nvml
         info: dict[str, Any] = {"gpu": index}
-        for key, call in (
-            ("uuid", "nvmlDeviceGetUUID"),
-            ("model", "nvmlDeviceGetName"),
-            ("serial", "nvmlDeviceGetSerial"),
+        for key, value in (
+            ("uuid", nvml.uuid(index, handle)),
+            ("model", nvml.name(index, handle)),
+            ("serial", nvml.serial(index, handle)),
+            ("pci_bus_id", nvml.pci_bus_id(index, handle)),
         ):
-            value = get(index, call, handle)
             if value is not None:
-                info[key] = _text(value)
-        pci = get(index, "nvmlDeviceGetPciInfo", handle)
-        if pci is not None:
-            info["pci_bus_id"] = _text(pci.busId)
-        memory = get(index, "nvmlDeviceGetMemoryInfo", handle)
+                info[key] = value
+        memory = nvml.memory_info(index, handle)
         if memory is not None:
-            info["mem_total_mib"] = round(memory.total / MIB)
+            info["mem_total_mib"] = round(memory.total_bytes / MIB)
         if driver:
             info["driver"] = driver
         info["mig_mode"], info["mig"] = self._mig(index, handle)
@@ -284,49 +262,37 @@ class GpuCollector:
 
     def _limits(self, index: int, handle: Any) -> dict[str, Any]:
         """Read once: the device's own thresholds, absolute and as T.Limit offsets."""
+        nvml = self.nvml
         limits: dict[str, Any] = {}
         for name, kind in TEMPERATURE_THRESHOLDS.items():
-            _put(
-                limits,
-                name,
-                self.nvml.get(index, "nvmlDeviceGetTemperatureThreshold", handle, kind),
-            )
-        _put(
-            limits,
-            "power_limit_default_w",
-            self.nvml.get(index, "nvmlDeviceGetPowerManagementDefaultLimit", handle),
-            0.001,
-        )
-        constraints = self.nvml.get(index, "nvmlDeviceGetPowerManagementLimitConstraints", handle)
+            _put(limits, name, nvml.temperature_threshold_c(index, handle, kind))
+        _put(limits, "power_limit_default_w", nvml.default_power_limit_mw(index, handle), 0.001)
+        constraints = nvml.power_limit_constraints_mw(index, handle)
         if constraints is not None:
             limits["power_limit_min_w"] = constraints[0] / 1000.0
             limits["power_limit_max_w"] = constraints[1] / 1000.0
         limits.update(
-            scaled(
-                self.nvml.field_values(index, handle, list(TLIMIT_FIELDS), "tlimit"), TLIMIT_FIELDS
-            )
+            scaled(nvml.field_values(index, handle, list(TLIMIT_FIELDS), "tlimit"), TLIMIT_FIELDS)
         )
         return limits
 
     def _mig(self, index: int, handle: Any) -> tuple[bool, list[dict[str, Any]]]:
-        mode = self.nvml.get(index, "nvmlDeviceGetMigMode", handle)
-        if mode is None or int(mode[0]) != pynvml.NVML_DEVICE_MIG_ENABLE:
+        nvml = self.nvml
+        if not nvml.mig_enabled(index, handle):
             return False, []
         instances: list[dict[str, Any]] = []
-        slots = int(self.nvml.get(index, "nvmlDeviceGetMaxMigDeviceCount", handle) or 0)
-        for slot in range(slots):
-            try:
-                mig = self.nvml.lib.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)
-            except pynvml.NVMLError:
-                continue  # an empty slot answers NotFound
-            name = _text(self.nvml.get(index, "nvmlDeviceGetName", mig) or "")
-            memory = self.nvml.get(index, "nvmlDeviceGetMemoryInfo", mig)
+        for slot in range(nvml.max_mig_device_count(index, handle) or 0):
+            mig = nvml.mig_device_handle(index, handle, slot)
+            if mig is None:
+                continue  # an empty slot
+            name = nvml.name(index, mig) or ""
+            memory = nvml.memory_info(index, mig)
             instances.append(
                 {
-                    "gi": int(self.nvml.get(index, "nvmlDeviceGetGpuInstanceId", mig) or 0),
-                    "ci": int(self.nvml.get(index, "nvmlDeviceGetComputeInstanceId", mig) or 0),
+                    "gi": nvml.gpu_instance_id(index, mig) or 0,
+                    "ci": nvml.compute_instance_id(index, mig) or 0,
                     "profile": name.rsplit(" ", 1)[-1] if "MIG" in name else name,
-                    "mem_mib": round(memory.total / MIB) if memory is not None else 0,
+                    "mem_mib": round(memory.total_bytes / MIB) if memory is not None else 0,
                 }
             )
         return True, instances
@@ -348,7 +314,3 @@ def _put(sample: dict[str, Any], name: str, value: Any, scale: float = 1.0) -> N
         return
     number = value * scale
     sample[name] = int(number) if scale == 1.0 else round(number, 3)
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)

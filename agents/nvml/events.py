@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import queue
 import threading
@@ -12,7 +11,7 @@ from typing import Any
 import pynvml
 
 from agents.log import get_logger
-from agents.nvml.wrapper import Nvml
+from agents.nvml.wrapper import Nvml, NvmlEvent
 
 log = get_logger("agents.nvml.events")
 
@@ -67,19 +66,16 @@ class EventWatcher:
 
     def start(self) -> bool:
         """Register for XID/ECC events on every device that supports them; False if none."""
-        lib = self.nvml.lib
-        try:
-            self._set = lib.nvmlEventSetCreate()
-        except (pynvml.NVMLError, AttributeError):
+        self._set = self.nvml.create_event_set()
+        if self._set is None:
             return False
         registered = 0
         for index, handle in self._handles.items():
-            supported = self.nvml.get(index, "nvmlDeviceGetSupportedEventTypes", handle)
-            mask = WANTED_MASK & int(supported or 0)
+            mask = WANTED_MASK & (self.nvml.supported_event_types(index, handle) or 0)
             if not mask:
                 continue
             try:
-                lib.nvmlDeviceRegisterEvents(handle, mask, self._set)
+                self.nvml.register_events(handle, mask, self._set)
                 registered += 1
             except pynvml.NVMLError as exc:
                 log.info("no NVML events for this GPU", gpu=index, error=str(exc))
@@ -102,31 +98,29 @@ class EventWatcher:
         if self._thread is not None:
             self._thread.join(timeout=self.wait_ms / 1000.0 + 1.0)
         if self._set is not None:
-            with contextlib.suppress(pynvml.NVMLError):
-                self.nvml.lib.nvmlEventSetFree(self._set)
+            self.nvml.free_event_set(self._set)
 
     def _loop(self) -> None:
         while not self._stop.is_set():
             try:
-                data = self.nvml.lib.nvmlEventSetWait_v2(self._set, self.wait_ms)
+                happened = self.nvml.wait_for_event(self._set, self.wait_ms)
             except pynvml.NVMLError as exc:
-                if getattr(exc, "value", None) == pynvml.NVML_ERROR_TIMEOUT:
-                    continue
                 log.warning("NVML event wait failed", error=str(exc))
                 self._stop.wait(1.0)
                 continue
-            self.events.put(self._event(data))
+            if happened is not None:  # None: the wait timed out, nothing happened
+                self.events.put(self._event(happened))
 
-    def _event(self, data: Any) -> dict[str, Any]:
-        kind = _KINDS.get(int(data.eventType), "note")
+    def _event(self, happened: NvmlEvent) -> dict[str, Any]:
+        kind = _KINDS.get(happened.event_type, "note")
         event: dict[str, Any] = {"ts": round(time.time(), 3), "kind": kind}
-        index = self._index_of.get(handle_key(data.device))
+        index = self._index_of.get(handle_key(happened.device))
         if index is not None:
             event["gpu"] = index
         if kind == "xid":
-            code = int(data.eventData)
+            code = happened.data
             event["code"] = code
             event["detail"] = XID_MEANING.get(code, f"XID {code}")
         else:
-            event["detail"] = f"NVML event type {int(data.eventType):#x}"
+            event["detail"] = f"NVML event type {happened.event_type:#x}"
         return event
