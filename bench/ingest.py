@@ -6,7 +6,7 @@ W batches in flight each, 8 GPUs × 20 fields per batch):
   (a) the full ingest path: receive, validate, durable write, ack;
   (b) a no-op consumer with the same consumer machinery that parses and acks;
   (c) a stock Channels AsyncWebsocketConsumer that parses and acks;
-  (d) the storage write (fleet.ingest.store) of the same rows next to a raw
+  (d) the one write path (fleet.storage.samples.write_samples) of the same rows next to a raw
       executemany of them.
 Prints a table and, last, one `key=value` line. Figures are closed-loop
 saturation throughput; the load generator shares the two cores.
@@ -117,42 +117,49 @@ def load(server: FleetServer, route: str, tokens: Path, args: argparse.Namespace
 
 
 def storage_rates(server: FleetServer, rows_total: int, commit_rows: int) -> tuple[float, float]:
-    """Rows/s of Store.write vs raw executemany of the same rows, same commit size."""
+    """Rows/s of write_samples vs raw executemany of the same rows, same commit size."""
     env = server.env()
     code = f"""
 import json, time, os, django
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "fleetwatch.settings")
 django.setup()
 from django.conf import settings
-from fleet.ingest.store import open_store, raw_columns
-store = open_store(dict(settings.DATABASES["default"]))
-cols = raw_columns("gpu")
-nmetrics = len(cols) - 3
+from fleet.storage.db import open_db, raw_columns
+from fleet.storage.samples import SampleWrite, write_samples
 from agents.protocol.metrics import METRICS
-integer = [m.integer for m in METRICS["gpu"]]
-def rows(base):
+db = open_db(dict(settings.DATABASES["default"]))
+cols = raw_columns("gpu")
+metrics = [m for m in METRICS["gpu"]]
+def samples(base):
     out = []
     for i in range({rows_total}):
-        vals = [
-            (int if integer[j] else float)(j + i % 7) if j % 3 else None for j in range(nmetrics)
-        ]
-        out.append((base + (i // 1600) * 0.001, 1 + (i // 8) % 200, i % 8, *vals))
+        s = {{"ts": base + (i // 1600) * 0.001, "gpu": i % 8}}
+        for j, m in enumerate(metrics):
+            if j % 3:
+                s[m.name] = (int if m.integer else float)(j + i % 7)
+        out.append(((1 + (i // 8) % 200, i % 8), s))
     return out
+def rows(base):
+    return [(s["ts"], *key, *(s.get(m.name) for m in metrics)) for key, s in samples(base)]
 def timed(fn, data):
     t = time.perf_counter()
     for s in range(0, len(data), {commit_rows}):
         fn(data[s:s + {commit_rows}])
     return len(data) / (time.perf_counter() - t)
-store_rate = timed(lambda chunk: store.write({{"gpu": (cols, chunk)}}, [], []), rows(1.2e9))
+def one_path(chunk):
+    write = SampleWrite()
+    write.add_samples("gpu", chunk)
+    write_samples(db, write)
+store_rate = timed(one_path, samples(1.2e9))
 marks = ",".join(["%s"] * len(cols))
 sql = f"INSERT INTO fw_gpu_raw VALUES ({{marks}})"
-if store.vendor == "sqlite":
-    conn = store.conn
+if db.vendor == "sqlite":
+    conn = db.conn
     sql = sql.replace("%s", "?").replace("INSERT", "INSERT OR IGNORE")
     def raw(chunk):
         conn.execute("BEGIN IMMEDIATE"); conn.executemany(sql, chunk); conn.execute("COMMIT")
 else:
-    conn = store.conn
+    conn = db._connection()
     sql += " ON CONFLICT DO NOTHING"
     def raw(chunk):
         with conn.cursor() as cur:

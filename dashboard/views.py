@@ -9,19 +9,14 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
 from dashboard.overview import fleet_overview as build_overview
-from dashboard.overview import overview_payload
 
 
 @login_required
 def fleet_overview(request: HttpRequest) -> HttpResponse:
-    now = time.time()
-    racks, nodes, pdu = build_overview(now)
-    halls: dict[str, list[object]] = {}
-    for rack in racks:
-        halls.setdefault(rack.hall, []).append(rack)
+    halls, payload = build_overview(time.time())
     context = {
         "halls": halls,
-        "payload": overview_payload(racks, nodes, pdu, now),
-        "rack_count": len(racks),
+        "payload": payload,
+        "rack_count": sum(len(racks) for racks in halls.values()),
     }
     return render(request, "dashboard/fleet.html", context)

@@ -1,23 +1,131 @@
-"""Live updates to browsers: the one place that names Channels groups.
+"""Live updates to browsers: the one place that names Channels groups, and the
+publisher that feeds them.
 
-The ingest writer computes per-node and per-rack figures every live interval;
-the server process that owns the writer pushes them here. Consumers in
-`dashboard/consumers.py` only forward what arrives.
+Each ingest child reports which entities' latest state it saved (CHANGED frames);
+the `LivePublisher` of the server process coalesces those reports, reads the
+affected racks' latest state once per interval (`fleet.state.live_updates`, which
+derives every figure and level through `fleet.health`) and sends them to:
+
+- `live.site.<site id>`: per rack summaries of that site, its loops and facility figures;
+- `live.rack.<rack id>`: that rack's summary and its nodes' summaries;
+- `live.fleet`: a compact fleet summary (per site: racks by level, GPUs throttling).
+
+A publish that fails (Redis away, a slow layer) is logged, counted and dropped:
+it never touches ingest, and the next interval publishes the then-current state,
+so pages resume by themselves when the layer returns.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
 
 from channels.layers import get_channel_layer
 
-FLEET_GROUP = "fleet"
+log = logging.getLogger("fleet.live")
 
-FLEET_UPDATE = "fleet.update"
+LIVE_UPDATE = "live.update"  # the consumer method `live_update`
+SEND_TIMEOUT_S = 2.0
+LOG_EVERY_S = 60.0
 
 
-async def publish_fleet_update(update: dict[str, Any]) -> None:
-    layer = get_channel_layer()
-    if layer is None:
-        return
-    await layer.group_send(FLEET_GROUP, {"type": FLEET_UPDATE, "update": update})
+def fleet_group() -> str:
+    return "live.fleet"
+
+
+def site_group(site_id: int) -> str:
+    return f"live.site.{site_id}"
+
+
+def rack_group(rack_id: int) -> str:
+    return f"live.rack.{rack_id}"
+
+
+Changed = dict[str, set[tuple[int, ...]]]
+
+
+@dataclass
+class PublisherCounters:
+    published: int = 0
+    failed: int = 0
+    build_failed: int = 0
+
+
+@dataclass
+class LivePublisher:
+    interval_s: float = 0.5
+    pending: Changed = field(default_factory=dict)
+    counters: PublisherCounters = field(default_factory=PublisherCounters)
+    _wake: asyncio.Event | None = None
+    _task: asyncio.Task[None] | None = None
+    _logged_at: float = 0.0
+
+    def note_changed(self, changed: dict[str, list[list[int]]]) -> None:
+        """Called by ingest links (never blocks): remember what moved, wake the loop."""
+        for kind, keys in changed.items():
+            self.pending.setdefault(kind, set()).update(tuple(k) for k in keys)
+        if self._task is None or self._task.done():
+            self._wake = asyncio.Event()
+            self._task = asyncio.ensure_future(self._run())
+        if self._wake is not None:
+            self._wake.set()
+
+    async def _run(self) -> None:
+        assert self._wake is not None
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            changed, self.pending = self.pending, {}
+            if changed:
+                await self.publish(changed)
+            await asyncio.sleep(self.interval_s)  # coalesce: at most one publish per interval
+
+    async def publish(self, changed: Changed) -> None:
+        from channels.db import database_sync_to_async
+
+        from fleet.state import live_updates
+
+        try:
+            updates = await database_sync_to_async(live_updates)(changed, time.time())
+        except Exception as exc:
+            self.counters.build_failed += 1
+            self._log_failure("could not build live updates", exc)
+            return
+        layer = get_channel_layer()
+        if layer is None:
+            return
+        for group, payload in updates:
+            try:
+                message = {"type": LIVE_UPDATE, "update": payload}
+                await asyncio.wait_for(layer.group_send(group, message), SEND_TIMEOUT_S)
+                self.counters.published += 1
+            except Exception as exc:
+                self.counters.failed += 1
+                self._log_failure("live publish failed; dropped until the layer answers", exc)
+                return
+
+    def _log_failure(self, what: str, exc: BaseException) -> None:
+        now = time.monotonic()
+        if now - self._logged_at >= LOG_EVERY_S:
+            self._logged_at = now
+            log.warning(
+                "%s: %r (failed publishes so far: %d, failed builds: %d)",
+                what,
+                exc,
+                self.counters.failed,
+                self.counters.build_failed,
+            )
+
+
+_publisher: LivePublisher | None = None
+
+
+def get_publisher() -> LivePublisher:
+    global _publisher
+    if _publisher is None:
+        from django.conf import settings
+
+        _publisher = LivePublisher(settings.LIVE_INTERVAL_S)
+    return _publisher

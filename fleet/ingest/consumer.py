@@ -1,15 +1,22 @@
 """The WebSocket ingest endpoint: `/ws/ingest/v1`.
 
-Deliberately dumb and lean: it authenticates once, hands each frame's bytes to
-the writer unparsed, and sends back what the writer answers. `dispatch` skips
+Deliberately dumb and lean: it authenticates once, hands each frame's bytes to the
+ingest child unparsed, and sends back what the child answers. `dispatch` skips
 Channels' per-message `aclose_old_connections()` thread hop, which halves
 throughput (ingest-feasibility.md); the only ORM call, the token lookup, goes
 through `database_sync_to_async`, which closes stale connections itself.
+
+Backpressure: at most `MAX_IN_FLIGHT` batches of one connection are with the
+child at a time; past that the consumer stops taking frames until answers come
+back, which stops the server reading that agent's socket. Answers are sent by a
+sender of this connection's own, so an agent that stops reading delays only itself.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from typing import Any
 
 import orjson
@@ -19,11 +26,14 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 
 from agents.protocol import CLOSE_FORBIDDEN, CLOSE_UNAUTHORIZED, MAX_BATCH_BYTES
 from fleet.ingest.auth import SourceIdentity, authenticate_source, bearer_from_headers
-from fleet.ingest.writer import IngestWriter, get_pool
+from fleet.ingest.link import IngestLink, get_pool
 
 log = logging.getLogger("fleet.ingest")
 
-CLOSE_WRITER_FAILED = 1011
+CLOSE_RETRY = 1011  # storage unavailable or the child failed: reconnect and resend
+# Batches of one connection with the child at once (docs/protocol.md); the agent's own
+# window is 32, so a well-behaved agent never waits here.
+MAX_IN_FLIGHT = 64
 
 
 class LeanDispatchMixin:
@@ -34,11 +44,16 @@ class LeanDispatchMixin:
         await handler(message)
 
 
+def ack_frame(seq: int | None) -> str:
+    """`{"ack": seq, "t": server time}`: the agent measures its clock offset from `t`."""
+    return f'{{"ack":{seq},"t":{time.time():.3f}}}'
+
+
 class IngestConsumer(LeanDispatchMixin, AsyncWebsocketConsumer):
     channel_layer_alias = "none"  # no channel layer: nothing is ever sent *to* an agent
 
     identity: SourceIdentity | None = None
-    writer: IngestWriter | None = None
+    link: IngestLink | None = None
     conn_id = 0
     closing = False  # once we close, later answers for this connection are dropped
 
@@ -50,55 +65,101 @@ class IngestConsumer(LeanDispatchMixin, AsyncWebsocketConsumer):
             # Close after accepting so the agent sees 4401, not a bare HTTP 403.
             await self.close(code=CLOSE_UNAUTHORIZED)
             return
+        self.in_flight = 0
+        self._room = asyncio.Event()
+        self._outbox: list[tuple[str | None, int]] = []  # (frame text, or None; close code)
+        self._sender: asyncio.Task[None] | None = None
         pool = get_pool()
         self.conn_id = pool.next_conn_id()
-        self.writer = await pool.writer_for(self.conn_id)
-        self.writer.open(self.conn_id, self.identity, self)
+        try:
+            self.link = await pool.link_for(self.conn_id)
+        except Exception:
+            log.exception("no ingest child for a new connection")
+            await self.close(code=CLOSE_RETRY)
+            return
+        self.link.open(self.conn_id, self.identity, self)
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
-        if self.writer is None:
+        if self.link is None:
             return
         payload = text_data.encode() if text_data is not None else (bytes_data or b"")
         if len(payload) > MAX_BATCH_BYTES:
-            await self._nack(None, 413, "$", f"batch is {len(payload)} bytes; the limit is 1 MiB")
+            error = {"code": 413, "field": "$", "reason": "batch larger than 1 MiB"}
+            self._queue(orjson.dumps({"nack": None, "error": error}).decode())
             return
-        self.writer.submit(self.conn_id, payload)
+        while self.in_flight >= MAX_IN_FLIGHT and self.link is not None:
+            self._room.clear()
+            await self._room.wait()
+        if self.link is None:
+            return
+        self.in_flight += 1
+        await self.link.submit(self.conn_id, payload)
 
     async def disconnect(self, code: int) -> None:
         self.closing = True
-        if self.writer is not None:
-            self.writer.close(self.conn_id)
-            self.writer = None
+        if self.link is not None:
+            self.link.close(self.conn_id)
+            self.link = None
+        if hasattr(self, "_room"):
+            self._room.set()
 
-    async def writer_result(self, seq: int | None, code: int, error: dict[str, Any] | None) -> None:
+    # -- answers from the child (sync: they only queue) ---------------------------
+    def answer(self, seq: int | None, code: int, error: dict[str, Any] | None) -> None:
+        if code != 401:
+            self.in_flight = max(0, self.in_flight - 1)
+            self._room.set()
         # An agent pipelines batches, so one commit can answer several of them: after
         # the first answer that closes the connection, the rest have nowhere to go.
         if self.closing:
             return
         if code == 0:
-            await self.send(text_data=f'{{"ack":{seq}}}')
+            self._queue(ack_frame(seq))
         elif code == 403:
-            await self.send(text_data=orjson.dumps({"nack": seq, "error": error}).decode())
-            await self._close(CLOSE_FORBIDDEN)
+            self._queue(orjson.dumps({"nack": seq, "error": error}).decode())
+            self._close_after(CLOSE_FORBIDDEN)
         elif code == 401:  # the token was revoked (re-enrolled, or by an admin)
-            await self._close(CLOSE_UNAUTHORIZED)
+            self._close_after(CLOSE_UNAUTHORIZED)
         elif code >= 500:
-            await self._close(CLOSE_WRITER_FAILED)
+            # Transient: the agent must resend, and a nack would make it drop the batch.
+            self._close_after(CLOSE_RETRY)
         else:
-            await self.send(text_data=orjson.dumps({"nack": seq, "error": error}).decode())
+            self._queue(orjson.dumps({"nack": seq, "error": error}).decode())
 
-    async def writer_lost(self) -> None:
-        self.writer = None
+    def link_lost(self) -> None:
+        self.link = None
+        self._room.set()
         if not self.closing:
-            await self._close(CLOSE_WRITER_FAILED)
+            self._close_after(CLOSE_RETRY)
 
-    async def _close(self, code: int) -> None:
+    def _close_after(self, code: int) -> None:
         self.closing = True
-        if self.writer is not None:
-            self.writer.close(self.conn_id)
-            self.writer = None
-        await self.close(code=code)
+        if self.link is not None:
+            self.link.close(self.conn_id)
+            self.link = None
+        self._room.set()
+        self._outbox.append((None, code))
+        self._wake_sender()
 
-    async def _nack(self, seq: int | None, code: int, field: str, reason: str) -> None:
-        error = {"code": code, "field": field, "reason": reason}
-        await self.send(text_data=orjson.dumps({"nack": seq, "error": error}).decode())
+    def _queue(self, text: str) -> None:
+        self._outbox.append((text, 0))
+        self._wake_sender()
+
+    def _wake_sender(self) -> None:
+        if self._sender is None:
+            self._sender = asyncio.ensure_future(self._send_outbox())
+
+    async def _send_outbox(self) -> None:
+        try:
+            while self._outbox:
+                batch, self._outbox = self._outbox, []
+                for text, close_code in batch:
+                    if text is None:
+                        await self.close(code=close_code)
+                        self._outbox.clear()
+                        return
+                    await self.send(text_data=text)
+        except Exception:
+            log.debug("connection %s went away while answering", self.conn_id, exc_info=True)
+            self._outbox.clear()
+        finally:
+            self._sender = None

@@ -1,10 +1,10 @@
-"""Framing between a server process and its ingest writer process.
+"""Framing between a server process (`link.py`) and its ingest child process (`child.py`).
 
 Each frame is a 9-byte header `<length u32, type u8, conn_id u32>` and a payload.
 Server → writer: HELLO (JSON {source, site_id}), BATCH (the agent's raw JSON
 bytes, unparsed: parsing happens in the writer, off the event loop's GIL),
-BYE. Writer → server: READY, RESULTS (JSON [[conn_id, seq, code, error], …]
-once per commit), LIVE (JSON live update to publish).
+BYE. Child → server: READY, RESULTS (JSON [[conn_id, seq, code, error], …]
+once per commit), CHANGED (JSON {kind: [[entity ids…], …]}: whose latest state was saved).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ BATCH = ord("B")
 BYE = ord("X")
 READY = ord("R")
 RESULTS = ord("A")
-LIVE = ord("L")
+CHANGED = ord("L")
 
 
 def frame(kind: int, conn_id: int, payload: bytes = b"") -> bytes:

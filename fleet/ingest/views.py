@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import orjson
@@ -21,7 +22,7 @@ from fleet.ingest.enrollment import (
 from fleet.ingest.enrollment import (
     enroll as enroll_source,
 )
-from fleet.ingest.writer import get_pool
+from fleet.ingest.link import get_pool
 from fleet.models import Site
 
 HTTP_WAIT_S = 30.0
@@ -65,38 +66,45 @@ def inventory(request: HttpRequest) -> HttpResponse:
 
 
 class _OneShot:
-    """A WriterHandler for one HTTP request."""
+    """A LinkHandler for one HTTP request."""
 
     def __init__(self) -> None:
         self.done: asyncio.Future[tuple[int | None, int, dict[str, Any] | None]] = (
             asyncio.get_running_loop().create_future()
         )
 
-    async def writer_result(self, seq: int | None, code: int, error: dict[str, Any] | None) -> None:
+    def answer(self, seq: int | None, code: int, error: dict[str, Any] | None) -> None:
         if not self.done.done():
             self.done.set_result((seq, code, error))
 
-    async def writer_lost(self) -> None:
+    def link_lost(self) -> None:
+        error = {"code": 503, "field": "$", "reason": "the ingest child restarted; resend"}
         if not self.done.done():
-            self.done.set_result((None, 503, {"code": 503, "field": "$", "reason": "retry"}))
+            self.done.set_result((None, 503, error))
 
 
 async def submit_over_http(identity: SourceIdentity, body: bytes) -> JsonResponse:
     pool = get_pool()
     conn_id = pool.next_conn_id()
-    writer = await pool.writer_for(conn_id)
-    handler = _OneShot()
-    writer.open(conn_id, identity, handler)
     try:
-        writer.submit(conn_id, body)
+        link = await pool.link_for(conn_id)
+    except Exception:
+        return _error(503, "$", "the ingest child is not available; resend")
+    handler = _OneShot()
+    link.open(conn_id, identity, handler)
+    try:
+        await link.submit(conn_id, body)
         seq, code, error = await asyncio.wait_for(handler.done, HTTP_WAIT_S)
     except TimeoutError:
-        return _error(503, "$", "the writer did not answer in time; resend")
+        return _error(503, "$", "the ingest child did not answer in time; resend")
     finally:
-        writer.close(conn_id)
+        link.close(conn_id)
     if code == 0:
-        return JsonResponse({"ack": seq})
-    return JsonResponse({"nack": seq, "error": error}, status=code)
+        return JsonResponse({"ack": seq, "t": round(time.time(), 3)})
+    response = JsonResponse({"nack": seq, "error": error}, status=code)
+    if code == 503:
+        response["Retry-After"] = "1"
+    return response
 
 
 @csrf_exempt

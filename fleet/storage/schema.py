@@ -64,10 +64,30 @@ def create_raw(kind: str, columns: Columns, vendor: str) -> list[str]:
     return [f"CREATE TABLE {raw_table(kind)} ({', '.join(cols)}, PRIMARY KEY ({pk})) WITHOUT ROWID"]
 
 
-def create_latest(kind: str, columns: Columns, vendor: str) -> list[str]:
+def create_latest_v1(kind: str, columns: Columns, vendor: str) -> list[str]:
+    """The first latest-state shape (one `ts` per row), kept for migration 0002."""
     keys = ENTITY_COLUMNS[kind]
     cols = [f"{k} INTEGER NOT NULL" for k in keys] + [f"ts {_ts_type(vendor)} NOT NULL"]
     cols += [f"{name} {_num(integer, vendor)}" for name, integer in columns]
+    return [
+        f"CREATE TABLE {latest_table(kind)} ({', '.join(cols)}, PRIMARY KEY ({', '.join(keys)}))"
+    ]
+
+
+def field_ts_column(metric: str) -> str:
+    """The column holding when `metric`'s latest value was sampled."""
+    return f"{metric}_ts"
+
+
+def create_latest(kind: str, columns: Columns, vendor: str) -> list[str]:
+    """Latest state, merged per field: each metric has its value and its own sample time,
+    so a field whose reads stopped shows its age instead of looking fresh forever.
+    `ts` is the newest of them (the entity's last data)."""
+    keys = ENTITY_COLUMNS[kind]
+    ts_type = _ts_type(vendor)
+    cols = [f"{k} INTEGER NOT NULL" for k in keys] + [f"ts {ts_type} NOT NULL"]
+    for name, integer in columns:
+        cols += [f"{name} {_num(integer, vendor)}", f"{field_ts_column(name)} {ts_type}"]
     return [
         f"CREATE TABLE {latest_table(kind)} ({', '.join(cols)}, PRIMARY KEY ({', '.join(keys)}))"
     ]
@@ -99,7 +119,7 @@ def create_all(columns_by_kind: Mapping[str, Columns], vendor: str) -> list[str]
     statements: list[str] = []
     for kind, columns in columns_by_kind.items():
         statements += create_raw(kind, columns, vendor)
-        statements += create_latest(kind, columns, vendor)
+        statements += create_latest_v1(kind, columns, vendor)
         for tier in TIERS:
             statements += create_rollup(kind, tier, columns, vendor)
     statements.append(

@@ -1,13 +1,10 @@
-// Fleet overview: applies pushed per-node and per-rack updates to the rack tiles.
-// The rules mirror dashboard/overview.py (apply_live): PDU power when fresh,
-// else the nodes' own power, else the sum of GPU power; headroom is the least
-// headroom of any fresh GPU in the rack.
+// Fleet overview: renders the rack states the server pushes (fleet/state.py derives
+// every figure and level through fleet/health.py). The page computes nothing but how
+// old a figure is, so a quiet rack shows its age instead of frozen numbers.
 (function () {
   "use strict";
   const state = JSON.parse(document.getElementById("fleet-data").textContent);
-  const racks = new Map(state.racks.map((r) => [String(r.id), r]));
-  const nodes = new Map(Object.entries(state.nodes));
-  const pdu = new Map(Object.entries(state.pdu));
+  const racks = new Map(Object.entries(state.racks));
   const staleAfter = state.stale_after_s;
   const status = document.getElementById("live-status");
   let clockSkew = Date.now() / 1000 - state.now;
@@ -15,49 +12,42 @@
     pdu: "measured at the PDU", nodes: "sum of node meters",
     gpus: "sum of GPU power only", none: "no live data",
   };
+  const LEVEL_LABELS = { ok: "OK", warn: "Warning", crit: "Critical", unknown: "No data" };
 
   function nowS() { return Date.now() / 1000 - clockSkew; }
+  function fmtAge(s) { return s < 90 ? Math.round(s) + " s" : Math.round(s / 60) + " min"; }
 
-  function compute(rack, now) {
-    const fresh = rack.nodes.map((n) => nodes.get(String(n)))
-      .filter((s) => s && s.ts && now - s.ts < staleAfter);
-    const heads = fresh.map((s) => s.min_headroom_c).filter((v) => v !== null && v !== undefined);
-    const out = { headroom: heads.length ? Math.min(...heads) : null, power: null, source: "none" };
-    const measured = pdu.get(String(rack.id));
-    if (measured && now - measured.ts < staleAfter) {
-      out.power = measured.p / 1000; out.source = "pdu";
-    } else if (fresh.length && fresh.every((s) => s.power_w !== null && s.power_w !== undefined)) {
-      out.power = fresh.reduce((a, s) => a + s.power_w, 0) / 1000; out.source = "nodes";
-    } else if (fresh.length) {
-      out.power = fresh.reduce((a, s) => a + (s.gpu_power_w || 0), 0) / 1000; out.source = "gpus";
-    }
-    return out;
-  }
-
-  function render(rack, now) {
-    const el = document.getElementById("rack-" + rack.id);
+  function render(id, r, now) {
+    const el = document.getElementById("rack-" + id);
     if (!el) return;
-    const v = compute(rack, now);
-    const pct = v.power !== null && rack.budget_kw ? (100 * v.power) / rack.budget_kw : null;
-    el.querySelector('[data-field="power"]').textContent = v.power === null ? "–" : v.power.toFixed(1);
-    el.querySelector('[data-field="pct"]').textContent = pct === null ? "" : pct.toFixed(0) + "%";
-    el.querySelector('[data-field="bar"]').style.width = (pct === null ? 0 : Math.min(pct, 100)) + "%";
-    el.querySelector('[data-field="headroom"]').textContent =
-      v.headroom === null ? "no data" : v.headroom.toFixed(0) + " °C to slowdown";
-    el.querySelector('[data-field="source"]').textContent = SOURCE_LABELS[v.source];
-    el.dataset.level = pct === null ? "none" : pct >= 95 ? "crit" : pct >= 85 ? "warn" : "ok";
-    el.dataset.heat = v.headroom === null ? "none" : v.headroom <= 3 ? "crit" : v.headroom <= 10 ? "warn" : "ok";
+    const field = (name) => el.querySelector('[data-field="' + name + '"]');
+    const age = r.ts ? now - r.ts : null;
+    const old = age === null || age >= staleAfter;
+    field("power").textContent = r.power_kw === null ? "–" : r.power_kw.toFixed(1);
+    field("pct").textContent = r.power_pct === null ? "" : r.power_pct.toFixed(0) + "%";
+    field("bar").style.width = (r.power_pct === null ? 0 : Math.min(r.power_pct, 100)) + "%";
+    field("headroom").textContent =
+      r.min_headroom_c === null ? "no data" : r.min_headroom_c.toFixed(0) + " °C to slowdown";
+    const throttling = r.throttling_thermal + r.throttling_power;
+    field("throttle").textContent = throttling ? throttling + " GPU(s) throttling" : "";
+    let label = LEVEL_LABELS[r.level] || r.level;
+    if (r.reasons && r.reasons.length) label += ": " + r.reasons.join(" · ");
+    if (old) label += age === null ? "" : " · last data " + fmtAge(age) + " ago";
+    field("state").textContent = label;
+    field("source").textContent = SOURCE_LABELS[r.power_source] || "";
+    el.dataset.level = old ? "unknown" : r.level;
+    el.dataset.powerLevel = r.power_level;
+    el.dataset.heat = r.headroom_level;
     el.dataset.updated = String(now);
-    el.setAttribute("aria-label", "Rack " + rack.name + ": " +
-      (v.power === null ? "no power data" : v.power.toFixed(1) + " of " + rack.budget_kw + " kW") +
-      ", hottest GPU " + (v.headroom === null ? "no data" : v.headroom.toFixed(0) + " °C below slowdown"));
+    el.setAttribute("aria-label", "Rack " + r.name + ": " + label + ", " +
+      (r.power_kw === null ? "no power data" : r.power_kw.toFixed(1) + " of " + r.budget_kw + " kW") +
+      ", hottest GPU " + (r.min_headroom_c === null ? "no data" : r.min_headroom_c.toFixed(0) + " °C below slowdown"));
   }
 
-  function renderAll() { const now = nowS(); racks.forEach((r) => render(r, now)); }
+  function renderAll() { const now = nowS(); racks.forEach((r, id) => render(id, r, now)); }
 
   function apply(update) {
-    for (const [id, s] of Object.entries(update.nodes || {})) nodes.set(id, s);
-    for (const [id, s] of Object.entries(update.racks || {})) pdu.set(id, { p: s.p, ts: s.ts });
+    for (const [id, r] of Object.entries(update.racks || {})) racks.set(id, r);
     if (update.ts) clockSkew = Date.now() / 1000 - update.ts;
     renderAll();
     document.body.dataset.lastUpdate = String(update.ts || "");

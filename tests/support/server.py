@@ -158,7 +158,7 @@ class FleetServer:
         if self.database_url:
             import psycopg
 
-            from fleet.ingest.store import pg_conninfo
+            from fleet.storage.db import pg_conninfo
             from fleetwatch.env import database_from_url
 
             with psycopg.connect(pg_conninfo(database_from_url(self.database_url))) as conn:

@@ -54,7 +54,7 @@ def redis_answers() -> bool:
 
 
 def _conninfo(url: str) -> str:
-    from fleet.ingest.store import pg_conninfo
+    from fleet.storage.db import pg_conninfo
     from fleetwatch.env import database_from_url
 
     return pg_conninfo(database_from_url(url))

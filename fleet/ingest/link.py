@@ -1,9 +1,13 @@
-"""The server side of the ingest writer: spawns the writer process, moves raw
-batches to it and its answers back to the right connection.
+"""The server side of ingest: spawns the ingest child process, moves raw batches to
+it and its answers back to the right connection.
 
 The event loop does no parsing here: a batch's bytes are appended to an output
-buffer that is flushed to the writer's socket once per loop iteration, and each
-commit's answers arrive as one frame and are sent from one task.
+buffer flushed to the child's socket once per loop iteration (and `submit` waits
+for `drain()` when the child falls behind, which holds back the agents feeding
+it). Each commit's answers arrive as one frame; every connection answers from its
+own sender (`Answerer`), so one agent that stops reading cannot hold up another's
+acks. CHANGED frames go to the live publisher, which never blocks this link: a
+Redis that is away costs live pushes, never ingest.
 """
 
 from __future__ import annotations
@@ -22,26 +26,32 @@ from django.conf import settings
 
 from fleet.ingest import frames
 from fleet.ingest.auth import SourceIdentity
-from fleet.live import publish_fleet_update
+from fleet.live import get_publisher
 
 log = logging.getLogger("fleet.ingest")
 
-
-class WriterHandler(Protocol):
-    async def writer_result(self, seq: int | None, code: int, error: dict[str, Any] | None) -> None:
-        """The writer's answer for one batch of this connection."""
-
-    async def writer_lost(self) -> None:
-        """The writer died: unacknowledged batches must be resent."""
+START_TIMEOUT_S = 30.0
 
 
-class IngestWriter:
-    """One writer process and the connections pinned to it."""
+class LinkHandler(Protocol):
+    def answer(self, seq: int | None, code: int, error: dict[str, Any] | None) -> None:
+        """The child's answer for one batch of this connection. Must not block."""
+
+    def link_lost(self) -> None:
+        """The child died: unacknowledged batches must be resent. Must not block."""
+
+
+class ChildStartFailed(RuntimeError):
+    pass
+
+
+class IngestLink:
+    """One ingest child process and the connections pinned to it."""
 
     def __init__(self, db: dict[str, Any], live_interval_s: float) -> None:
         self.db = db
         self.live_interval_s = live_interval_s
-        self.handlers: dict[int, WriterHandler] = {}
+        self.handlers: dict[int, LinkHandler] = {}
         self.proc: subprocess.Popen[bytes] | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._out: list[bytes] = []
@@ -69,30 +79,42 @@ class IngestWriter:
         env = dict(os.environ)
         env["FLEETWATCH_WRITER_DB"] = orjson.dumps(self.db, default=str).decode()
         env["FLEETWATCH_LIVE_INTERVAL_S"] = str(self.live_interval_s)
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "fleet.ingest.writer_process", str(child.fileno())],
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "fleet.ingest.child", str(child.fileno())],
             pass_fds=[child.fileno()],
             env=env,
         )
         child.close()
-        reader, writer = await asyncio.open_connection(sock=parent)
-        header = await reader.readexactly(frames.HEADER.size)
-        _, kind, _ = frames.HEADER.unpack(header)
-        if kind != frames.READY:
-            raise RuntimeError("ingest writer did not start")
+        try:
+            reader, writer = await asyncio.open_connection(sock=parent)
+            header = await asyncio.wait_for(reader.readexactly(frames.HEADER.size), START_TIMEOUT_S)
+            if frames.HEADER.unpack(header)[1] != frames.READY:
+                raise ChildStartFailed("the ingest child answered something other than READY")
+        except (TimeoutError, asyncio.IncompleteReadError, OSError, ChildStartFailed) as exc:
+            # Clean up after ourselves: no half-started child, no open socket.
+            proc.kill()
+            await asyncio.to_thread(proc.wait)
+            parent.close()
+            raise ChildStartFailed(f"ingest child did not start: {exc!r}") from exc
+        self.proc = proc
         self._writer = writer
         self._reader_task = asyncio.ensure_future(self._read_loop(reader))
-        log.info("ingest writer started (pid %s)", self.proc.pid)
+        log.info("ingest child started (pid %s)", proc.pid)
 
-    def open(self, conn_id: int, identity: SourceIdentity, handler: WriterHandler) -> None:
+    def open(self, conn_id: int, identity: SourceIdentity, handler: LinkHandler) -> None:
         self.handlers[conn_id] = handler
         hello = orjson.dumps(
             {"source": identity.source, "site_id": identity.site_id, "token": identity.token_hash}
         )
         self._send(frames.frame(frames.HELLO, conn_id, hello))
 
-    def submit(self, conn_id: int, payload: bytes) -> None:
+    async def submit(self, conn_id: int, payload: bytes) -> None:
+        """Queue a batch for the child; wait while the child's socket is backed up."""
         self._send(frames.frame(frames.BATCH, conn_id, payload))
+        writer = self._writer
+        if writer is not None and writer.transport.get_write_buffer_size() > 4 << 20:
+            self._flush()
+            await writer.drain()
 
     def close(self, conn_id: int) -> None:
         if self.handlers.pop(conn_id, None) is not None and self._writer is not None:
@@ -113,35 +135,35 @@ class IngestWriter:
         self._out.clear()
 
     async def _read_loop(self, reader: asyncio.StreamReader) -> None:
+        publisher = get_publisher()
         try:
             while True:
                 header = await reader.readexactly(frames.HEADER.size)
                 length, kind, _ = frames.HEADER.unpack(header)
                 payload = await reader.readexactly(length)
                 if kind == frames.RESULTS:
-                    await self._dispatch(orjson.loads(payload))
-                elif kind == frames.LIVE:
-                    await publish_fleet_update(orjson.loads(payload))
+                    self._dispatch(orjson.loads(payload))
+                elif kind == frames.CHANGED:
+                    publisher.note_changed(orjson.loads(payload))
         except (asyncio.IncompleteReadError, ConnectionError):
-            log.error("ingest writer exited (code %s)", self.proc.poll() if self.proc else None)
+            log.error("ingest child exited (code %s)", self.proc.poll() if self.proc else None)
         except Exception:
-            log.exception("ingest writer link failed")
-        await self._lost()
+            log.exception("ingest link failed")
+        self._lost()
 
-    async def _dispatch(self, results: list[list[Any]]) -> None:
+    def _dispatch(self, results: list[list[Any]]) -> None:
         for conn_id, seq, code, error in results:
             handler = self.handlers.get(conn_id)
             if handler is None:
                 continue
             try:
-                await handler.writer_result(seq, code, error)
+                handler.answer(seq, code, error)
             except Exception:
-                # One connection's failure (it went away mid-send) is that connection's
-                # problem: it must not be taken for the writer link failing.
+                # One connection's failure is that connection's problem, not the link's.
                 log.warning("could not answer connection %s", conn_id, exc_info=True)
                 self.close(conn_id)
 
-    async def _lost(self) -> None:
+    def _lost(self) -> None:
         writer, self._writer = self._writer, None
         handlers = list(self.handlers.values())
         self.handlers.clear()
@@ -151,9 +173,9 @@ class IngestWriter:
             self.proc.terminate()
         for handler in handlers:
             try:
-                await handler.writer_lost()
+                handler.link_lost()
             except Exception:
-                log.warning("could not close a connection after the writer failed", exc_info=True)
+                log.warning("could not close a connection after the child failed", exc_info=True)
 
     async def stop(self) -> None:
         if self._writer is not None:
@@ -162,29 +184,29 @@ class IngestWriter:
             await asyncio.to_thread(self.proc.wait, 30)
 
 
-class WriterPool:
-    """The writers of this server process; each connection is pinned to one of them."""
+class LinkPool:
+    """The ingest children of this server process; each connection is pinned to one."""
 
     def __init__(self, count: int, db: dict[str, Any], live_interval_s: float) -> None:
-        self.writers = [IngestWriter(db, live_interval_s) for _ in range(count)]
+        self.links = [IngestLink(db, live_interval_s) for _ in range(count)]
         self._ids = itertools.count(1)
 
     def next_conn_id(self) -> int:
         return next(self._ids)
 
-    async def writer_for(self, conn_id: int) -> IngestWriter:
-        writer = self.writers[conn_id % len(self.writers)]
-        await writer.ensure_started()
-        return writer
+    async def link_for(self, conn_id: int) -> IngestLink:
+        link = self.links[conn_id % len(self.links)]
+        await link.ensure_started()
+        return link
 
 
-_pool: WriterPool | None = None
+_pool: LinkPool | None = None
 
 
-def get_pool() -> WriterPool:
+def get_pool() -> LinkPool:
     global _pool
     if _pool is None:
-        _pool = WriterPool(
+        _pool = LinkPool(
             settings.INGEST_WRITERS, dict(settings.DATABASES["default"]), settings.LIVE_INTERVAL_S
         )
     return _pool

@@ -1,15 +1,17 @@
-"""The ingest writer process: `python -m fleet.ingest.writer_process FD`.
+"""The ingest child process: `python -m fleet.ingest.child FD`.
 
-One per server process (two on PostgreSQL if configured). It owns the durable
+One or more per server process (`FLEETWATCH_INGEST_WRITERS`). It owns the durable
 write path so that parsing, validation and the database commit run on their own
-core and GIL, while the server's event loop only moves bytes (the design that
-met the throughput bar in reference/ingest-feasibility.md).
+core and GIL, while the server's event loop only moves bytes (the design that met
+the throughput bar in reference/ingest-feasibility.md).
 
 Natural group commit: it takes everything readable, commits once, answers every
 batch in one RESULTS frame, and repeats; no linger timer. Every
-`FLEETWATCH_LIVE_INTERVAL_S` it writes the latest-state tables and sends a LIVE
-frame for the server to push to browsers. It does not start Django: the server
-passes the database settings in `FLEETWATCH_WRITER_DB`.
+`FLEETWATCH_LIVE_INTERVAL_S` it merges pending latest state (if no commit did) and
+sends a CHANGED frame naming the entities whose latest state moved, for the
+server's live publisher. It does not start Django: the server passes the database
+settings in `FLEETWATCH_WRITER_DB`. It answers READY before touching the
+database, so a database that is down at start makes batches 503, not the server fail.
 """
 
 from __future__ import annotations
@@ -26,20 +28,20 @@ from typing import Any
 import orjson
 
 from fleet.ingest import frames
-from fleet.ingest.store import open_store
-from fleet.ingest.writer_core import Result, WriterCore
+from fleet.ingest.pipeline import IngestPipeline, Result
+from fleet.storage.db import open_db
 
-log = logging.getLogger("fleet.ingest.writer")
+log = logging.getLogger("fleet.ingest.child")
 
 MAX_READ = 4 << 20  # bytes taken per round: bounds one commit's size and latency
 REVALIDATE_S = float(os.environ.get("FLEETWATCH_REVALIDATE_S", "5"))  # revoked tokens
 
 
-class WriterLoop:
-    def __init__(self, sock: socket.socket, core: WriterCore, live_interval_s: float) -> None:
+class ChildLoop:
+    def __init__(self, sock: socket.socket, pipeline: IngestPipeline, live_s: float) -> None:
         self.sock = sock
-        self.core = core
-        self.live_interval_s = live_interval_s
+        self.pipeline = pipeline
+        self.live_s = live_s
         self.buf = bytearray()
         self.stopping = False
 
@@ -48,31 +50,36 @@ class WriterLoop:
 
     def run(self) -> None:
         self.send(frames.READY, b"")
-        next_flush = time.monotonic() + self.live_interval_s
+        next_tick = time.monotonic() + self.live_s
         next_check = time.monotonic() + REVALIDATE_S
         while not self.stopping:
-            timeout = max(0.0, next_flush - time.monotonic())
+            timeout = max(0.0, next_tick - time.monotonic())
             readable, _, _ = select.select([self.sock], [], [], timeout)
             if readable and not self._read_round():
                 break
-            if time.monotonic() >= next_flush:
-                self._flush()
-                next_flush = time.monotonic() + self.live_interval_s
+            if time.monotonic() >= next_tick:
+                self._tick()
+                next_tick = time.monotonic() + self.live_s
             if time.monotonic() >= next_check:
                 self._revalidate()
                 next_check = time.monotonic() + REVALIDATE_S
-        self._flush()
-        self.core.save(time.time())  # the latest state on disk matches what was acked
+        self.pipeline.save_interval_s = 0.0  # the latest state on disk matches what was acked
+        self.pipeline.flush(time.time())
+
+    def _tick(self) -> None:
+        self.pipeline.flush(time.time())
+        changed = self.pipeline.take_changed()
+        if changed:
+            self.send(frames.CHANGED, orjson.dumps(changed))
 
     def _revalidate(self) -> None:
         try:
-            revoked = self.core.revoked_connections()
-        except Exception:
-            log.exception("token revalidation failed")
+            revoked = self.pipeline.revoked_connections()
+        except Exception as exc:
+            log.warning("token revalidation failed: %s", exc)
             return
         if revoked:
-            payload = [[r.conn_id, r.seq, r.code, r.error] for r in revoked]
-            self.send(frames.RESULTS, orjson.dumps(payload))
+            self.send(frames.RESULTS, _encode(revoked))
 
     def _read_round(self) -> bool:
         """Read what is there, process it; False when the server has gone."""
@@ -99,37 +106,19 @@ class WriterLoop:
                 batches.append((conn_id, payload))
             elif kind == frames.HELLO:
                 hello = orjson.loads(payload)
-                self.core.hello(
+                self.pipeline.hello(
                     conn_id, hello["source"], int(hello["site_id"]), hello.get("token", "")
                 )
             elif kind == frames.BYE:
                 byes.append(conn_id)
         if batches:
-            self.send(frames.RESULTS, orjson.dumps(self._results(batches)))
+            self.send(frames.RESULTS, _encode(self.pipeline.process(batches, time.time())))
         for conn_id in byes:
-            self.core.bye(conn_id)
+            self.pipeline.bye(conn_id)
 
-    def _results(self, batches: list[tuple[int, bytes]]) -> list[list[Any]]:
-        try:
-            results = self.core.process(batches, time.time())
-        except Exception as exc:
-            # Nothing of this round was committed: tell the server, whose agents resend.
-            log.exception("ingest commit failed")
-            reason = f"storage failed: {exc.__class__.__name__}"
-            results = [
-                Result(cid, None, 503, {"code": 503, "field": "$", "reason": reason})
-                for cid, _ in batches
-            ]
-        return [[r.conn_id, r.seq, r.code, r.error] for r in results]
 
-    def _flush(self) -> None:
-        try:
-            update = self.core.flush(time.time())
-        except Exception:
-            log.exception("latest-state flush failed")
-            return
-        if update:
-            self.send(frames.LIVE, orjson.dumps(update))
+def _encode(results: list[Result]) -> bytes:
+    return orjson.dumps([[r.conn_id, r.seq, r.code, r.error] for r in results])
 
 
 def main(argv: list[str]) -> int:
@@ -138,11 +127,10 @@ def main(argv: list[str]) -> int:
         format="%(asctime)s %(levelname)s %(name)s %(message)s",
     )
     sock = socket.socket(fileno=int(argv[1]))
-    db = orjson.loads(os.environ["FLEETWATCH_WRITER_DB"])
-    interval = float(os.environ.get("FLEETWATCH_LIVE_INTERVAL_S", "0.5"))
-    core = WriterCore(open_store(db))
-    core.start()
-    loop = WriterLoop(sock, core, interval)
+    db = open_db(orjson.loads(os.environ["FLEETWATCH_WRITER_DB"]))
+    live_s = float(os.environ.get("FLEETWATCH_LIVE_INTERVAL_S", "0.5"))
+    save_s = float(os.environ.get("FLEETWATCH_LATEST_SAVE_S", str(live_s)))
+    loop = ChildLoop(sock, IngestPipeline(db, save_interval_s=save_s), live_s)
 
     def stop(signum: int, frame: Any) -> None:
         loop.stopping = True
@@ -154,7 +142,7 @@ def main(argv: list[str]) -> int:
     except (BrokenPipeError, ConnectionResetError):
         pass
     finally:
-        core.store.close()
+        db.close()
     return 0
 
 

@@ -1,0 +1,275 @@
+"""What the ingest child does with one round of batches: decode, validate, authorize,
+resolve names, store them in one commit through the one write path, and answer each.
+
+Pure logic over a `Database`, no sockets: `child.py` feeds it frames and tests
+drive it directly.
+
+Blast radius: whatever goes wrong while handling one batch is that batch's answer
+and nobody else's. Each batch is prepared on its own (a fault there is its 400,
+403 or — for a database that is away — 503). The round is then committed once; if
+that fails, the cause decides (`fleet.storage.dialect.failure_kind`): a transient
+failure (lost connection, lock time-out) answers the round 503 and the agents
+resend; a refusal (constraint, out-of-range value) is bisected by committing each
+batch alone, so only the batch the database refuses is answered 400.
+
+Latest state: the pipeline holds only what changed since its last save (a
+`LatestDelta`), never a copy of the fleet. The delta is merged into the
+database, per field newest-wins, inside the next commit once `save_interval_s`
+has passed (or by `flush` when no batch comes).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from agents.protocol import parse_source
+from agents.protocol.validate import ProtocolError, validate_batch
+from fleet.ingest.inventory import Inventory
+from fleet.ingest.resolve import Connection, Resolver, authorize, to_json
+from fleet.storage.db import Database, Row, Tx
+from fleet.storage.dialect import failure_kind, is_database_error, json_param
+from fleet.storage.latest import Key, LatestDelta, merge_latest
+from fleet.storage.samples import SampleWrite, write_samples
+
+log = logging.getLogger("fleet.ingest.pipeline")
+
+OK = 0
+RETRY = 503
+
+
+@dataclass(slots=True)
+class Result:
+    conn_id: int
+    seq: int | None
+    code: int  # 0 = stored; else the HTTP-like status (400, 401, 403, 503)
+    error: dict[str, Any] | None = None
+
+
+@dataclass(slots=True)
+class Prepared:
+    """One batch, ready to commit."""
+
+    conn_id: int
+    seq: int
+    source: str
+    write: SampleWrite
+    stats: str  # the agent block as JSON, serialised up front
+
+
+@dataclass
+class Counters:
+    batches: int = 0
+    refused: int = 0
+    retried: int = 0
+    saves: int = 0
+    save_failures: int = 0
+
+
+@dataclass
+class IngestPipeline:
+    db: Database
+    save_interval_s: float = 0.5
+    inventory: Inventory = field(default_factory=Inventory)
+    conns: dict[int, Connection] = field(default_factory=dict)
+    pending: LatestDelta = field(default_factory=LatestDelta)  # committed, not yet merged
+    sources: dict[str, tuple[int, float, str]] = field(default_factory=dict)  # seq, seen, stats
+    changed: dict[str, set[Key]] = field(default_factory=dict)  # saved, not yet reported
+    saved_at: float = 0.0
+    counters: Counters = field(default_factory=Counters)
+
+    def __post_init__(self) -> None:
+        self.resolver = Resolver(self.db, self.inventory)
+
+    # -- connections -------------------------------------------------------
+    def hello(self, conn_id: int, source: str, site_id: int, token_hash: str = "") -> None:
+        kind, name = parse_source(source)
+        self.conns[conn_id] = Connection(source, kind, name, site_id, token_hash)
+
+    def bye(self, conn_id: int) -> None:
+        self.conns.pop(conn_id, None)
+
+    def revoked_connections(self) -> list[Result]:
+        """Connections whose token has been revoked since they connected (re-enrolled,
+        or revoked by an admin): answered 401, so the server closes them with 4401."""
+        if not self.conns:
+            return []
+        valid = {
+            row[0]
+            for row in self.db.query(
+                "SELECT token_hash FROM fleet_sourcetoken WHERE revoked = %s", (False,)
+            )
+        }
+        gone = [cid for cid, conn in self.conns.items() if conn.token_hash not in valid]
+        error = {"code": 401, "field": "authorization", "reason": "the token was revoked"}
+        for cid in gone:
+            self.conns.pop(cid, None)
+        return [Result(cid, None, 401, error) for cid in gone]
+
+    # -- a round -----------------------------------------------------------
+    def process(self, frames: list[tuple[int, bytes]], now: float) -> list[Result]:
+        """Answer every frame: prepare each alone, commit the good ones together."""
+        results: list[Result] = []
+        ready: list[Prepared] = []
+        for conn_id, payload in frames:
+            conn = self.conns.get(conn_id)
+            if conn is None:
+                continue  # the connection went away; its agent will resend
+            prepared = self._prepare(conn_id, conn, payload, now, results)
+            if prepared is not None:
+                ready.append(prepared)
+        if ready:
+            results.extend(self._commit_round(ready, now))
+        return results
+
+    def _prepare(
+        self, conn_id: int, conn: Connection, payload: bytes, now: float, results: list[Result]
+    ) -> Prepared | None:
+        obj: Any = None
+        try:
+            obj = _decode(payload)
+            batch = validate_batch(obj, now)
+            authorize(conn, batch)
+            if not self.inventory.loaded_at:
+                self.inventory.load(self.db)
+            write = self.resolver.resolve(conn, batch)
+            stats = to_json(batch.agent or {}, "agent")
+            return Prepared(conn_id, batch.seq, batch.source, write, stats)
+        except ProtocolError as exc:
+            results.append(Result(conn_id, _seq_of(obj), exc.code, exc.as_dict()))
+        except Exception as exc:
+            results.append(self._failure(conn_id, _seq_of(obj), exc))
+        return None
+
+    def _failure(self, conn_id: int, seq: int | None, exc: Exception) -> Result:
+        """An unexpected fault while handling one batch: the input's (400) unless the
+        database is the cause and says it is transient (503)."""
+        if is_database_error(exc) and failure_kind(exc) == "retry":
+            log.warning("batch from connection %s: database unavailable: %s", conn_id, exc)
+            self.counters.retried += 1
+            return _retry(conn_id, seq, exc)
+        log.warning("batch from connection %s refused: %r", conn_id, exc)
+        self.counters.refused += 1
+        reason = f"this batch could not be processed ({exc.__class__.__name__}: {exc})"[:300]
+        return Result(conn_id, seq, 400, {"code": 400, "field": "$", "reason": reason})
+
+    def _commit_round(self, ready: list[Prepared], now: float) -> list[Result]:
+        try:
+            self._commit(ready, now)
+            return [Result(p.conn_id, p.seq, OK) for p in ready]
+        except Exception as exc:
+            if failure_kind(exc) == "retry":
+                log.warning("commit of %d batches failed, answered 503: %s", len(ready), exc)
+                self.counters.retried += len(ready)
+                return [_retry(p.conn_id, p.seq, exc) for p in ready]
+            if len(ready) == 1:
+                return [self._refused(ready[0], exc)]
+            log.warning("commit of %d batches refused (%s); retrying one by one", len(ready), exc)
+        results: list[Result] = []
+        for i, item in enumerate(ready):
+            try:
+                self._commit([item], now)
+                results.append(Result(item.conn_id, item.seq, OK))
+            except Exception as exc:
+                if failure_kind(exc) == "retry":
+                    # The database went away meanwhile: this batch and the rest are resent.
+                    self.counters.retried += len(ready) - i
+                    return results + [_retry(p.conn_id, p.seq, exc) for p in ready[i:]]
+                results.append(self._refused(item, exc))
+        return results
+
+    def _refused(self, item: Prepared, exc: Exception) -> Result:
+        log.warning("batch %s of %s refused by the database: %s", item.seq, item.source, exc)
+        self.counters.refused += 1
+        reason = f"the database refused this batch ({exc.__class__.__name__}: {exc})"[:300]
+        return Result(item.conn_id, item.seq, 400, {"code": 400, "field": "$", "reason": reason})
+
+    def _commit(self, items: list[Prepared], now: float) -> None:
+        write = SampleWrite()
+        for item in items:
+            write.extend(item.write)
+        save = self._save_due(now)
+        latest = self.pending if save else None
+        if save:
+            write.statements.extend(self._source_statements())
+        write_samples(self.db, write, latest)
+        # Only what is committed changes what the pipeline remembers.
+        self.counters.batches += len(items)
+        if save:
+            self._saved(now)
+        for kind, kind_items in write.samples.items():
+            for key, sample in kind_items:
+                self.pending.add(kind, key, sample, now)
+        for item in items:
+            self.sources[item.source] = (item.seq, now, item.stats)
+
+    # -- latest state --------------------------------------------------------
+    def _save_due(self, now: float) -> bool:
+        return now - self.saved_at >= self.save_interval_s and bool(self.pending or self.sources)
+
+    def flush(self, now: float) -> None:
+        """Merge the pending latest state when it is due and no batch did it."""
+        if not self._save_due(now):
+            return
+        statements = self._source_statements()
+        pending = self.pending
+
+        def work(tx: Tx) -> None:
+            merge_latest(tx, pending)
+            for sql, params in statements:
+                tx.execute(sql, params)
+
+        try:
+            self.db.transaction(work)
+        except Exception as exc:
+            self.counters.save_failures += 1
+            log.warning("latest-state save failed (kept for the next one): %s", exc)
+            return
+        self._saved(now)
+
+    def _saved(self, now: float) -> None:
+        for kind, keys in self.pending.changed().items():
+            self.changed.setdefault(kind, set()).update(keys)
+        self.pending = LatestDelta()
+        self.sources.clear()
+        self.saved_at = now
+        self.counters.saves += 1
+
+    def take_changed(self) -> dict[str, list[list[int]]]:
+        """Entities whose latest state was saved since the last call (for live pages)."""
+        out = {kind: [list(k) for k in keys] for kind, keys in self.changed.items() if keys}
+        self.changed = {}
+        return out
+
+    def _source_statements(self) -> list[tuple[str, Row]]:
+        if not self.sources:
+            return []
+        sql = (
+            "UPDATE fleet_sourcetoken SET last_seq = %s, last_seen = %s,"
+            f" agent_stats = {json_param(self.db.vendor)} WHERE source = %s AND revoked = %s"
+        )
+        return [
+            (sql, (seq, seen, stats, source, False))
+            for source, (seq, seen, stats) in self.sources.items()
+        ]
+
+
+def _decode(payload: bytes) -> Any:
+    try:
+        return orjson.loads(payload)
+    except orjson.JSONDecodeError as exc:
+        raise ProtocolError(400, "$", f"not valid JSON: {exc}") from None
+
+
+def _retry(conn_id: int, seq: int | None, exc: BaseException) -> Result:
+    reason = f"storage is unavailable, resend later ({exc.__class__.__name__})"
+    return Result(conn_id, seq, RETRY, {"code": RETRY, "field": "$", "reason": reason})
+
+
+def _seq_of(obj: Any) -> int | None:
+    """The batch's seq when it can be read, so the agent knows which batch was refused."""
+    seq = obj.get("seq") if type(obj) is dict else None
+    return seq if type(seq) is int and 0 <= seq <= 2**63 - 1 else None

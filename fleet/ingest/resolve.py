@@ -1,0 +1,195 @@
+"""From a validated batch to what storage writes: who may write what, and names → ids.
+
+`Connection` is what the server told the child about an agent connection (its
+source and token); `authorize` checks a batch against it; `Resolver` turns names
+on the wire into inventory row ids and builds the batch's `SampleWrite`: samples
+keyed by entity, events, and the statements that keep GPU and node info current.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from agents.protocol.validate import Batch, ProtocolError
+from fleet.ingest.inventory import Inventory
+from fleet.storage.db import Database, Row
+from fleet.storage.dialect import json_param
+from fleet.storage.samples import SampleWrite
+
+# Which sample kinds each source kind may write (docs/protocol.md, "Sources and tokens").
+ALLOWED_KINDS: dict[str, frozenset[str]] = {
+    "node": frozenset({"gpu", "node"}),
+    "rack": frozenset({"rack", "feed"}),
+    "loop": frozenset({"loop"}),
+    "site": frozenset({"rack", "feed", "loop", "facility"}),
+}
+
+# What the database's BIGINT holds: a larger seq would be acked and then break every
+# later save of the source's bookkeeping, so it is refused up front.
+MAX_SEQ = 2**63 - 1
+
+
+@dataclass(slots=True)
+class Connection:
+    source: str
+    kind: str
+    name: str
+    site_id: int
+    token_hash: str
+
+
+def authorize(conn: Connection, batch: Batch) -> None:
+    if batch.source != conn.source:
+        raise ProtocolError(403, "source", f"this token writes {conn.source}, not {batch.source}")
+    allowed = ALLOWED_KINDS[conn.kind]
+    for kind, samples in batch.samples.items():
+        if samples and kind not in allowed:
+            raise ProtocolError(403, kind, f"a {conn.kind} source may not write {kind} samples")
+    if conn.kind != "node" and (batch.gpu_info or batch.node_info):
+        raise ProtocolError(403, "gpu_info", "only a node source describes GPUs")
+    if batch.seq > MAX_SEQ:
+        raise ProtocolError(400, "seq", f"must be at most {MAX_SEQ} (a 64-bit integer)")
+
+
+def to_json(value: Any, where: str) -> str:
+    """Serialise a free-form block now, so one that cannot be stored (nested beyond
+    orjson's 255 levels, say) is this batch's 400 and never a later save's failure."""
+    try:
+        return orjson.dumps(value).decode()
+    except (orjson.JSONEncodeError, TypeError, RecursionError) as exc:
+        raise ProtocolError(400, where, f"cannot be stored: {exc}") from None
+
+
+class Resolver:
+    def __init__(self, db: Database, inventory: Inventory) -> None:
+        self.db = db
+        self.inventory = inventory
+
+    def resolve(self, conn: Connection, batch: Batch) -> SampleWrite:
+        """Names on the wire → row ids; raises (storing nothing of this batch) on any miss."""
+        out = SampleWrite()
+        if conn.kind == "node":
+            node_id = self._node_id(conn)
+            gpus = batch.samples.get("gpu")
+            if gpus:
+                out.add_samples("gpu", [((node_id, s["gpu"]), s) for s in gpus])
+            nodes = batch.samples.get("node")
+            if nodes:
+                out.add_samples("node", [((node_id,), s) for s in nodes])
+            out.events = _events(batch, node_id)
+            out.statements = self._info_statements(node_id, batch)
+            return out
+        for kind in ("rack", "feed", "loop"):
+            samples = batch.samples.get(kind)
+            if samples:
+                out.add_samples(kind, [((self._entity_id(conn, kind, s),), s) for s in samples])
+        facility = batch.samples.get("facility")
+        if facility:
+            out.add_samples("facility", [((conn.site_id,), s) for s in facility])
+        out.events = _events(batch, None)
+        return out
+
+    def _node_id(self, conn: Connection) -> int:
+        ref = self.inventory.nodes.get(conn.name)
+        if ref is None and self.inventory.maybe_reload(self.db):
+            ref = self.inventory.nodes.get(conn.name)
+        if ref is None:
+            raise ProtocolError(403, "source", f"node {conn.name} is not in the inventory")
+        return ref.id
+
+    def _entity_id(self, conn: Connection, kind: str, sample: dict[str, Any]) -> int:
+        if kind == "loop":
+            return self._lookup_loop(conn, sample["loop"])
+        rack_id = self._lookup_rack(conn, sample["rack"])
+        if kind == "rack":
+            return rack_id
+        what = f"feed {sample['rack']}/{sample['feed']}"
+        return self._lookup(self.inventory.feeds, (rack_id, sample["feed"]), what)
+
+    def _lookup_rack(self, conn: Connection, name: str) -> int:
+        if conn.kind == "rack" and conn.name.split("/", 1)[-1] != name:
+            raise ProtocolError(403, "rack", f"this token writes rack {conn.name}, not {name}")
+        return self._lookup(self.inventory.racks, (conn.site_id, name), f"rack {name}")
+
+    def _lookup_loop(self, conn: Connection, name: str) -> int:
+        if conn.kind == "loop" and conn.name.split("/", 1)[-1] != name:
+            raise ProtocolError(403, "loop", f"this token writes loop {conn.name}, not {name}")
+        return self._lookup(self.inventory.loops, (conn.site_id, name), f"loop {name}")
+
+    def _lookup(self, table: dict[tuple[int, str], int], key: tuple[int, str], what: str) -> int:
+        found = table.get(key)
+        if found is None and self.inventory.maybe_reload(self.db):
+            found = table.get(key)
+        if found is None:
+            raise ProtocolError(400, what.split()[0], f"{what} is not in this site's inventory")
+        return found
+
+    def _info_statements(self, node_id: int, batch: Batch) -> list[tuple[str, Row]]:
+        statements: list[tuple[str, Row]] = []
+        jp = json_param(self.db.vendor)
+        if batch.node_info is not None:
+            statements.append(
+                (
+                    f"UPDATE fleet_node SET info = {jp} WHERE id = %s",
+                    (to_json(batch.node_info, "node_info"), node_id),
+                )
+            )
+        for i, info in enumerate(batch.gpu_info):
+            statements.append(_gpu_upsert(node_id, info, jp, f"gpu_info[{i}]"))
+        return statements
+
+
+_GPU_UPDATE = (
+    "uuid = excluded.uuid, model = excluded.model, slowdown_c = excluded.slowdown_c,"
+    " shutdown_c = excluded.shutdown_c, gpu_max_c = excluded.gpu_max_c,"
+    " mem_max_c = excluded.mem_max_c, tlimit_slowdown_c = excluded.tlimit_slowdown_c,"
+    " power_limit_max_w = excluded.power_limit_max_w, info = excluded.info"
+)
+
+
+def _gpu_upsert(node_id: int, info: dict[str, Any], jp: str, where: str) -> tuple[str, Row]:
+    """An upsert: another writer or the admin may have created the GPU row already."""
+    raw_limits = info.get("limits")
+    limits: dict[str, Any] = raw_limits if isinstance(raw_limits, dict) else {}
+    values = (
+        str(info.get("uuid", ""))[:64],
+        str(info.get("model", ""))[:100],
+        _num(limits.get("slowdown_c")),
+        _num(limits.get("shutdown_c")),
+        _num(limits.get("gpu_max_c")),
+        _num(limits.get("mem_max_c")),
+        _num(limits.get("tlimit_slowdown_c")),
+        _num(limits.get("power_limit_max_w")),
+        to_json(info, where),
+    )
+    sql = (
+        "INSERT INTO fleet_gpu (uuid, model, slowdown_c, shutdown_c, gpu_max_c,"
+        ' mem_max_c, tlimit_slowdown_c, power_limit_max_w, info, node_id, "index")'
+        f" VALUES (%s, %s, %s, %s, %s, %s, %s, %s, {jp}, %s, %s)"
+        f' ON CONFLICT (node_id, "index") DO UPDATE SET {_GPU_UPDATE}'
+    )
+    return sql, (*values, node_id, info["gpu"])
+
+
+def _events(batch: Batch, node_id: int | None) -> list[Row]:
+    return [
+        (
+            batch.source,
+            batch.seq,
+            pos,
+            float(ev["ts"]),
+            node_id,
+            ev.get("gpu"),
+            str(ev["kind"]),
+            ev.get("code"),
+            str(ev.get("detail", ""))[:2000],
+        )
+        for pos, ev in enumerate(batch.events)
+    ]
+
+
+def _num(value: Any) -> float | None:
+    return float(value) if type(value) in (int, float) else None

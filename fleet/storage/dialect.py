@@ -1,0 +1,81 @@
+"""Every SQL difference between SQLite and PostgreSQL, in one place.
+
+The rest of `fleet/storage/` writes one statement for both engines (`%s`
+placeholders, `INSERT … ON CONFLICT`, `CASE`) and asks this module for the few
+fragments that differ, and for what a database error *means*: a batch the
+database refuses for good, or a transient failure worth retrying.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Literal
+
+Vendor = Literal["sqlite", "postgresql"]
+FailureKind = Literal["refused", "retry"]
+
+POSTGRESQL: Vendor = "postgresql"
+SQLITE: Vendor = "sqlite"
+
+
+def placeholders(sql: str, vendor: str) -> str:
+    """Statements are written with `%s`; sqlite3 wants `?`."""
+    return sql if vendor == POSTGRESQL else sql.replace("%s", "?")
+
+
+def json_param(vendor: str) -> str:
+    """A JSON document bound as text: PostgreSQL's `jsonb` columns need the cast."""
+    return "CAST(%s AS jsonb)" if vendor == POSTGRESQL else "%s"
+
+
+def bucket_expr(vendor: str, step: int) -> str:
+    """The start of the `step`-second bucket a row's `ts` falls in, as an integer."""
+    if vendor == POSTGRESQL:
+        return f"(floor(ts / {step}) * {step})::bigint"
+    return f"CAST(ts / {step} AS INTEGER) * {step}"
+
+
+def share_lock(vendor: str) -> str:
+    """Row lock for a read that must wait for a concurrent writer (SQLite locks the file)."""
+    return " FOR SHARE" if vendor == POSTGRESQL else ""
+
+
+# Python-side conversions of a value the database cannot hold (a 2**63 integer, a
+# string where a number goes): the input is at fault, exactly like an IntegrityError.
+_REFUSED_PY = (OverflowError, ValueError, TypeError, RecursionError)
+
+
+def failure_kind(exc: BaseException) -> FailureKind:
+    """Classify a failed write by its cause, never by how many batches failed.
+
+    `refused`: the database will refuse this input every time (constraint, value out of
+    range, bad type): answer 400, the agent drops the batch. `retry`: lost connection,
+    lock or statement time-out, server shutting down, disk full, anything unknown:
+    answer 503, the agent resends — a transient error must never cost data.
+    """
+    if isinstance(exc, (sqlite3.IntegrityError, sqlite3.DataError, sqlite3.InterfaceError)):
+        return "refused"
+    if isinstance(exc, sqlite3.Error):
+        return "retry"  # OperationalError: locked, I/O, full
+    try:
+        import psycopg
+    except ImportError:  # pragma: no cover - psycopg is a dependency
+        psycopg = None  # type: ignore[assignment]
+    if psycopg is not None:
+        if isinstance(exc, (psycopg.IntegrityError, psycopg.DataError)):
+            return "refused"
+        if isinstance(exc, psycopg.Error):
+            return "retry"  # OperationalError (lock_timeout, AdminShutdown), InterfaceError
+    if isinstance(exc, _REFUSED_PY):
+        return "refused"
+    return "retry"
+
+
+def is_database_error(exc: BaseException) -> bool:
+    if isinstance(exc, sqlite3.Error):
+        return True
+    try:
+        import psycopg
+    except ImportError:  # pragma: no cover
+        return False
+    return isinstance(exc, psycopg.Error)
