@@ -10,11 +10,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import orjson
 
+from agents.clock import ClockOffset
 from agents.collectors.base import Reading
 from agents.log import get_logger
 from agents.protocol import MAX_BATCH_BYTES, PROTOCOL_VERSION
@@ -24,13 +26,23 @@ from agents.uplink import Uplink, UplinkRejected, UplinkSettings
 log = get_logger("agents.outbox")
 
 
-def build_batch(source: str, seq: int, reading: Reading, agent: dict[str, Any]) -> dict[str, Any]:
-    """The protocol-v1 batch for one reading: empty parts are left out, not sent empty."""
+def build_batch(
+    source: str,
+    seq: int,
+    reading: Reading,
+    agent: dict[str, Any],
+    sent_at: float | None = None,
+) -> dict[str, Any]:
+    """The protocol-v1 batch for one reading: empty parts are left out, not sent empty.
+
+    `sent_at` is when the batch was built and spooled (informational: a spooled batch may
+    go out much later; the server measures the clock offset from its acks instead).
+    """
     batch: dict[str, Any] = {
         "protocol": PROTOCOL_VERSION,
         "source": source,
         "seq": seq,
-        "sent_at": round(time.time(), 3),
+        "sent_at": round(time.time() if sent_at is None else sent_at, 3),
     }
     for kind, samples in reading.samples.items():
         if samples:
@@ -52,11 +64,15 @@ class Outbox:
         spool_dir: Path,
         uplink_settings: UplinkSettings,
         spool_settings: SpoolSettings | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.source = source
         self.spool = Spool(spool_dir, spool_settings)
         self._uplink_settings = uplink_settings
-        self.uplink = Uplink(uplink_settings, self.spool)
+        self._clock = clock  # stamps `sent_at`: the agent's AgentClock.now, in the agent
+        # Kept here, not in the uplink, so the measurement survives a paused link.
+        self.clock_offset = ClockOffset()
+        self.uplink = Uplink(uplink_settings, self.spool, self.clock_offset)
         self.ticks_skipped = 0
         self._last_size = 0
         self._task: asyncio.Task[None] | None = None
@@ -72,8 +88,9 @@ class Outbox:
             "spool_batches": len(self.spool),
             "dropped_batches": self.spool.dropped_batches,
             "ticks_skipped": self.ticks_skipped,
+            **self.clock_offset.report(),  # clock_offset_s, clock_rtt_s once measured
         }
-        payload = orjson.dumps(build_batch(self.source, seq, reading, agent))
+        payload = orjson.dumps(build_batch(self.source, seq, reading, agent, self._clock()))
         if len(payload) > MAX_BATCH_BYTES:
             # The server would refuse it (413) and resending cannot help: say so, keep going.
             log.error("batch over 1 MiB not sent", source=self.source, seq=seq, size=len(payload))
@@ -99,7 +116,7 @@ class Outbox:
     def resume_uplink(self) -> None:
         """Reconnect after `pause_uplink`; the spool drains oldest first."""
         if self._task is None:
-            self.uplink = Uplink(self._uplink_settings, self.spool)
+            self.uplink = Uplink(self._uplink_settings, self.spool, self.clock_offset)
             self.start()
 
     @property

@@ -7,6 +7,10 @@ one that fails on a tick is reported (once per distinct error) and asked again n
 SIGTERM: stop ticking, try to deliver what is spooled for `flush_timeout_s`, exit 0;
 whatever is not delivered is on disk for the next start.
 
+Samples and events are stamped by one `AgentClock`: timestamps never run backwards, a
+wall clock stepped back a little is slewed, and every step is reported once as a `note`
+event in the next batch (agents/clock.py, docs/protocol.md "Time and clocks").
+
 A facility agent (source `site:<slug>`, `[[facility.targets]]` in its file) runs the
 facility poller instead of the node collectors, and ticks at its targets' cadence. It
 refuses to start when a target feeds a rack, feed or loop its site's inventory lacks
@@ -20,12 +24,12 @@ import asyncio
 import dataclasses
 import signal
 import socket
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from agents import __version__
+from agents.clock import AgentClock
 from agents.collectors.base import Collector, NotPresent, Reading, SlowRead
 from agents.enroll import EnrollError, read_token
 from agents.log import get_logger
@@ -48,7 +52,8 @@ class CollectorSet:
     def __init__(self, collectors: list[Collector], interval_s: float) -> None:
         self.interval_s = interval_s
         self.active: list[Collector] = []
-        self.startup_events: list[dict[str, Any]] = []
+        # (collector, error) from setup, sent with the first tick and stamped with its time.
+        self._startup_errors: list[tuple[str, str]] = []
         self._last_error: dict[str, str] = {}
         for collector in collectors:
             try:
@@ -72,15 +77,15 @@ class CollectorSet:
 
     def collect(self, ts: float, tick: int) -> Reading:
         reading = Reading()
-        reading.events.extend(self.startup_events)
-        self.startup_events = []
+        reading.events.extend(_error_event(name, error, ts) for name, error in self._startup_errors)
+        self._startup_errors = []
         for collector in self.active:
             if tick % self._every[collector.name]:
                 continue
             try:
                 reading.merge(collector.collect(ts))
             except Exception as exc:
-                self._error(reading, collector.name, f"{type(exc).__name__}: {exc}")
+                self._error(reading, collector.name, f"{type(exc).__name__}: {exc}", ts)
             else:
                 self._last_error.pop(collector.name, None)
         self.lane.submit_due(tick, ts)
@@ -88,7 +93,7 @@ class CollectorSet:
             merge_slow(reading, slow)
         for name, error in list(self.lane.failures.items()):
             del self.lane.failures[name]
-            self._error(reading, name, error)
+            self._error(reading, name, error, ts)
         return reading
 
     def close(self) -> None:
@@ -101,32 +106,40 @@ class CollectorSet:
                     "collector did not close cleanly", collector=collector.name, error=str(exc)
                 )
 
-    def _error(self, reading: Reading, name: str, error: str) -> None:
+    def _error(self, reading: Reading, name: str, error: str, ts: float) -> None:
         if self._last_error.get(name) == error:
             return  # already reported; say it again only when it changes
         self._last_error[name] = error
         log.warning("collector failed", collector=name, error=error)
-        reading.events.append(_error_event(name, error))
+        reading.events.append(_error_event(name, error, ts))
 
     def _report(self, name: str, error: str) -> None:
         self._last_error[name] = error
-        self.startup_events.append(_error_event(name, error))
+        self._startup_errors.append((name, error))
 
 
-def _error_event(name: str, error: str) -> dict[str, Any]:
+def _error_event(name: str, error: str, ts: float) -> dict[str, Any]:
+    # The tick's time, from the agent's clock like the samples (never the raw wall clock).
     return {
-        "ts": round(time.time(), 3),
+        "ts": ts,
         "kind": "collector_error",
         "detail": f"{name}: {error}"[:500],
     }
 
 
 class AgentRunner:
-    def __init__(self, config: AgentConfig, collectors: CollectorSet, outbox: Outbox) -> None:
+    def __init__(
+        self,
+        config: AgentConfig,
+        collectors: CollectorSet,
+        outbox: Outbox,
+        clock: AgentClock | None = None,
+    ) -> None:
         self.config = config
         self.collectors = collectors
         self.outbox = outbox
-        self.ticker = Ticker(config.interval_s)
+        self.clock = clock if clock is not None else AgentClock()
+        self.ticker = Ticker(config.interval_s, wall=self.clock.now)
         self.ticks = 0
         self._stop = asyncio.Event()
 
@@ -168,6 +181,7 @@ class AgentRunner:
             except Exception as exc:  # a bug of ours: log it, keep the agent alive
                 log.error("tick failed", exc_info=True, error=str(exc))
                 continue
+            reading.events.extend(self.clock.take_notes())  # wall clock steps, once each
             if self.ticks == 0 and not self.config.is_site():
                 # Only a node describes itself: the server refuses node_info from a site.
                 reading.node_info = {
@@ -242,7 +256,7 @@ def inventory_problems(config: AgentConfig, token: str, collectors: list[Collect
         return []
 
 
-def build_outbox(config: AgentConfig, token: str) -> Outbox:
+def build_outbox(config: AgentConfig, token: str, clock: AgentClock | None = None) -> Outbox:
     source = config.resolved_source()
     settings = UplinkSettings(
         server=config.server,
@@ -252,7 +266,9 @@ def build_outbox(config: AgentConfig, token: str) -> Outbox:
         backoff_cap_s=config.backoff_cap_s,
     )
     spool = SpoolSettings(max_bytes=int(config.spool_max_mb * 1024 * 1024))
-    return Outbox(source, config.spool_dir, settings, spool)
+    if clock is None:
+        return Outbox(source, config.spool_dir, settings, spool)
+    return Outbox(source, config.spool_dir, settings, spool, clock=clock.now)
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -280,7 +296,8 @@ def run_command(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     config = dataclasses.replace(config, interval_s=tick_interval(config, built))
     collectors = CollectorSet(built, config.interval_s)
-    runner = AgentRunner(config, collectors, build_outbox(config, token))
+    clock = AgentClock()
+    runner = AgentRunner(config, collectors, build_outbox(config, token, clock), clock)
     log.info(
         "agent starting",
         version=__version__,

@@ -11,6 +11,9 @@ ack → delete; nack → delete and log (resending cannot help); no answer → i
 spool and goes again on the next connection. A rejected token (close 4401, HTTP 401) or a
 source mismatch (4403, 403) stops the uplink with `UplinkRejected`: retrying would only
 hammer the server, and the operator has to re-enrol.
+
+An answer that carries the server's time `t` also measures the server's clock against the
+agent's wall clock (`clock_offset`, agents/clock.py); answers without it count the same.
 """
 
 from __future__ import annotations
@@ -18,9 +21,10 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import time
 import urllib.error
 import urllib.request
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -28,6 +32,7 @@ from urllib.parse import urlsplit, urlunsplit
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
 
+from agents.clock import ClockOffset
 from agents.log import get_logger
 from agents.protocol import (
     CLOSE_FORBIDDEN,
@@ -81,6 +86,15 @@ def http_url(server: str, path: str) -> str:
     return urlunsplit((scheme, parts.netloc, parts.path.rstrip("/") + path, "", ""))
 
 
+def _server_time(body: str) -> Any:
+    """The server's `t` in an HTTP answer's JSON body, or None."""
+    try:
+        answer = json.loads(body)
+    except ValueError:
+        return None
+    return answer.get("t") if isinstance(answer, dict) else None
+
+
 def backoff_delay(attempt: int, base_s: float, cap_s: float) -> float:
     """Full jitter: uniform in [0, min(cap, base·2^attempt)], never quite zero."""
     ceiling = min(cap_s, base_s * (2 ** min(attempt, 30)))
@@ -88,16 +102,26 @@ def backoff_delay(attempt: int, base_s: float, cap_s: float) -> float:
 
 
 class Uplink:
-    def __init__(self, settings: UplinkSettings, spool: Spool) -> None:
+    def __init__(
+        self,
+        settings: UplinkSettings,
+        spool: Spool,
+        clock_offset: ClockOffset | None = None,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
         self.settings = settings
         self.spool = spool
         self.stats = UplinkStats()
+        # Passed in so that it outlives this uplink (the outbox replaces it after a pause).
+        self.clock_offset = clock_offset if clock_offset is not None else ClockOffset()
+        self._wall = wall  # the wall clock, not the agent's slewed one: the offset is its error
         self.connected = False
         self.rejected: str | None = None
         self._wake = asyncio.Event()
         self._stopping = asyncio.Event()
         self._hurry = asyncio.Event()  # set by flush(): skip the rest of a backoff wait
         self._in_flight: set[int] = set()
+        self._sent_at: dict[int, float] = {}  # seq -> wall time it went out (this session)
         self._last_sent = -1
 
     # -- the API the agent and the simulator use ------------------------------------------
@@ -172,6 +196,7 @@ class Uplink:
             raise
         self._on_connected("websocket")
         self._in_flight.clear()
+        self._sent_at.clear()
         self._last_sent = -1
         sender = asyncio.create_task(self._send_loop(ws))
         receiver = asyncio.create_task(self._receive_loop(ws))
@@ -201,6 +226,7 @@ class Uplink:
                 if payload is None:
                     continue
                 self._in_flight.add(seq)
+                self._sent_at[seq] = self._wall()
                 await ws.send(payload.decode())
                 self.stats.sent += 1
             await self._wake.wait()
@@ -228,10 +254,12 @@ class Uplink:
             raise UplinkRejected(f"batch for another source (close {code} {reason})".strip())
 
     def _on_answer(self, answer: Any) -> None:
+        received = self._wall()
         if not isinstance(answer, dict):
             log.warning("unexpected frame from server", frame=repr(answer)[:200])
             return
         if "ack" in answer and isinstance(answer["ack"], int):
+            self._measure_offset(self._sent_at.get(answer["ack"]), received, answer.get("t"))
             self._settle(answer["ack"])
             self.stats.acked += 1
         elif "nack" in answer:
@@ -243,13 +271,21 @@ class Uplink:
                 error=answer.get("error"),
             )
             if isinstance(seq, int):
+                self._measure_offset(self._sent_at.get(seq), received, answer.get("t"))
                 self._settle(seq)
                 self.stats.nacked += 1
 
     def _settle(self, seq: int) -> None:
         self.spool.remove(seq)
         self._in_flight.discard(seq)
+        self._sent_at.pop(seq, None)
         self._wake.set()  # room in the window
+
+    def _measure_offset(self, sent: float | None, received: float, server_time: Any) -> None:
+        """Old servers send no `t` (and a resend from an earlier session has no send time):
+        nothing to measure then, and the ack counts all the same."""
+        if sent is not None and server_time is not None:
+            self.clock_offset.measure(sent, received, server_time)
 
     # -- HTTP fallback ---------------------------------------------------------------------
 
@@ -274,7 +310,9 @@ class Uplink:
             payload = self.spool.read(seq)
             if payload is None:
                 continue
+            sent = self._wall()
             status, body = await asyncio.to_thread(self._post, payload)
+            self._measure_offset(sent, self._wall(), _server_time(body))
             self.stats.http_posts += 1
             if status == 200:
                 self.spool.remove(seq)

@@ -17,6 +17,9 @@ HTTP_INVENTORY_PATH = "/api/v1/inventory"
 MAX_BATCH_BYTES = 1 << 20
 # Samples stamped further ahead of the server clock than this are refused (400).
 MAX_FUTURE_S = 300.0
+# Samples older than this are refused (400). A day, so that the spool backlog of an
+# agent cut off for a day-long outage still goes in; anything older is a broken clock.
+MAX_PAST_S = 86_400.0
 
 # WebSocket close codes (4000 + the HTTP status they mirror).
 CLOSE_UNAUTHORIZED = 4401

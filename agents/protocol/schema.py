@@ -12,10 +12,21 @@ import json
 import sys
 from typing import Any
 
-from agents.protocol import MAX_BATCH_BYTES, MAX_FUTURE_S, PROTOCOL_VERSION, SOURCE_KINDS
+from agents.protocol import (
+    MAX_BATCH_BYTES,
+    MAX_FUTURE_S,
+    MAX_PAST_S,
+    PROTOCOL_VERSION,
+    SOURCE_KINDS,
+)
 from agents.protocol.metrics import ENTITY_KEYS, METRICS, SAMPLE_KINDS
 
 SCHEMA_ID = "https://fleetwatch.invalid/schema/agent-batch-v1.json"
+# JSON Schema cannot compare with the server's clock, so the window is stated in words.
+TS_HELP = (
+    f"Unix time (s); at most {MAX_FUTURE_S:g} s ahead of the server and "
+    f"{MAX_PAST_S / 3600:g} h behind it"
+)
 
 
 def _metric(lo: float, hi: float, integer: bool, help: str) -> dict[str, Any]:
@@ -38,7 +49,7 @@ def sample_schema(kind: str) -> dict[str, Any]:
         "ts": {
             "type": "number",
             "minimum": 1_000_000_000,
-            "description": f"Unix time (s); at most {MAX_FUTURE_S:g} s ahead of the server",
+            "description": TS_HELP,
         }
     }
     for key in ENTITY_KEYS[kind]:
@@ -62,7 +73,10 @@ def batch_schema() -> dict[str, Any]:
             "description": "node:<hostname>, rack:<site>/<rack>, loop:<site>/<loop>, site:<site>",
         },
         "seq": {"type": "integer", "minimum": 0},
-        "sent_at": {"type": "number"},
+        "sent_at": {
+            "type": "number",
+            "description": "Unix time (s) the batch was built; informational",
+        },
         "gpu_info": {
             "type": "array",
             "items": {
@@ -78,7 +92,7 @@ def batch_schema() -> dict[str, Any]:
             "items": {
                 "type": "object",
                 "properties": {
-                    "ts": {"type": "number", "minimum": 1_000_000_000},
+                    "ts": {"type": "number", "minimum": 1_000_000_000, "description": TS_HELP},
                     "kind": {
                         "enum": ["xid", "ecc_sbe", "ecc_dbe", "gpu_lost", "collector_error", "note"]
                     },

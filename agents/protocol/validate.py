@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from agents.protocol import MAX_FUTURE_S, PROTOCOL_VERSION, parse_source
+from agents.protocol import MAX_FUTURE_S, MAX_PAST_S, PROTOCOL_VERSION, parse_source
 from agents.protocol.metrics import ENTITY_KEYS, METRICS, SAMPLE_KINDS, SampleKind
 
 _NUM = (int, float)
@@ -80,16 +80,18 @@ def validate_batch(obj: Any, now: float) -> Batch:
     if type(seq) is not int or seq < 0:
         raise ProtocolError(400, "seq", "required non-negative integer")
     batch = Batch(source=source, seq=seq)
-    limit = now + MAX_FUTURE_S
+    # Every timestamp must lie in [oldest, newest]: one chained comparison per sample.
+    oldest, newest = now - MAX_PAST_S, now + MAX_FUTURE_S
     for kind in SAMPLE_KINDS:
         samples = obj.get(kind)
         if samples is None:
             continue
         if type(samples) is not list:
             raise ProtocolError(400, kind, "must be a list of samples")
-        batch.samples[kind] = [_sample(kind, i, s, limit) for i, s in enumerate(samples)]
+        batch.samples[kind] = [_sample(kind, i, s, oldest, newest) for i, s in enumerate(samples)]
     batch.gpu_info = _list_of_objects(obj, "gpu_info")
-    batch.events = [_event(i, e, limit) for i, e in enumerate(_list_of_objects(obj, "events"))]
+    events = _list_of_objects(obj, "events")
+    batch.events = [_event(i, e, oldest, newest) for i, e in enumerate(events)]
     batch.node_info = _object(obj, "node_info")
     batch.agent = _object(obj, "agent")
     _check_info(batch)
@@ -162,7 +164,7 @@ def _plan(kind: str, keys: tuple[str, ...]) -> _Plan | None:
     return _Plan(tuple(lo), tuple(hi), keys.index("ts"), getter, tuple(big))
 
 
-def _sample(kind: SampleKind, i: int, sample: Any, limit: float) -> dict[str, Any]:
+def _sample(kind: SampleKind, i: int, sample: Any, oldest: float, newest: float) -> dict[str, Any]:
     """Validate one sample. Agents send the same shape every tick, so the common
     case is one cached plan and three C-level passes over the values; anything
     unusual goes to `_slow_sample`, which finds and names the fault."""
@@ -182,18 +184,20 @@ def _sample(kind: SampleKind, i: int, sample: Any, limit: float) -> dict[str, An
                 _NUMBERS.issuperset(types)
                 and all(map(operator.le, plan.lo, values))
                 and all(map(operator.le, values, plan.hi))
-                and values[plan.ts_pos] <= limit
+                and oldest <= values[plan.ts_pos] <= newest
                 and float not in plan.int_types(types)
                 and not any(is_dcgm_blank(values[p]) for p in plan.big_pos)
             ):
                 return sample
-    return _slow_sample(kind, i, sample, limit)
+    return _slow_sample(kind, i, sample, oldest, newest)
 
 
-def _slow_sample(kind: SampleKind, i: int, sample: Any, limit: float) -> dict[str, Any]:
+def _slow_sample(
+    kind: SampleKind, i: int, sample: Any, oldest: float, newest: float
+) -> dict[str, Any]:
     if type(sample) is not dict:
         raise ProtocolError(400, f"{kind}[{i}]", "a sample must be an object")
-    _timestamp(sample.get("ts"), f"{kind}[{i}].ts", limit)
+    _timestamp(sample.get("ts"), f"{kind}[{i}].ts", "sample", oldest, newest)
     keys = ENTITY_KEYS[kind]
     for key in keys:
         _entity_key(kind, key, sample.get(key), f"{kind}[{i}].{key}")
@@ -238,14 +242,40 @@ def _entity_key(kind: str, key: str, value: Any, where: str) -> Any:
     return value
 
 
-def _timestamp(ts: Any, where: str, limit: float) -> float:
+def _timestamp(ts: Any, where: str, what: str, oldest: float, newest: float) -> float:
+    """Check one `ts` against the window the server accepts; `what` names it in the reason."""
     if type(ts) is not float and type(ts) is not int:
         raise ProtocolError(400, where, "required Unix time in seconds")
     if not math.isfinite(ts) or ts < 1_000_000_000:
         raise ProtocolError(400, where, f"{ts} is not a plausible Unix time")
-    if ts > limit:
-        raise ProtocolError(400, where, "timestamp is too far in the future (check the clock)")
+    now = oldest + MAX_PAST_S
+    if ts < oldest:
+        raise ProtocolError(
+            400,
+            where,
+            f"{what} is {_duration(now - ts)} old; the server accepts {what}s up to "
+            f"{MAX_PAST_S / 3600:g} h old (check the agent's clock)",
+        )
+    if ts > newest:
+        raise ProtocolError(
+            400,
+            where,
+            f"{what} is {_duration(ts - now)} in the future by the server's clock; the server "
+            f"accepts {what}s up to {MAX_FUTURE_S:g} s ahead (check the agent's clock)",
+        )
     return float(ts)
+
+
+def _duration(seconds: float) -> str:
+    """A span as people say it (`3 days`, `25.5 h`, `17 min`, `301 s`), precise enough
+    near the bounds that it never reads the same as the bound it broke."""
+    if seconds >= 2 * 86_400:
+        return f"{seconds / 86_400:.0f} days"
+    if seconds >= 2 * 3600:
+        return f"{seconds / 3600:.1f} h"
+    if seconds >= 600:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds:.0f} s"
 
 
 def _list_of_objects(obj: dict[str, Any], key: str) -> list[dict[str, Any]]:
@@ -264,9 +294,9 @@ def _object(obj: dict[str, Any], key: str) -> dict[str, Any] | None:
     return value
 
 
-def _event(i: int, event: dict[str, Any], limit: float) -> dict[str, Any]:
+def _event(i: int, event: dict[str, Any], oldest: float, newest: float) -> dict[str, Any]:
     where = f"events[{i}]"
-    _timestamp(event.get("ts"), f"{where}.ts", limit)
+    _timestamp(event.get("ts"), f"{where}.ts", "event", oldest, newest)
     if event.get("kind") not in _EVENT_KINDS:
         raise ProtocolError(400, f"{where}.kind", f"must be one of {sorted(_EVENT_KINDS)}")
     gpu = event.get("gpu")

@@ -12,6 +12,10 @@ belong to the agent rather than the hardware are played here:
 The site batch is, by default, what the real facility collectors read from loopback devices
 showing the model (SNMP PDUs, Redfish CDUs, Modbus meters; `agents/sim/devices.py`), every
 `facility_interval_s`; with `site_devices=False` it is the model's readings, every tick.
+
+The virtual nodes share the host, so they share one `AgentClock`: read once per tick for
+the samples' time, and a step of the host's wall clock is a note in every running node's
+next batch, as each real agent on such a host would report it.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from agents.clock import AgentClock
 from agents.collectors.base import Reading
 from agents.enroll import EnrollError, enroll
 from agents.log import get_logger
@@ -84,7 +89,8 @@ class Simulator:
         self.agents: dict[str, VirtualAgent] = {}
         self.site: VirtualAgent | None = None
         self.stats = SimStats()
-        self.ticker = Ticker(settings.interval_s)
+        self.clock = AgentClock()
+        self.ticker = Ticker(settings.interval_s, wall=self.clock.now)
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def enroll_all(self) -> None:
@@ -118,6 +124,7 @@ class Simulator:
             self.settings.spool_root / name,
             settings,
             SpoolSettings(max_bytes=64 << 20, fsync=self.settings.spool_fsync),
+            clock=self.clock.now,
         )
         outbox.start()
         return outbox
@@ -155,12 +162,15 @@ class Simulator:
         return self.stats
 
     def _emit(self, ts: float) -> None:
+        notes = self.clock.take_notes()
         for name, agent in self.agents.items():
             if agent.outbox is None or agent.state in ("crashed", "offline"):
                 continue
             # A rejected uplink still spools: after re-enrolment the spool goes out.
             agent.outbox.ticks_skipped = self.ticker.skipped
-            agent.outbox.submit(self.model.node_reading(name, ts, agent.needs_info))
+            reading = self.model.node_reading(name, ts, agent.needs_info)
+            reading.events.extend(dict(note) for note in notes)
+            agent.outbox.submit(reading)
             agent.needs_info = False
             self.stats.batches += 1
         if self.devices is not None:

@@ -5,6 +5,9 @@ codes), validates with the protocol's own validator, and stores samples idempote
 (kind, source, entity, ts) like the real backend, while counting every delivery so tests can
 tell "sent twice" from "stored twice". Its store outlives `stop()`/`start()`, as a database
 outlives a server restart.
+
+By default its acks carry no server time (`t`), like a server from before it was added;
+set `clock_skew_s` and every answer carries `t`, from a server clock that far ahead.
 """
 
 from __future__ import annotations
@@ -100,6 +103,7 @@ class StubBackend:
         self.websocket_enabled = True
         self.drop_acks = 0  # swallow this many acks (the batch is stored: a lost ack)
         self.nack_next = 0
+        self.clock_skew_s: float | None = None  # None: answers carry no "t" (an older server)
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
 
@@ -200,13 +204,22 @@ class StubBackend:
             if code == 200 and self.drop_acks > 0:
                 self.drop_acks -= 1
                 continue
-            frame = answer if code == 200 else {"nack": _seq_of(text), "error": answer["error"]}
+            frame = answer if code == 200 else {"nack": _seq_of(text), **answer}
             await send({"type": "websocket.send", "text": json.dumps(frame)})
 
     def _ingest(self, source: str, body: bytes) -> tuple[int, dict[str, Any]]:
+        code, answer = self._judge(source, body)
+        if self.clock_skew_s is not None:
+            answer["t"] = round(self.server_time(), 3)
+        return code, answer
+
+    def server_time(self) -> float:
+        return time.time() + (self.clock_skew_s or 0.0)
+
+    def _judge(self, source: str, body: bytes) -> tuple[int, dict[str, Any]]:
         try:
             obj = json.loads(body)
-            batch = validate_batch(obj, time.time())
+            batch = validate_batch(obj, self.server_time())
         except ValueError:
             return 400, {"error": {"code": 400, "field": "$", "reason": "not JSON"}}
         except ProtocolError as exc:

@@ -4,8 +4,12 @@ import asyncio
 import time
 from pathlib import Path
 
+import pytest
+
 from agents.outbox import Outbox
 from agents.protocol.validate import validate_batch
+from agents.spool import SpoolSettings
+from agents.uplink import UplinkSettings
 from tests.agents.helpers import make_outbox, node_reading
 from tests.agents.stub_server import StubBackend, wait_for
 
@@ -173,3 +177,88 @@ async def test_a_spool_that_cannot_be_written_loses_the_batch_but_not_the_agent(
     assert await outbox.uplink.flush(10)
     await outbox.close(1)
     assert backend.store.batches[-1]["agent"]["dropped_batches"] == 1
+
+
+async def _deliver_one_by_one(outbox: Outbox, count: int) -> None:
+    """Each batch after the previous one's ack, so later batches carry what acks measured."""
+    for i in range(count):
+        outbox.submit(node_reading(ts=time.time() - count + i))
+        assert await outbox.uplink.flush(10)  # acknowledged: the ack has been read
+
+
+@pytest.mark.parametrize("transport", ["websocket", "http"])
+async def test_the_servers_clock_offset_is_measured_from_its_acks_and_reported(
+    backend: StubBackend, tmp_path: Path, transport: str
+) -> None:
+    backend.clock_skew_s = 42.5  # the server's clock is 42.5 s ahead of ours
+    backend.websocket_enabled = transport == "websocket"
+    outbox = make_outbox(backend, tmp_path, ws_failures_before_http=1)
+    outbox.start()
+    await _deliver_one_by_one(outbox, 4)
+    await outbox.close(1)
+    measured = outbox.clock_offset.best()
+    assert measured is not None
+    # Loopback: the round trip, and so the error (at most half of it), is milliseconds.
+    assert abs(measured.offset_s - 42.5) <= measured.rtt_s / 2 + 0.005
+    first, last = backend.store.batches[0]["agent"], backend.store.batches[-1]["agent"]
+    assert "clock_offset_s" not in first  # nothing measured before the first ack
+    assert abs(last["clock_offset_s"] - 42.5) < 0.1
+    assert 0 <= last["clock_rtt_s"] < 2
+    if transport == "http":
+        assert outbox.uplink.stats.http_posts >= 4
+
+
+async def test_a_server_clock_behind_ours_is_a_negative_offset(
+    backend: StubBackend, tmp_path: Path
+) -> None:
+    backend.clock_skew_s = -7.25
+    outbox = make_outbox(backend, tmp_path)
+    outbox.start()
+    await _deliver_one_by_one(outbox, 2)
+    await outbox.close(1)
+    assert abs(backend.store.batches[-1]["agent"]["clock_offset_s"] + 7.25) < 0.1
+
+
+async def test_acks_without_the_servers_time_still_settle_batches(
+    backend: StubBackend, tmp_path: Path
+) -> None:
+    assert backend.clock_skew_s is None  # an older server: plain {"ack": seq}
+    outbox = make_outbox(backend, tmp_path)
+    outbox.start()
+    await _deliver_one_by_one(outbox, 3)
+    await outbox.close(1)
+    assert outbox.uplink.stats.acked == 3 and len(outbox.spool) == 0
+    assert outbox.clock_offset.best() is None
+    assert all("clock_offset_s" not in b["agent"] for b in backend.store.batches)
+
+
+async def test_a_nack_carrying_the_servers_time_measures_the_offset_too(
+    backend: StubBackend, tmp_path: Path
+) -> None:
+    backend.clock_skew_s = 10.0
+    backend.nack_next = 1
+    outbox = make_outbox(backend, tmp_path)
+    outbox.start()
+    outbox.submit(node_reading())
+    assert await outbox.uplink.flush(10)
+    await outbox.close(1)
+    assert outbox.uplink.stats.nacked == 1
+    measured = outbox.clock_offset.best()
+    assert measured is not None and abs(measured.offset_s - 10.0) < 0.1
+
+
+async def test_sent_at_is_when_the_batch_was_spooled_by_the_outboxs_clock(
+    backend: StubBackend, tmp_path: Path
+) -> None:
+    source = "node:gpu-a01-01"
+    settings = UplinkSettings(server=backend.url, token=backend.enroll(source), source=source)
+
+    def agent_clock() -> float:  # what the agent's AgentClock says when the batch is built
+        return 1_795_996_288.1234
+
+    outbox = Outbox(source, tmp_path, settings, SpoolSettings(fsync=False), clock=agent_clock)
+    outbox.start()
+    outbox.submit(node_reading())
+    assert await outbox.uplink.flush(10)
+    await outbox.close(1)
+    assert backend.store.batches[0]["sent_at"] == 1_795_996_288.123
