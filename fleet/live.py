@@ -20,7 +20,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any
 
 from channels.layers import get_channel_layer
 
@@ -83,12 +85,9 @@ class LivePublisher:
             await asyncio.sleep(self.interval_s)  # coalesce: at most one publish per interval
 
     async def publish(self, changed: Changed) -> None:
-        from channels.db import database_sync_to_async
-
-        from fleet.state import live_updates
-
         try:
-            updates = await database_sync_to_async(live_updates)(changed, time.time())
+            loop = asyncio.get_running_loop()
+            updates = await loop.run_in_executor(_reader(), _build_updates, changed)
         except Exception as exc:
             self.counters.build_failed += 1
             self._log_failure("could not build live updates", exc)
@@ -117,6 +116,27 @@ class LivePublisher:
                 self.counters.failed,
                 self.counters.build_failed,
             )
+
+
+def _build_updates(changed: Changed) -> list[tuple[str, dict[str, Any]]]:
+    """Runs on the publisher's own thread, with a Django connection of its own."""
+    from django.db import close_old_connections
+
+    from fleet.state import live_updates
+
+    close_old_connections()  # a connection the database dropped is replaced, not reused
+    return live_updates(changed, time.time())
+
+
+_executor: ThreadPoolExecutor | None = None
+
+
+def _reader() -> ThreadPoolExecutor:
+    """One thread for the publisher's reads: never a request's thread, never two at once."""
+    global _executor
+    if _executor is None:
+        _executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="live-publisher")
+    return _executor
 
 
 _publisher: LivePublisher | None = None

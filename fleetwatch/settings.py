@@ -90,11 +90,28 @@ else:
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = env_str("REDIS_URL")
+
+
+def _redis_layer_host(url: str) -> dict[str, object]:
+    """A Redis that restarted leaves dead connections in the pool: retry a command once
+    on a fresh one, so the first page to reconnect afterwards is not answered 500."""
+    from redis.asyncio.retry import Retry
+    from redis.backoff import NoBackoff
+    from redis.exceptions import ConnectionError as RedisConnectionError
+    from redis.exceptions import TimeoutError as RedisTimeoutError
+
+    return {
+        "address": url,
+        "retry": Retry(NoBackoff(), 1),
+        "retry_on_error": [RedisConnectionError, RedisTimeoutError],
+    }
+
+
 if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL], "capacity": 1000, "expiry": 10},
+            "CONFIG": {"hosts": [_redis_layer_host(REDIS_URL)], "capacity": 1000, "expiry": 10},
         }
     }
 else:

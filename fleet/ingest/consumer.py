@@ -17,12 +17,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 from typing import Any
 
 import orjson
 from channels.consumer import get_handler_name
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
+from django.db import DatabaseError
 
 from agents.protocol import CLOSE_FORBIDDEN, CLOSE_UNAUTHORIZED, MAX_BATCH_BYTES
 from fleet.ingest.auth import SourceIdentity, authenticate_source, bearer_from_headers
@@ -34,6 +36,8 @@ CLOSE_RETRY = 1011  # storage unavailable or the child failed: reconnect and res
 # Batches of one connection with the child at once (docs/protocol.md); the agent's own
 # window is 32, so a well-behaved agent never waits here.
 MAX_IN_FLIGHT = 64
+# Answers waiting for an agent that does not read them: past this, stop taking its frames.
+MAX_UNSENT = 256
 
 
 class LeanDispatchMixin:
@@ -59,7 +63,13 @@ class IngestConsumer(LeanDispatchMixin, AsyncWebsocketConsumer):
 
     async def connect(self) -> None:
         token = bearer_from_headers(self.scope.get("headers", ()))
-        self.identity = await database_sync_to_async(authenticate_source)(token)
+        try:
+            self.identity = await database_sync_to_async(authenticate_source)(token)
+        except DatabaseError:
+            log.warning("token check failed: the database is unavailable")
+            await self.accept()
+            await self.close(code=CLOSE_RETRY)  # the agent backs off and reconnects
+            return
         await self.accept()
         if self.identity is None:
             # Close after accepting so the agent sees 4401, not a bare HTTP 403.
@@ -67,7 +77,7 @@ class IngestConsumer(LeanDispatchMixin, AsyncWebsocketConsumer):
             return
         self.in_flight = 0
         self._room = asyncio.Event()
-        self._outbox: list[tuple[str | None, int]] = []  # (frame text, or None; close code)
+        self._outbox: deque[tuple[str | None, int]] = deque()  # (frame text, or None; close code)
         self._sender: asyncio.Task[None] | None = None
         pool = get_pool()
         self.conn_id = pool.next_conn_id()
@@ -87,7 +97,9 @@ class IngestConsumer(LeanDispatchMixin, AsyncWebsocketConsumer):
             error = {"code": 413, "field": "$", "reason": "batch larger than 1 MiB"}
             self._queue(orjson.dumps({"nack": None, "error": error}).decode())
             return
-        while self.in_flight >= MAX_IN_FLIGHT and self.link is not None:
+        while (
+            self.in_flight >= MAX_IN_FLIGHT or len(self._outbox) >= MAX_UNSENT
+        ) and self.link is not None:
             self._room.clear()
             await self._room.wait()
         if self.link is None:
@@ -149,15 +161,17 @@ class IngestConsumer(LeanDispatchMixin, AsyncWebsocketConsumer):
             self._sender = asyncio.ensure_future(self._send_outbox())
 
     async def _send_outbox(self) -> None:
+        # One sender per connection at a time; a slow reader blocks only this task.
         try:
             while self._outbox:
-                batch, self._outbox = self._outbox, []
-                for text, close_code in batch:
-                    if text is None:
-                        await self.close(code=close_code)
-                        self._outbox.clear()
-                        return
-                    await self.send(text_data=text)
+                text, close_code = self._outbox.popleft()
+                if text is None:
+                    await self.close(code=close_code)
+                    self._outbox.clear()
+                    return
+                await self.send(text_data=text)
+                if len(self._outbox) < MAX_UNSENT:
+                    self._room.set()
         except Exception:
             log.debug("connection %s went away while answering", self.conn_id, exc_info=True)
             self._outbox.clear()

@@ -8,6 +8,7 @@ from typing import Any
 
 import orjson
 from channels.db import database_sync_to_async
+from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
@@ -32,6 +33,12 @@ def _error(status: int, field: str, reason: str) -> JsonResponse:
     return JsonResponse(
         {"error": {"code": status, "field": field, "reason": reason}}, status=status
     )
+
+
+def _retry_later(reason: str) -> JsonResponse:
+    response = _error(503, "$", reason)
+    response["Retry-After"] = "1"
+    return response
 
 
 @csrf_exempt
@@ -89,14 +96,14 @@ async def submit_over_http(identity: SourceIdentity, body: bytes) -> JsonRespons
     try:
         link = await pool.link_for(conn_id)
     except Exception:
-        return _error(503, "$", "the ingest child is not available; resend")
+        return _retry_later("the ingest child is not available; resend")
     handler = _OneShot()
     link.open(conn_id, identity, handler)
     try:
         await link.submit(conn_id, body)
         seq, code, error = await asyncio.wait_for(handler.done, HTTP_WAIT_S)
     except TimeoutError:
-        return _error(503, "$", "the ingest child did not answer in time; resend")
+        return _retry_later("the ingest child did not answer in time; resend")
     finally:
         link.close(conn_id)
     if code == 0:
@@ -111,7 +118,10 @@ async def submit_over_http(identity: SourceIdentity, body: bytes) -> JsonRespons
 async def ingest(request: HttpRequest) -> HttpResponse:
     if request.method != "POST":
         return _error(405, "$", "POST a batch")
-    identity = await database_sync_to_async(authenticate_source)(bearer_from_meta(request.META))
+    try:
+        identity = await database_sync_to_async(authenticate_source)(bearer_from_meta(request.META))
+    except DatabaseError:
+        return _retry_later("the database is unavailable; resend")
     if identity is None:
         return _error(401, "authorization", "unknown or revoked source token")
     declared = request.META.get("CONTENT_LENGTH") or "0"

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import sqlite3
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol, TypeVar
@@ -34,7 +35,7 @@ T = TypeVar("T")
 # SQLite (>= 3.32) allows 32766 bound parameters per statement.
 _SQLITE_MAX_PARAMS = 32766
 # A commit that waits this long for a lock is answered 503 (retry), not left hanging.
-PG_LOCK_TIMEOUT = "10s"
+PG_LOCK_TIMEOUT_MS = int(os.environ.get("FLEETWATCH_PG_LOCK_TIMEOUT_MS", "10000"))
 PG_CONNECT_TIMEOUT_S = 5
 
 EVENT_SQL_COLUMNS = ("source", "seq", "pos", "ts", "node_id", "gpu_index", "kind", "code", "detail")
@@ -214,7 +215,7 @@ class PostgresDb:
             self.conninfo,
             autocommit=False,
             connect_timeout=PG_CONNECT_TIMEOUT_S,
-            options=f"-c synchronous_commit=on -c lock_timeout={PG_LOCK_TIMEOUT}",
+            options=f"-c synchronous_commit=on -c lock_timeout={PG_LOCK_TIMEOUT_MS}",
         )
         return self._conn
 

@@ -28,6 +28,26 @@ def json_param(vendor: str) -> str:
     return "CAST(%s AS jsonb)" if vendor == POSTGRESQL else "%s"
 
 
+def number_type(integer: bool, vendor: str) -> str:
+    """A metric column's type: 64-bit integers for bitmasks and counts, else doubles."""
+    if vendor == POSTGRESQL:
+        return "BIGINT" if integer else "DOUBLE PRECISION"
+    return "INTEGER" if integer else "REAL"
+
+
+def ts_type(vendor: str) -> str:
+    return "DOUBLE PRECISION" if vendor == POSTGRESQL else "REAL"
+
+
+def rollup_preamble(vendor: str) -> list[str]:
+    """Statements to run first in a rollup transaction."""
+    if vendor == POSTGRESQL:
+        # The statement's cost estimate triggers JIT, which compiled its 136 aggregates
+        # for 2.3 s to run a 0.1 s query (measured, one 512-GPU minute).
+        return ["SET LOCAL jit = off"]
+    return []
+
+
 def bucket_expr(vendor: str, step: int) -> str:
     """The start of the `step`-second bucket a row's `ts` falls in, as an integer."""
     if vendor == POSTGRESQL:

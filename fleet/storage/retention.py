@@ -21,6 +21,7 @@ from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
 
 from agents.protocol.metrics import METRICS
+from fleet.storage.dialect import share_lock
 from fleet.storage.rollups import read_state
 from fleet.storage.schema import raw_table, rollup_table
 
@@ -100,7 +101,7 @@ def delete_before(
 
 
 def _covered_locked(cur: Any, tier: str, kind: str, vendor: str) -> float | None:
-    lock = " FOR SHARE" if vendor == "postgresql" else ""
+    lock = share_lock(vendor)
     cur.execute(
         f"SELECT done_until, dirty_from FROM fw_rollup_state WHERE tier = %s AND kind = %s{lock}",
         [tier, kind],

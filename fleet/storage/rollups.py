@@ -25,6 +25,7 @@ from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.db.backends.utils import CursorWrapper
 
 from agents.protocol.metrics import METRICS
+from fleet.storage.dialect import bucket_expr, rollup_preamble
 from fleet.storage.schema import ENTITY_COLUMNS, TIER_SECONDS, raw_table, rollup_table
 
 log = logging.getLogger(__name__)
@@ -126,12 +127,6 @@ def _end(cur: CursorWrapper, tier: str, kind: str, now: float) -> int:
     return min(_floor(below.start, 3600), _floor(now - GRACE_S, 3600))
 
 
-def _bucket_expr(vendor: str, step: int) -> str:
-    if vendor == "postgresql":
-        return f"(floor(ts / {step}) * {step})::bigint"
-    return f"CAST(ts / {step} AS INTEGER) * {step}"
-
-
 @cache
 def aggregate_sql(tier: str, kind: str, vendor: str) -> str:
     """INSERT … SELECT that upserts every (entity, bucket) in [%s, %s) of `tier`.
@@ -148,7 +143,7 @@ def aggregate_sql(tier: str, kind: str, vendor: str) -> str:
     target = rollup_table(kind, tier)
     inner: list[str] = [*keys]
     if tier == "1m":
-        inner += [f"{_bucket_expr(vendor, 60)} AS b", "count(*) AS n"]
+        inner += [f"{bucket_expr(vendor, 60)} AS b", "count(*) AS n"]
         for m in metrics:
             inner += [
                 f"min({m}) AS {m}_min",
@@ -222,10 +217,8 @@ def _chunk(tier: str, kind: str, now: float, using: str) -> int | None:
         with transaction.atomic(using=using), conn.cursor() as cur:
             if not claim(cur, tier, kind, state):
                 continue  # another worker or the ingest writer moved it: re-read
-            if conn.vendor == "postgresql":
-                # The statement's cost estimate triggers JIT, which compiled its 136
-                # aggregates for 2.3 s to run a 0.1 s query (measured, one 512-GPU minute).
-                cur.execute("SET LOCAL jit = off")
+            for statement in rollup_preamble(conn.vendor):
+                cur.execute(statement)
             # Skip stretches with no data (an idle night) in one step. Looked up after
             # the claim: a straggler landing in the skipped stretch then either is seen
             # here or finds done_until already past it and marks the tier dirty.

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from fleet.storage.dialect import POSTGRESQL, number_type, ts_type
+
 Columns = Sequence[tuple[str, bool]]  # (metric name, integer?)
 
 # Entity key columns of each sample kind, as stored (names resolved to ids).
@@ -43,21 +45,11 @@ def rollup_table(kind: str, tier: str) -> str:
     return f"fw_{kind}_{tier}"
 
 
-def _num(integer: bool, vendor: str) -> str:
-    if vendor == "postgresql":
-        return "BIGINT" if integer else "DOUBLE PRECISION"
-    return "INTEGER" if integer else "REAL"
-
-
-def _ts_type(vendor: str) -> str:
-    return "DOUBLE PRECISION" if vendor == "postgresql" else "REAL"
-
-
 def create_raw(kind: str, columns: Columns, vendor: str) -> list[str]:
     keys = ENTITY_COLUMNS[kind]
-    cols = [f"ts {_ts_type(vendor)} NOT NULL"] + [f"{k} INTEGER NOT NULL" for k in keys]
-    cols += [f"{name} {_num(integer, vendor)}" for name, integer in columns]
-    if vendor == "postgresql":
+    cols = [f"ts {ts_type(vendor)} NOT NULL"] + [f"{k} INTEGER NOT NULL" for k in keys]
+    cols += [f"{name} {number_type(integer, vendor)}" for name, integer in columns]
+    if vendor == POSTGRESQL:
         pk = ", ".join((*keys, "ts"))
         return [f"CREATE TABLE {raw_table(kind)} ({', '.join(cols)}, PRIMARY KEY ({pk}))"]
     pk = ", ".join(("ts", *keys))
@@ -67,8 +59,8 @@ def create_raw(kind: str, columns: Columns, vendor: str) -> list[str]:
 def create_latest_v1(kind: str, columns: Columns, vendor: str) -> list[str]:
     """The first latest-state shape (one `ts` per row), kept for migration 0002."""
     keys = ENTITY_COLUMNS[kind]
-    cols = [f"{k} INTEGER NOT NULL" for k in keys] + [f"ts {_ts_type(vendor)} NOT NULL"]
-    cols += [f"{name} {_num(integer, vendor)}" for name, integer in columns]
+    cols = [f"{k} INTEGER NOT NULL" for k in keys] + [f"ts {ts_type(vendor)} NOT NULL"]
+    cols += [f"{name} {number_type(integer, vendor)}" for name, integer in columns]
     return [
         f"CREATE TABLE {latest_table(kind)} ({', '.join(cols)}, PRIMARY KEY ({', '.join(keys)}))"
     ]
@@ -84,10 +76,10 @@ def create_latest(kind: str, columns: Columns, vendor: str) -> list[str]:
     so a field whose reads stopped shows its age instead of looking fresh forever.
     `ts` is the newest of them (the entity's last data)."""
     keys = ENTITY_COLUMNS[kind]
-    ts_type = _ts_type(vendor)
-    cols = [f"{k} INTEGER NOT NULL" for k in keys] + [f"ts {ts_type} NOT NULL"]
+    ts_col = ts_type(vendor)
+    cols = [f"{k} INTEGER NOT NULL" for k in keys] + [f"ts {ts_col} NOT NULL"]
     for name, integer in columns:
-        cols += [f"{name} {_num(integer, vendor)}", f"{field_ts_column(name)} {ts_type}"]
+        cols += [f"{name} {number_type(integer, vendor)}", f"{field_ts_column(name)} {ts_col}"]
     return [
         f"CREATE TABLE {latest_table(kind)} ({', '.join(cols)}, PRIMARY KEY ({', '.join(keys)}))"
     ]
@@ -102,10 +94,10 @@ def create_rollup(kind: str, tier: str, columns: Columns, vendor: str) -> list[s
     for name, integer in columns:
         # mean is never an integer; min/max/last keep the metric's type
         cols += [
-            f"{name}_min {_num(integer, vendor)}",
-            f"{name}_mean {_num(False, vendor)}",
-            f"{name}_max {_num(integer, vendor)}",
-            f"{name}_last {_num(integer, vendor)}",
+            f"{name}_min {number_type(integer, vendor)}",
+            f"{name}_mean {number_type(False, vendor)}",
+            f"{name}_max {number_type(integer, vendor)}",
+            f"{name}_last {number_type(integer, vendor)}",
         ]
     pk = ", ".join((*keys, "bucket"))
     table = rollup_table(kind, tier)

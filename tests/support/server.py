@@ -52,7 +52,7 @@ class FleetServer:
         self.enroll_token = ENROLL_TOKEN
         self.proc: subprocess.Popen[bytes] | None = None
         self.extra_env = extra_env or {}
-        self.log_path = var_dir / "server.log"
+        self.log_path = var_dir / f"server-{self.port}.log"
 
     @property
     def url(self) -> str:
@@ -153,6 +153,16 @@ class FleetServer:
         self.proc = None
         # Its writer process sees the socket close and exits by itself.
 
+    def sibling(self) -> FleetServer:
+        """A second server process on the same database (and channel layer): start() it."""
+        return FleetServer(
+            self.var_dir,
+            database_url=self.database_url,
+            redis_url=self.redis_url,
+            racks=self.racks,
+            extra_env=dict(self.extra_env),
+        )
+
     # -- reading what was stored -------------------------------------------
     def query(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         if self.database_url:
@@ -179,7 +189,7 @@ class FleetServer:
             kwargs["database_url"] = services.create_database(
                 services.services_database_url(), db_name
             )
-            kwargs["redis_url"] = services.services_redis_url()
+            kwargs.setdefault("redis_url", services.services_redis_url())
         server = cls(var_dir, **kwargs)
         try:
             server.prepare()
