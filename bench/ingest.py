@@ -198,7 +198,7 @@ def main() -> int:
             # production intervals, not the test fixture's quick ones
             extra_env={
                 "FLEETWATCH_BENCH_ROUTES": "1",
-                "FLEETWATCH_LIVE_INTERVAL_S": "0.5",
+                "FLEETWATCH_LIVE_INTERVAL_S": os.environ.get("BENCH_LIVE_S", "0.5"),
                 "FLEETWATCH_REVALIDATE_S": "5",
             },
         ) as server:

@@ -15,6 +15,7 @@ read as ok, and must never hide a warn or crit found elsewhere.
 from __future__ import annotations
 
 import enum
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -105,6 +106,7 @@ class Reading:
 
     values: Mapping[str, float | int]  # absent = unsupported or never seen
     ts: Mapping[str, float]  # metric name -> Unix time that value was sampled
+    newest: float | None = None  # max of `ts` when the reader already knows it
 
     def age_s(self, name: str, now: float) -> float | None:
         """Seconds since `name` was sampled (a clock running ahead counts as now)."""
@@ -138,6 +140,8 @@ class GpuLimits:
 
 def newest_ts(reading: Reading) -> float | None:
     """When the newest value of `reading` was sampled, None when it holds nothing."""
+    if reading.newest is not None:
+        return reading.newest
     return max((t for n, t in reading.ts.items() if n in reading.values), default=None)
 
 
@@ -222,6 +226,7 @@ class Throttle:
     level: Level
 
 
+@functools.lru_cache(maxsize=4096)  # masks repeat across a fleet; Throttle is immutable
 def throttle_state(mask: int | None) -> Throttle:
     """Decode a clock-event mask (agents/protocol/reasons.py) and classify its bits."""
     if mask is None:

@@ -85,22 +85,26 @@ class LivePublisher:
             await asyncio.sleep(self.interval_s)  # coalesce: at most one publish per interval
 
     async def publish(self, changed: Changed) -> None:
-        try:
-            loop = asyncio.get_running_loop()
-            updates = await loop.run_in_executor(_reader(), _build_updates, changed)
-        except Exception as exc:
-            self.counters.build_failed += 1
-            self._log_failure("could not build live updates", exc)
-            return
         layer = get_channel_layer()
         if layer is None:
+            return
+        loop = asyncio.get_running_loop()
+        try:
+            plan = await loop.run_in_executor(_reader(), _plan, changed)
+            wanted = await watched(layer, plan.groups())
+            if not wanted:
+                return  # nobody watches these: no reads, no figures, no sends
+            updates = await loop.run_in_executor(_reader(), _build, plan, wanted)
+        except Exception as exc:  # a page update is never worth a crash
+            self.counters.build_failed += 1
+            self._log_failure("could not build live updates", exc)
             return
         for group, payload in updates:
             try:
                 message = {"type": LIVE_UPDATE, "update": payload}
                 await asyncio.wait_for(layer.group_send(group, message), SEND_TIMEOUT_S)
                 self.counters.published += 1
-            except Exception as exc:
+            except Exception as exc:  # Redis away: drop this interval's pushes
                 self.counters.failed += 1
                 self._log_failure("live publish failed; dropped until the layer answers", exc)
                 return
@@ -118,14 +122,39 @@ class LivePublisher:
             )
 
 
-def _build_updates(changed: Changed) -> list[tuple[str, dict[str, Any]]]:
+def _plan(changed: Changed) -> Any:
     """Runs on the publisher's own thread, with a Django connection of its own."""
     from django.db import close_old_connections
 
-    from fleet.state import live_updates
+    from fleet.state import plan_updates
 
     close_old_connections()  # a connection the database dropped is replaced, not reused
-    return live_updates(changed, time.time())
+    return plan_updates(changed)
+
+
+def _build(plan: Any, wanted: set[str]) -> list[tuple[str, dict[str, Any]]]:
+    from fleet.state import build_updates
+
+    return build_updates(plan, wanted, time.time())
+
+
+async def watched(layer: Any, groups: set[str]) -> set[str]:
+    """The groups someone subscribes to, from the layer itself (in-memory: its table;
+    Redis: the group's member set). A layer we cannot ask counts every group as watched."""
+    members = getattr(layer, "groups", None)
+    if isinstance(members, dict):  # InMemoryChannelLayer
+        return {g for g in groups if members.get(g)}
+    if hasattr(layer, "_group_key") and hasattr(layer, "consistent_hash"):  # channels_redis
+        out: set[str] = set()
+        for group in groups:
+            connection = layer.connection(layer.consistent_hash(group))
+            count = await asyncio.wait_for(
+                connection.zcard(layer._group_key(group)), SEND_TIMEOUT_S
+            )
+            if count:
+                out.add(group)
+        return out
+    return set(groups)
 
 
 _executor: ThreadPoolExecutor | None = None

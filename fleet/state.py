@@ -87,7 +87,7 @@ def _readings(kind: str, column: str, ids: Iterable[int]) -> dict[tuple[int, ...
         return {}
     records = _select(select_latest_sql(kind, f"{column} IN ({marks})"), params)
     return {
-        key: health.Reading(row.values, row.ts)
+        key: health.Reading(row.values, row.ts, row.newest)
         for key, row in rows_to_latest(kind, records).items()
     }
 
@@ -218,24 +218,60 @@ def site_payload(site_id: int, now: float) -> Payload:
     }
 
 
-def live_updates(changed: dict[str, set[tuple[int, ...]]], now: float) -> list[tuple[str, Payload]]:
-    """The group messages for what changed: its racks (with their nodes), sites, fleet."""
+@dataclass
+class UpdatePlan:
+    """What changed, resolved to the racks (with their sites) and sites it touches."""
+
+    racks: dict[int, int]  # rack id -> site id
+    facility_sites: set[int]
+
+    def groups(self) -> set[str]:
+        out = {rack_group(r) for r in self.racks} | {site_group(s) for s in self.racks.values()}
+        out |= {site_group(s) for s in self.facility_sites}
+        return out | {fleet_group()} if out else out
+
+
+def plan_updates(changed: dict[str, set[tuple[int, ...]]]) -> UpdatePlan:
     rack_ids = _racks_touched(changed)
-    states = rack_states(rack_ids, now) if rack_ids else {}
+    racks: dict[int, int] = {}
+    if rack_ids:
+        marks, params = _in(rack_ids)
+        racks = dict(
+            _select(
+                "SELECT r.id, h.site_id FROM fleet_rack r JOIN fleet_hall h ON h.id = r.hall_id"
+                f" WHERE r.id IN ({marks})",
+                params,
+            )
+        )
+    return UpdatePlan(racks, {key[0] for key in changed.get("facility", ())})
+
+
+def build_updates(plan: UpdatePlan, wanted: set[str], now: float) -> list[tuple[str, Payload]]:
+    """The group messages for what changed, only for groups someone watches: each rack
+    (with its nodes), each site (its racks, its facility figures), the fleet summary."""
+    fleet_wanted = fleet_group() in wanted
+    needed = [
+        rack_id
+        for rack_id, site_id in plan.racks.items()
+        if fleet_wanted or rack_group(rack_id) in wanted or site_group(site_id) in wanted
+    ]
+    states = rack_states(needed, now) if needed else {}
     by_site: dict[int, Payload] = {}
     out: list[tuple[str, Payload]] = []
     for rack_id, state in states.items():
         payload = rack_payload(state)
-        nodes = {str(n): plain(s) for n, s in state.nodes.items()}
-        out.append((rack_group(rack_id), {"ts": now, "rack": payload, "nodes": nodes}))
+        if rack_group(rack_id) in wanted:
+            nodes = {str(n): plain(s) for n, s in state.nodes.items()}
+            out.append((rack_group(rack_id), {"ts": now, "rack": payload, "nodes": nodes}))
         site = by_site.setdefault(state.info.site_id, {"ts": now, "racks": {}})
         site["racks"][str(rack_id)] = payload
-    for (site_id,) in changed.get("facility", ()):
+    for site_id in plan.facility_sites:
         site = by_site.setdefault(site_id, {"ts": now, "racks": {}})
         site["site"] = site_payload(site_id, now)
     fleet: Payload = {"ts": now, "racks": {}, "sites": {}}
     for site_id, site in by_site.items():
-        out.append((site_group(site_id), site))
+        if site_group(site_id) in wanted:
+            out.append((site_group(site_id), site))
         for rack_id, rack in site["racks"].items():
             fleet["racks"][rack_id] = {
                 "level": rack["level"],
@@ -243,9 +279,15 @@ def live_updates(changed: dict[str, set[tuple[int, ...]]], now: float) -> list[t
             }
         if "site" in site:
             fleet["sites"][str(site_id)] = site["site"]
-    if by_site:
+    if fleet_wanted and by_site:
         out.append((fleet_group(), fleet))
     return out
+
+
+def live_updates(changed: dict[str, set[tuple[int, ...]]], now: float) -> list[tuple[str, Payload]]:
+    """Every group message for what changed (as if every group were watched)."""
+    plan = plan_updates(changed)
+    return build_updates(plan, plan.groups(), now)
 
 
 def _racks_touched(changed: dict[str, set[tuple[int, ...]]]) -> set[int]:

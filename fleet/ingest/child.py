@@ -75,7 +75,7 @@ class ChildLoop:
     def _revalidate(self) -> None:
         try:
             revoked = self.pipeline.revoked_connections()
-        except Exception as exc:
+        except Exception as exc:  # the database may be away: try again later
             log.warning("token revalidation failed: %s", exc)
             return
         if revoked:

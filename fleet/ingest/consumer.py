@@ -28,6 +28,7 @@ from django.db import DatabaseError
 
 from agents.protocol import CLOSE_FORBIDDEN, CLOSE_UNAUTHORIZED, MAX_BATCH_BYTES
 from fleet.ingest.auth import SourceIdentity, authenticate_source, bearer_from_headers
+from fleet.ingest.eager import run_eagerly
 from fleet.ingest.link import IngestLink, get_pool
 
 log = logging.getLogger("fleet.ingest")
@@ -78,7 +79,8 @@ class IngestConsumer(LeanDispatchMixin, AsyncWebsocketConsumer):
         self.in_flight = 0
         self._room = asyncio.Event()
         self._outbox: deque[tuple[str | None, int]] = deque()  # (frame text, or None; close code)
-        self._sender: asyncio.Task[None] | None = None
+        self._sender: asyncio.Task[None] | None = None  # keeps a waiting sender alive
+        self._sending = False
         pool = get_pool()
         self.conn_id = pool.next_conn_id()
         try:
@@ -105,7 +107,8 @@ class IngestConsumer(LeanDispatchMixin, AsyncWebsocketConsumer):
         if self.link is None:
             return
         self.in_flight += 1
-        await self.link.submit(self.conn_id, payload)
+        if self.link.submit(self.conn_id, payload):
+            await self.link.drain()
 
     async def disconnect(self, code: int) -> None:
         self.closing = True
@@ -157,8 +160,10 @@ class IngestConsumer(LeanDispatchMixin, AsyncWebsocketConsumer):
         self._wake_sender()
 
     def _wake_sender(self) -> None:
-        if self._sender is None:
-            self._sender = asyncio.ensure_future(self._send_outbox())
+        if not self._sending:
+            self._sending = True
+            # Sent right here when the socket has room; a task only if it must wait.
+            self._sender = run_eagerly(self._send_outbox())
 
     async def _send_outbox(self) -> None:
         # One sender per connection at a time; a slow reader blocks only this task.
@@ -176,4 +181,5 @@ class IngestConsumer(LeanDispatchMixin, AsyncWebsocketConsumer):
             log.debug("connection %s went away while answering", self.conn_id, exc_info=True)
             self._outbox.clear()
         finally:
+            self._sending = False
             self._sender = None

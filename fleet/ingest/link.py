@@ -31,6 +31,7 @@ from fleet.live import get_publisher
 log = logging.getLogger("fleet.ingest")
 
 START_TIMEOUT_S = 30.0
+BACKED_UP = 4 << 20  # bytes queued for the child before agents are held back
 
 
 class LinkHandler(Protocol):
@@ -108,11 +109,16 @@ class IngestLink:
         )
         self._send(frames.frame(frames.HELLO, conn_id, hello))
 
-    async def submit(self, conn_id: int, payload: bytes) -> None:
-        """Queue a batch for the child; wait while the child's socket is backed up."""
+    def submit(self, conn_id: int, payload: bytes) -> bool:
+        """Queue a batch for the child. True when the child's socket is backed up: the
+        caller then awaits `drain()` before taking more from its agent."""
         self._send(frames.frame(frames.BATCH, conn_id, payload))
         writer = self._writer
-        if writer is not None and writer.transport.get_write_buffer_size() > 4 << 20:
+        return writer is not None and writer.transport.get_write_buffer_size() > BACKED_UP
+
+    async def drain(self) -> None:
+        writer = self._writer
+        if writer is not None:
             self._flush()
             await writer.drain()
 

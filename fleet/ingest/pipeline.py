@@ -140,7 +140,7 @@ class IngestPipeline:
             return Prepared(conn_id, batch.seq, batch.source, write, stats)
         except ProtocolError as exc:
             results.append(Result(conn_id, _seq_of(obj), exc.code, exc.as_dict()))
-        except Exception as exc:
+        except Exception as exc:  # any fault here is this batch's alone
             results.append(self._failure(conn_id, _seq_of(obj), exc))
         return None
 
@@ -160,7 +160,7 @@ class IngestPipeline:
         try:
             self._commit(ready, now)
             return [Result(p.conn_id, p.seq, OK) for p in ready]
-        except Exception as exc:
+        except Exception as exc:  # classified below, by cause
             if failure_kind(exc) == "retry":
                 log.warning("commit of %d batches failed, answered 503: %s", len(ready), exc)
                 self.counters.retried += len(ready)
@@ -173,7 +173,7 @@ class IngestPipeline:
             try:
                 self._commit([item], now)
                 results.append(Result(item.conn_id, item.seq, OK))
-            except Exception as exc:
+            except Exception as exc:  # classified by cause
                 if failure_kind(exc) == "retry":
                     # The database went away meanwhile: this batch and the rest are resent.
                     self.counters.retried += len(ready) - i
@@ -224,7 +224,7 @@ class IngestPipeline:
 
         try:
             self.db.transaction(work)
-        except Exception as exc:
+        except Exception as exc:  # kept pending: the next save retries
             self.counters.save_failures += 1
             log.warning("latest-state save failed (kept for the next one): %s", exc)
             return

@@ -100,7 +100,8 @@ async def submit_over_http(identity: SourceIdentity, body: bytes) -> JsonRespons
     handler = _OneShot()
     link.open(conn_id, identity, handler)
     try:
-        await link.submit(conn_id, body)
+        if link.submit(conn_id, body):
+            await link.drain()
         seq, code, error = await asyncio.wait_for(handler.done, HTTP_WAIT_S)
     except TimeoutError:
         return _retry_later("the ingest child did not answer in time; resend")

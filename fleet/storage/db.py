@@ -58,6 +58,18 @@ class Tx(Protocol):
 
     def execute_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None: ...
 
+    def upsert(
+        self,
+        table: str,
+        columns: tuple[str, ...],
+        keys: tuple[str, ...],
+        set_clause: str,
+        rows: list[Row],
+        types: tuple[str, ...] = (),
+    ) -> None:
+        """`INSERT … ON CONFLICT (keys) DO UPDATE SET set_clause` for many rows, set-based
+        (rows must have distinct keys; `excluded.` names the incoming row)."""
+
 
 class Database(Protocol):
     vendor: str
@@ -121,6 +133,26 @@ class SqliteDb:
     def execute_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         self.conn.executemany(placeholders(sql, self.vendor), rows)
 
+    def upsert(
+        self,
+        table: str,
+        columns: tuple[str, ...],
+        keys: tuple[str, ...],
+        set_clause: str,
+        rows: list[Row],
+        types: tuple[str, ...] = (),
+    ) -> None:
+        # Multi-row VALUES: one statement per ~32k bound values instead of one per row.
+        per_stmt = max(1, _SQLITE_MAX_PARAMS // len(columns))
+        one = "(" + ",".join("?" * len(columns)) + ")"
+        for start in range(0, len(rows), per_stmt):
+            chunk = rows[start : start + per_stmt]
+            sql = (
+                f"INSERT INTO {table} ({','.join(columns)}) VALUES {','.join([one] * len(chunk))}"
+                f" ON CONFLICT ({','.join(keys)}) DO UPDATE SET {set_clause}"
+            )
+            self.conn.execute(sql, [v for row in chunk for v in row])
+
     def _insert(self, table: str, columns: tuple[str, ...], nrows: int) -> str:
         key = (table, columns, nrows)
         sql = self._insert_sql.get(key)
@@ -172,6 +204,34 @@ class _PgTx:
             copy.set_types([types[c] for c in columns])
             for row in rows:
                 copy.write_row(row)
+
+    def upsert(
+        self,
+        table: str,
+        columns: tuple[str, ...],
+        keys: tuple[str, ...],
+        set_clause: str,
+        rows: list[Row],
+        types: tuple[str, ...] = (),
+    ) -> None:
+        # COPY into a temp stage, then one INSERT … SELECT … ON CONFLICT: set-based, where
+        # executemany costs a statement per row (measured: ~2x slower per entity).
+        stage = f"stage_{table}"
+        self.cur.execute(
+            f"CREATE TEMP TABLE IF NOT EXISTS {stage} (LIKE {table}) ON COMMIT DELETE ROWS"
+        )
+        cols = ",".join(columns)
+        binary = " (FORMAT BINARY)" if types else ""
+        with self.cur.copy(f"COPY {stage} ({cols}) FROM STDIN{binary}") as copy:
+            if types:
+                copy.set_types(list(types))
+            for row in rows:
+                copy.write_row(row)
+        self.cur.execute(
+            f"INSERT INTO {table} ({cols}) SELECT {cols} FROM {stage}"
+            f" ON CONFLICT ({','.join(keys)}) DO UPDATE SET {set_clause}"
+        )
+        self.cur.execute(f"TRUNCATE {stage}")
 
     def insert_events(self, rows: list[Row]) -> None:
         cols = ",".join(EVENT_SQL_COLUMNS)

@@ -13,6 +13,7 @@ Readers get `LatestRow`s: values and per-field sample times.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cache
@@ -33,23 +34,32 @@ def metric_names(kind: str) -> tuple[str, ...]:
     return _NAMES[kind]
 
 
-@cache
 def latest_columns(kind: str) -> tuple[str, ...]:
     """Entity keys, `ts`, then each metric followed by its sample time."""
-    cols: list[str] = [*ENTITY_COLUMNS[kind], "ts"]
-    for name in _NAMES[kind]:
-        cols += [name, field_ts_column(name)]
-    return tuple(cols)
+    return merge_columns(kind, _NAMES[kind])
 
 
 @cache
-def merge_sql(kind: str) -> str:
-    """Upsert one entity's changed fields; each field is taken only if it is newer."""
+def merge_columns(kind: str, fields: tuple[str, ...]) -> tuple[str, ...]:
+    """The columns one merge statement writes: keys, `ts`, the fields, then their times."""
+    return (*ENTITY_COLUMNS[kind], "ts", *fields, *(field_ts_column(n) for n in fields))
+
+
+@cache
+def merge_types(kind: str, fields: tuple[str, ...]) -> tuple[str, ...]:
+    """PostgreSQL types of `merge_columns`, for binary COPY."""
+    integer = {m.name: m.integer for m in METRICS[kind]}
+    types: list[str] = ["int4"] * len(ENTITY_COLUMNS[kind]) + ["float8"]
+    types += ["int8" if integer[name] else "float8" for name in fields]
+    return (*types, *(["float8"] * len(fields)))
+
+
+@cache
+def merge_set_clause(kind: str, fields: tuple[str, ...]) -> str:
+    """`ON CONFLICT … DO UPDATE SET` for these fields: each is taken only if newer."""
     table = latest_table(kind)
-    cols = latest_columns(kind)
-    keys = ENTITY_COLUMNS[kind]
     sets = [f"ts = CASE WHEN excluded.ts > {table}.ts THEN excluded.ts ELSE {table}.ts END"]
-    for name in _NAMES[kind]:
+    for name in fields:
         ts_col = field_ts_column(name)
         newer = (
             f"excluded.{ts_col} IS NOT NULL AND "
@@ -59,27 +69,19 @@ def merge_sql(kind: str) -> str:
         sets.append(
             f"{ts_col} = CASE WHEN {newer} THEN excluded.{ts_col} ELSE {table}.{ts_col} END"
         )
-    return (
-        f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({', '.join(['%s'] * len(cols))}) "
-        f"ON CONFLICT ({', '.join(keys)}) DO UPDATE SET {', '.join(sets)}"
-    )
+    return ", ".join(sets)
 
 
-@dataclass(slots=True)
-class EntityDelta:
-    """What one entity's samples changed since the last save: field -> value and time.
-    (The dicts may also hold `ts` and entity-name keys; rows take only metrics.)"""
-
-    values: dict[str, Any]
-    ts: dict[str, float]
-    newest: float
+Pending = list[tuple[float, dict[str, Any]]]  # (time, sample) of one entity, in arrival order
 
 
 @dataclass
 class LatestDelta:
-    """Per kind, per entity: the fields changed since the last save (newest per field)."""
+    """Per kind, per entity: the samples committed since the last save. Adding one is a
+    list append (samples arrive far more often than saves happen); folding them into
+    one row per entity, newest per field, is done once per save by `shaped_rows`."""
 
-    kinds: dict[str, dict[Key, EntityDelta]] = field(default_factory=dict)
+    kinds: dict[str, dict[Key, Pending]] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return sum(len(t) for t in self.kinds.values())
@@ -87,57 +89,86 @@ class LatestDelta:
     def add(self, kind: str, key: Key, sample: dict[str, Any], now: float) -> None:
         # A node whose clock runs ahead (up to the protocol's bound) counts as "now",
         # so it cannot pin its fields above every later on-time sample.
-        ts = min(sample["ts"], now)
-        table = self.kinds.setdefault(kind, {})
-        entity = table.get(key)
-        if entity is None:
-            table[key] = EntityDelta(dict(sample), dict.fromkeys(sample, ts), ts)
-        elif ts >= entity.newest:  # the usual case: samples arrive in order (C-level updates)
-            entity.values.update(sample)
-            entity.ts.update(dict.fromkeys(sample, ts))
-            entity.newest = ts
+        ts = sample["ts"]
+        if ts > now:
+            ts = now
+        table = self.kinds.get(kind)
+        if table is None:
+            table = self.kinds[kind] = {}
+        pending = table.get(key)
+        if pending is None:
+            table[key] = [(ts, sample)]
         else:
-            for name, value in sample.items():
-                if entity.ts.get(name, -1.0) <= ts:
-                    entity.values[name] = value
-                    entity.ts[name] = ts
+            pending.append((ts, sample))
 
-    def merge(self, other: LatestDelta) -> None:
-        """Fold `other` (newer or older) into this delta, per field."""
-        for kind, table in other.kinds.items():
-            for key, entity in table.items():
-                mine = self.kinds.setdefault(kind, {}).get(key)
-                if mine is None:
-                    self.kinds[kind][key] = entity
-                    continue
-                for name, ts in entity.ts.items():
-                    if mine.ts.get(name, -1.0) <= ts:
-                        mine.values[name] = entity.values[name]
-                        mine.ts[name] = ts
-                mine.newest = max(mine.newest, entity.newest)
-
-    def rows(self, kind: str) -> list[Row]:
-        names = _NAMES[kind]
-        out: list[Row] = []
-        for key, entity in self.kinds.get(kind, {}).items():
-            values, times = entity.values, entity.ts
-            row: list[Any] = [*key, entity.newest]
-            for name in names:
-                value = values.get(name)
-                row += (value, times[name]) if value is not None else (None, None)
-            out.append(tuple(row))
+    def shaped_rows(self, kind: str) -> dict[tuple[str, ...], list[Row]]:
+        """One row per entity (newest value per field), grouped by the fields it carries:
+        each group is merged by one statement that binds and compares only those fields
+        (most entities share one shape)."""
+        out: dict[tuple[str, ...], list[Row]] = {}
+        for key, pending in self.kinds.get(kind, {}).items():
+            if len(pending) == 1:  # the usual case at 1 Hz: every field has the sample's time
+                newest, values = pending[0]
+                fields, values_of = _shape(kind, tuple(values))
+                row = (*key, newest, *values_of(values), *((newest,) * len(fields)))
+            else:
+                pending.sort(key=_BY_TIME)  # stable: equal times keep arrival order
+                newest, last = pending[-1]
+                covered = last.keys()
+                values, times = {}, {}
+                for ts, sample in pending[:-1]:
+                    if sample.keys() <= covered:
+                        continue  # every field of it is overwritten by the newest sample
+                    values.update(sample)
+                    times.update(dict.fromkeys(sample, ts))
+                values.update(last)
+                times.update(dict.fromkeys(last, newest))
+                fields, values_of = _shape(kind, tuple(values))
+                row = (*key, newest, *values_of(values), *values_of(times))
+            out.setdefault(fields, []).append(row)
         return out
 
     def changed(self) -> dict[str, list[Key]]:
         return {kind: list(table) for kind, table in self.kinds.items() if table}
 
 
+_BY_TIME = operator.itemgetter(0)
+_SHAPES: dict[tuple[str, tuple[str, ...]], tuple[tuple[str, ...], Any]] = {}
+
+
+def _shape(kind: str, keys: tuple[str, ...]) -> tuple[tuple[str, ...], Any]:
+    """The metrics among a sample's keys (catalogue order) and a getter returning their
+    values as a tuple; cached, as agents send few shapes (bounded against hostile ones)."""
+    found = _SHAPES.get((kind, keys))
+    if found is None:
+        present = set(keys)
+        fields = tuple(n for n in _NAMES[kind] if n in present)
+        # itemgetter of one name returns the item, not a 1-tuple: name it twice and slice.
+        if len(fields) == 1:
+            only = fields[0]
+            found = (fields, lambda d: (d[only],))
+        elif fields:
+            found = (fields, operator.itemgetter(*fields))
+        else:
+            found = (fields, lambda d: ())
+        if len(_SHAPES) < 4096:
+            _SHAPES[(kind, keys)] = found
+    return found
+
+
 def merge_latest(tx: Tx, delta: LatestDelta) -> None:
     """Merge a delta into the latest-state tables (inside the caller's transaction)."""
     for kind in delta.kinds:
-        rows = delta.rows(kind)
-        if rows:
-            tx.execute_many(merge_sql(kind), rows)
+        keys = ENTITY_COLUMNS[kind]
+        for fields, rows in delta.shaped_rows(kind).items():
+            tx.upsert(
+                latest_table(kind),
+                merge_columns(kind, fields),
+                keys,
+                merge_set_clause(kind, fields),
+                rows,
+                merge_types(kind, fields),
+            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,17 +184,16 @@ def rows_to_latest(kind: str, records: Iterable[Sequence[Any]]) -> dict[Key, Lat
     """Turn `SELECT <latest_columns(kind)>` records into LatestRows keyed by entity."""
     nkey = len(ENTITY_COLUMNS[kind])
     names = _NAMES[kind]
+    first_value, first_ts = nkey + 1, nkey + 1 + len(names)
     out: dict[Key, LatestRow] = {}
     for rec in records:
         values: dict[str, Any] = {}
         times: dict[str, float] = {}
-        pos = nkey + 1
-        for name in names:
-            value = rec[pos]
+        for i, name in enumerate(names):
+            value = rec[first_value + i]
             if value is not None:
                 values[name] = value
-                times[name] = rec[pos + 1]
-            pos += 2
+                times[name] = rec[first_ts + i]
         out[tuple(rec[:nkey])] = LatestRow(values, times, rec[nkey])
     return out
 
