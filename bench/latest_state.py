@@ -138,7 +138,7 @@ def main() -> int:
     print(f"merge, first insert          {first:8.1f} us/entity")
     print(f"merge, steady (median of 3)  {steady_us:8.1f} us/entity")
     print(f"merge, slow-lane tick        {slow_tick:8.1f} us/entity")
-    print(f"memory, fleet-wide copy (old)          {old_mb:6.1f} MiB for {len(all_items)} GPUs")
+    print(f"memory, fleet-wide copy (old)          {old_mb:6.1f} MiB for {NODES * GPUS} GPUs")
     print(f"memory, delta of every GPU (new, max)  {new_all_mb:6.1f} MiB")
     print(f"memory, delta of {args.served} served GPUs (new)  {new_served_mb:6.1f} MiB")
     print(

@@ -332,6 +332,18 @@ class GPUAdmin(ModelAdmin):
         return _pretty_json(gpu.info)
 
 
+def clock_offset_text(stats: Any) -> str:
+    """The agent's clock against the server's, as the agent measured it from acks
+    (docs/protocol.md, "Time and clocks"): positive = the agent is behind."""
+    offset = stats.get("clock_offset_s") if isinstance(stats, dict) else None
+    if not isinstance(offset, int | float) or isinstance(offset, bool):
+        return "not measured"
+    side = "behind" if offset > 0 else "ahead"
+    text = f"{abs(offset):.3f} s {side}" if offset else "in step"
+    # Past a second it matters to readings lined up across nodes; refused past 300 s ahead.
+    return f"⚠ {text}" if abs(offset) >= 1.0 else text
+
+
 # Tokens and events ------------------------------------------------------------------------
 
 
@@ -373,7 +385,16 @@ class EnrollmentTokenAdmin(ModelAdmin):
 class SourceTokenAdmin(ModelAdmin):
     """Issued by enrolment, never here; the admin can only read them and revoke them."""
 
-    list_display = ("source", "kind", "site", "revoked", "last_seq", "last_heard", "fingerprint")
+    list_display = (
+        "source",
+        "kind",
+        "site",
+        "revoked",
+        "last_seq",
+        "last_heard",
+        "clock_offset",
+        "fingerprint",
+    )
     list_filter = ("kind", "site", "revoked")
     search_fields = ("source",)
     list_select_related = ("site",)
@@ -386,6 +407,7 @@ class SourceTokenAdmin(ModelAdmin):
         "revoked",
         "last_seq",
         "last_heard",
+        "clock_offset",
         "stats",
     )
     readonly_fields = (
@@ -396,6 +418,7 @@ class SourceTokenAdmin(ModelAdmin):
         "created",
         "last_seq",
         "last_heard",
+        "clock_offset",
         "stats",
     )
     actions = (revoke_tokens,)
@@ -410,6 +433,10 @@ class SourceTokenAdmin(ModelAdmin):
     @admin.display(description="last heard", ordering="last_seen")
     def last_heard(self, token: SourceToken) -> str:
         return _epoch(token.last_seen)
+
+    @admin.display(description="clock offset")
+    def clock_offset(self, token: SourceToken) -> str:
+        return clock_offset_text(token.agent_stats)
 
     @admin.display(description="agent stats")
     def stats(self, token: SourceToken) -> str:

@@ -148,10 +148,16 @@ RETENTION_RAW_HOURS = env_float("FLEETWATCH_RETENTION_RAW_HOURS", 3, minimum=0.1
 RETENTION_1M_HOURS = env_float("FLEETWATCH_RETENTION_1M_HOURS", 72, minimum=1)
 RETENTION_1H_HOURS = env_float("FLEETWATCH_RETENTION_1H_HOURS", 24 * 90, minimum=1)
 
-# Ingest: writer processes per server process (PostgreSQL can take two).
+# Ingest: child processes per server process (PostgreSQL can take two).
 INGEST_WRITERS = env_int("FLEETWATCH_INGEST_WRITERS", 1, minimum=1)
-# How often the writer publishes latest state to the DB and live pages (s).
+# How often live pages are pushed what changed (s).
 LIVE_INTERVAL_S = env_float("FLEETWATCH_LIVE_INTERVAL_S", 0.5, minimum=0.05)
+# How often an ingest child merges what changed into the latest-state tables (s).
+LATEST_SAVE_S = env_float("FLEETWATCH_LATEST_SAVE_S", LIVE_INTERVAL_S, minimum=0.05)
+# How often an ingest child re-checks its connections' tokens for revocation (s).
+REVALIDATE_S = env_float("FLEETWATCH_REVALIDATE_S", 5, minimum=0.1)
+# A commit waiting longer than this for a PostgreSQL lock is answered 503 (ms).
+PG_LOCK_TIMEOUT_MS = env_int("FLEETWATCH_PG_LOCK_TIMEOUT_MS", 10_000, minimum=1)
 # A live page's socket is ended this often so its session is checked again (s).
 LIVE_REAUTH_S = env_float("FLEETWATCH_LIVE_REAUTH_S", 300, minimum=1)
 

@@ -10,7 +10,7 @@ batch in one RESULTS frame, and repeats; no linger timer. Every
 `FLEETWATCH_LIVE_INTERVAL_S` it merges pending latest state (if no commit did) and
 sends a CHANGED frame naming the entities whose latest state moved, for the
 server's live publisher. It does not start Django: the server passes the database
-settings in `FLEETWATCH_WRITER_DB`. It answers READY before touching the
+settings in `FLEETWATCH_CHILD_CONFIG`. It answers READY before touching the
 database, so a database that is down at start makes batches 503, not the server fail.
 """
 
@@ -34,14 +34,16 @@ from fleet.storage.db import open_db
 log = logging.getLogger("fleet.ingest.child")
 
 MAX_READ = 4 << 20  # bytes taken per round: bounds one commit's size and latency
-REVALIDATE_S = float(os.environ.get("FLEETWATCH_REVALIDATE_S", "5"))  # revoked tokens
 
 
 class ChildLoop:
-    def __init__(self, sock: socket.socket, pipeline: IngestPipeline, live_s: float) -> None:
+    def __init__(
+        self, sock: socket.socket, pipeline: IngestPipeline, live_s: float, revalidate_s: float
+    ) -> None:
         self.sock = sock
         self.pipeline = pipeline
         self.live_s = live_s
+        self.revalidate_s = revalidate_s
         self.buf = bytearray()
         self.stopping = False
 
@@ -51,7 +53,7 @@ class ChildLoop:
     def run(self) -> None:
         self.send(frames.READY, b"")
         next_tick = time.monotonic() + self.live_s
-        next_check = time.monotonic() + REVALIDATE_S
+        next_check = time.monotonic() + self.revalidate_s
         while not self.stopping:
             timeout = max(0.0, next_tick - time.monotonic())
             readable, _, _ = select.select([self.sock], [], [], timeout)
@@ -62,7 +64,7 @@ class ChildLoop:
                 next_tick = time.monotonic() + self.live_s
             if time.monotonic() >= next_check:
                 self._revalidate()
-                next_check = time.monotonic() + REVALIDATE_S
+                next_check = time.monotonic() + self.revalidate_s
         self.pipeline.save_interval_s = 0.0  # the latest state on disk matches what was acked
         self.pipeline.flush(time.time())
 
@@ -127,10 +129,11 @@ def main(argv: list[str]) -> int:
         format="%(asctime)s %(levelname)s %(name)s %(message)s",
     )
     sock = socket.socket(fileno=int(argv[1]))
-    db = open_db(orjson.loads(os.environ["FLEETWATCH_WRITER_DB"]))
-    live_s = float(os.environ.get("FLEETWATCH_LIVE_INTERVAL_S", "0.5"))
-    save_s = float(os.environ.get("FLEETWATCH_LATEST_SAVE_S", str(live_s)))
-    loop = ChildLoop(sock, IngestPipeline(db, save_interval_s=save_s), live_s)
+    # Everything arrives from the server's validated settings (fleet/ingest/link.py).
+    config = orjson.loads(os.environ["FLEETWATCH_CHILD_CONFIG"])
+    db = open_db(config["db"], lock_timeout_ms=config["pg_lock_timeout_ms"])
+    pipeline = IngestPipeline(db, save_interval_s=config["latest_save_s"])
+    loop = ChildLoop(sock, pipeline, config["live_interval_s"], config["revalidate_s"])
 
     def stop(signum: int, frame: Any) -> None:
         loop.stopping = True

@@ -25,9 +25,7 @@ class NodeRef:
 @dataclass
 class Inventory:
     nodes: dict[str, NodeRef] = field(default_factory=dict)
-    sites: dict[str, int] = field(default_factory=dict)
     racks: dict[tuple[int, str], int] = field(default_factory=dict)
-    rack_site: dict[int, int] = field(default_factory=dict)
     feeds: dict[tuple[int, str], int] = field(default_factory=dict)
     loops: dict[tuple[int, str], int] = field(default_factory=dict)
     loaded_at: float = 0.0
@@ -40,12 +38,10 @@ class Inventory:
                 "JOIN fleet_rack r ON r.id = n.rack_id JOIN fleet_hall h ON h.id = r.hall_id"
             )
         }
-        self.sites = {slug: sid for sid, slug in db.query("SELECT id, slug FROM fleet_site")}
         racks = db.query(
             "SELECT r.id, r.name, h.site_id FROM fleet_rack r JOIN fleet_hall h ON h.id = r.hall_id"
         )
         self.racks = {(site_id, name): rid for rid, name, site_id in racks}
-        self.rack_site = {rid: site_id for rid, _, site_id in racks}
         self.feeds = {
             (rack_id, name): fid
             for fid, rack_id, name in db.query("SELECT id, rack_id, name FROM fleet_powerfeed")

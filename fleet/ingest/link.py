@@ -49,9 +49,11 @@ class ChildStartFailed(RuntimeError):
 class IngestLink:
     """One ingest child process and the connections pinned to it."""
 
-    def __init__(self, db: dict[str, Any], live_interval_s: float) -> None:
-        self.db = db
-        self.live_interval_s = live_interval_s
+    child_module = "fleet.ingest.child"
+    start_timeout_s = START_TIMEOUT_S
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        self.config = config  # what the child needs: see child_config()
         self.handlers: dict[int, LinkHandler] = {}
         self.proc: subprocess.Popen[bytes] | None = None
         self._writer: asyncio.StreamWriter | None = None
@@ -78,17 +80,18 @@ class IngestLink:
     async def _start(self) -> None:
         parent, child = socket.socketpair()
         env = dict(os.environ)
-        env["FLEETWATCH_WRITER_DB"] = orjson.dumps(self.db, default=str).decode()
-        env["FLEETWATCH_LIVE_INTERVAL_S"] = str(self.live_interval_s)
+        env["FLEETWATCH_CHILD_CONFIG"] = orjson.dumps(self.config, default=str).decode()
         proc = subprocess.Popen(
-            [sys.executable, "-m", "fleet.ingest.child", str(child.fileno())],
+            [sys.executable, "-m", self.child_module, str(child.fileno())],
             pass_fds=[child.fileno()],
             env=env,
         )
         child.close()
         try:
             reader, writer = await asyncio.open_connection(sock=parent)
-            header = await asyncio.wait_for(reader.readexactly(frames.HEADER.size), START_TIMEOUT_S)
+            header = await asyncio.wait_for(
+                reader.readexactly(frames.HEADER.size), self.start_timeout_s
+            )
             if frames.HEADER.unpack(header)[1] != frames.READY:
                 raise ChildStartFailed("the ingest child answered something other than READY")
         except (TimeoutError, asyncio.IncompleteReadError, OSError, ChildStartFailed) as exc:
@@ -193,8 +196,8 @@ class IngestLink:
 class LinkPool:
     """The ingest children of this server process; each connection is pinned to one."""
 
-    def __init__(self, count: int, db: dict[str, Any], live_interval_s: float) -> None:
-        self.links = [IngestLink(db, live_interval_s) for _ in range(count)]
+    def __init__(self, count: int, config: dict[str, Any]) -> None:
+        self.links = [IngestLink(config) for _ in range(count)]
         self._ids = itertools.count(1)
 
     def next_conn_id(self) -> int:
@@ -212,7 +215,16 @@ _pool: LinkPool | None = None
 def get_pool() -> LinkPool:
     global _pool
     if _pool is None:
-        _pool = LinkPool(
-            settings.INGEST_WRITERS, dict(settings.DATABASES["default"]), settings.LIVE_INTERVAL_S
-        )
+        _pool = LinkPool(settings.INGEST_WRITERS, child_config())
     return _pool
+
+
+def child_config() -> dict[str, Any]:
+    """The ingest child's settings, validated here by Django's settings (fleetwatch/env.py)."""
+    return {
+        "db": dict(settings.DATABASES["default"]),
+        "live_interval_s": settings.LIVE_INTERVAL_S,
+        "latest_save_s": settings.LATEST_SAVE_S,
+        "revalidate_s": settings.REVALIDATE_S,
+        "pg_lock_timeout_ms": settings.PG_LOCK_TIMEOUT_MS,
+    }

@@ -57,7 +57,7 @@ class SourceToken(models.Model):
     token_hash = models.CharField(max_length=64, unique=True, editable=False)
     created = models.DateTimeField(default=timezone.now, editable=False)
     revoked = models.BooleanField(default=False)
-    # What the backend last heard from this source (updated by the ingest writer).
+    # What the backend last heard from this source (saved by the ingest child).
     last_seq = models.BigIntegerField(null=True, blank=True, editable=False)
     last_seen = models.FloatField(null=True, blank=True, editable=False)
     agent_stats = models.JSONField(default=dict, blank=True, editable=False)

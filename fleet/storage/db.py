@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import sqlite3
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol, TypeVar
@@ -35,7 +34,7 @@ T = TypeVar("T")
 # SQLite (>= 3.32) allows 32766 bound parameters per statement.
 _SQLITE_MAX_PARAMS = 32766
 # A commit that waits this long for a lock is answered 503 (retry), not left hanging.
-PG_LOCK_TIMEOUT_MS = int(os.environ.get("FLEETWATCH_PG_LOCK_TIMEOUT_MS", "10000"))
+PG_LOCK_TIMEOUT_MS = 10_000
 PG_CONNECT_TIMEOUT_S = 5
 
 EVENT_SQL_COLUMNS = ("source", "seq", "pos", "ts", "node_id", "gpu_index", "kind", "code", "detail")
@@ -252,11 +251,12 @@ class _PgTx:
 class PostgresDb:
     vendor = "postgresql"
 
-    def __init__(self, conninfo: str) -> None:
+    def __init__(self, conninfo: str, lock_timeout_ms: int = PG_LOCK_TIMEOUT_MS) -> None:
         import psycopg
 
         self._psycopg = psycopg
         self.conninfo = conninfo
+        self.lock_timeout_ms = lock_timeout_ms
         self._conn: Any = None
         self._types = {kind: _pg_types(kind) for kind in METRICS}
         self.reconnects = 0
@@ -275,7 +275,7 @@ class PostgresDb:
             self.conninfo,
             autocommit=False,
             connect_timeout=PG_CONNECT_TIMEOUT_S,
-            options=f"-c synchronous_commit=on -c lock_timeout={PG_LOCK_TIMEOUT_MS}",
+            options=f"-c synchronous_commit=on -c lock_timeout={self.lock_timeout_ms}",
         )
         return self._conn
 
@@ -318,13 +318,13 @@ def _pg_types(kind: str) -> dict[str, str]:
     return types | {m.name: "int8" if m.integer else "float8" for m in METRICS[kind]}
 
 
-def open_db(db: dict[str, Any]) -> Database:
+def open_db(db: dict[str, Any], lock_timeout_ms: int = PG_LOCK_TIMEOUT_MS) -> Database:
     """A storage connection for a Django DATABASES entry."""
     engine = db["ENGINE"]
     if engine.endswith("sqlite3"):
         return SqliteDb(str(db["NAME"]))
     if engine.endswith("postgresql"):
-        return PostgresDb(pg_conninfo(db))
+        return PostgresDb(pg_conninfo(db), lock_timeout_ms)
     raise ValueError(f"unsupported database engine {engine}")
 
 

@@ -209,6 +209,20 @@ def test_source_token_page_shows_what_the_agent_last_sent_read_only(
     assert 'name="revoked"' in page
 
 
+def test_source_token_list_shows_each_agents_clock_offset(admin_client: Client, site: Site) -> None:
+    token = SourceToken.objects.get()
+    token.agent_stats = {"clock_offset_s": 0.25}
+    token.save()
+    assert "0.250 s behind" in admin_client.get(url(SourceToken, "changelist")).content.decode()
+    token.agent_stats = {"clock_offset_s": -2.0}
+    token.save()
+    page = admin_client.get(url(SourceToken, "changelist")).content.decode()
+    assert "⚠ 2.000 s ahead" in page
+    token.agent_stats = {}
+    token.save()
+    assert "not measured" in admin_client.get(url(SourceToken, "changelist")).content.decode()
+
+
 def test_editing_a_source_token_cannot_change_what_ingest_recorded(
     admin_client: Client, site: Site
 ) -> None:

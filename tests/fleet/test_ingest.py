@@ -99,6 +99,7 @@ GOOD_TS = time.time() - 600
         (lambda b: b["gpu"][0].update(util_gpu_pct=True), "gpu[0].util_gpu_pct", "number"),
         (lambda b: b["gpu"][3].update(power_w=-5), "gpu[3].power_w", "outside"),
         (lambda b: b["gpu"][0].update(ts=time.time() + 3600), "gpu[0].ts", "future"),
+        (lambda b: b["gpu"][0].update(ts=time.time() - 3 * 86400), "gpu[0].ts", "up to 24 h old"),
         (lambda b: b.update(protocol=2), "protocol", "must be 1"),
     ],
 )
@@ -203,3 +204,22 @@ def test_a_re_imaged_node_starting_its_seq_again_keeps_its_new_events(
         "SELECT count(*) FROM fleet_event WHERE source = ?", (f"node:{node}",)
     )
     assert stored[0][0] == 2
+
+
+def test_the_clock_offset_an_agent_reports_is_kept_with_its_source(
+    fleet_server: FleetServer,
+) -> None:
+    node = "gpu-a02-03"
+    token = enroll(fleet_server, f"node:{node}")
+    batch = gpu_batch(node, 1) | {"agent": {"clock_offset_s": -2.0, "clock_rtt_s": 0.001}}
+    assert post_json(fleet_server.url + "/api/v1/ingest", batch, token)[0] == 200
+    sql = "SELECT agent_stats FROM fleet_sourcetoken WHERE source = ? AND revoked = ?"
+    deadline = time.monotonic() + 10
+    stats: object = None
+    while time.monotonic() < deadline:
+        stats = fleet_server.query(sql, (f"node:{node}", False))[0][0]
+        stats = json.loads(stats) if isinstance(stats, str) else stats
+        if stats:
+            break
+        time.sleep(0.05)
+    assert isinstance(stats, dict) and stats["clock_offset_s"] == -2.0

@@ -57,7 +57,9 @@ def stored(server: FleetServer, node: str) -> int:
 def test_a_node_moving_between_two_server_processes_never_moves_a_field_back_in_time(
     tier: str, tmp_path: Path
 ) -> None:
-    with FleetServer.started(tmp_path / "server", tier=tier) as first:
+    # Two server processes, each with two ingest children: four writers on one database.
+    env = {"FLEETWATCH_INGEST_WRITERS": "2"}
+    with FleetServer.started(tmp_path / "server", tier=tier, extra_env=env) as first:
         second = first.sibling()
         second.start()
         try:

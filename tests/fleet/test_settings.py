@@ -88,3 +88,14 @@ def test_secret_key_is_required_outside_the_demo(tmp_path: Path) -> None:
 def test_a_bad_boolean_stops_the_server_with_its_name(tmp_path: Path) -> None:
     out = _load_settings({"FLEETWATCH_VAR_DIR": str(tmp_path), "FLEETWATCH_DEMO": "yess"})
     assert out.returncode != 0 and "FLEETWATCH_DEMO='yess' is not a boolean" in out.stderr
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["FLEETWATCH_LATEST_SAVE_S", "FLEETWATCH_REVALIDATE_S", "FLEETWATCH_PG_LOCK_TIMEOUT_MS"],
+)
+def test_an_ingest_child_setting_that_is_not_a_number_stops_the_server_naming_it(
+    tmp_path: Path, name: str
+) -> None:
+    out = _load_settings({"FLEETWATCH_VAR_DIR": str(tmp_path), "FLEETWATCH_DEMO": "1", name: "x"})
+    assert out.returncode != 0 and name in out.stderr
