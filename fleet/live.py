@@ -123,13 +123,19 @@ class LivePublisher:
 
 
 def _plan(changed: Changed) -> Any:
-    """Runs on the publisher's own thread, with a Django connection of its own."""
-    from django.db import close_old_connections
+    """Runs on the publisher's own thread, with a Django connection of its own, kept
+    open between publishes (reopening it twice a second cost ~3 % of the server's CPU)."""
+    from django.db import connection
 
     from fleet.state import plan_updates
 
-    close_old_connections()  # a connection the database dropped is replaced, not reused
-    return plan_updates(changed)
+    if connection.connection is not None and not connection.is_usable():
+        connection.close()  # the database dropped it (a restart): the next query reopens
+    try:
+        return plan_updates(changed)
+    except Exception:
+        connection.close()
+        raise
 
 
 def _build(plan: Any, wanted: set[str]) -> list[tuple[str, dict[str, Any]]]:
