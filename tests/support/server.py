@@ -176,6 +176,21 @@ class FleetServer:
         with contextlib.closing(sqlite3.connect(self.var_dir / "fleetwatch.sqlite3")) as conn:
             return list(conn.execute(sql, params).fetchall())
 
+    def execute(self, sql: str, params: tuple[Any, ...] = ()) -> None:
+        """One write statement, committed (for tests that set up data by hand)."""
+        if self.database_url:
+            import psycopg
+
+            from fleet.storage.db import pg_conninfo
+            from fleetwatch.env import database_from_url
+
+            with psycopg.connect(pg_conninfo(database_from_url(self.database_url))) as conn:
+                conn.execute(sql.replace("?", "%s"), params)  # type: ignore[arg-type]
+            return
+        with contextlib.closing(sqlite3.connect(self.var_dir / "fleetwatch.sqlite3")) as conn:
+            conn.execute(sql, params)
+            conn.commit()
+
     def count(self, kind: str, where: str = "1=1", params: tuple[Any, ...] = ()) -> int:
         return int(self.query(f"SELECT count(*) FROM fw_{kind}_raw WHERE {where}", params)[0][0])
 
