@@ -20,6 +20,7 @@ import contextlib
 import logging
 import sqlite3
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from agents.protocol.metrics import METRICS
@@ -44,6 +45,18 @@ def raw_columns(kind: str) -> tuple[str, ...]:
     return ("ts", *ENTITY_COLUMNS[kind], *(m.name for m in METRICS[kind]))
 
 
+@dataclass(frozen=True, slots=True)
+class Upsert:
+    """An `INSERT … ON CONFLICT (keys) DO UPDATE SET set_clause` of `columns` into `table`;
+    `types` (PostgreSQL names, one per column) lets PostgreSQL take the rows in binary."""
+
+    table: str
+    columns: tuple[str, ...]
+    keys: tuple[str, ...]
+    set_clause: str
+    types: tuple[str, ...] = ()
+
+
 class Tx(Protocol):
     """What one transaction can do; every method runs inside it."""
 
@@ -57,16 +70,8 @@ class Tx(Protocol):
 
     def execute_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None: ...
 
-    def upsert(
-        self,
-        table: str,
-        columns: tuple[str, ...],
-        keys: tuple[str, ...],
-        set_clause: str,
-        rows: list[Row],
-        types: tuple[str, ...] = (),
-    ) -> None:
-        """`INSERT … ON CONFLICT (keys) DO UPDATE SET set_clause` for many rows, set-based
+    def upsert(self, spec: Upsert, rows: list[Row]) -> None:
+        """`INSERT … ON CONFLICT (keys) DO UPDATE SET …` for many rows, set-based
         (rows must have distinct keys; `excluded.` names the incoming row)."""
 
 
@@ -132,23 +137,16 @@ class SqliteDb:
     def execute_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         self.conn.executemany(placeholders(sql, self.vendor), rows)
 
-    def upsert(
-        self,
-        table: str,
-        columns: tuple[str, ...],
-        keys: tuple[str, ...],
-        set_clause: str,
-        rows: list[Row],
-        types: tuple[str, ...] = (),
-    ) -> None:
+    def upsert(self, spec: Upsert, rows: list[Row]) -> None:
         # Multi-row VALUES: one statement per ~32k bound values instead of one per row.
-        per_stmt = max(1, _SQLITE_MAX_PARAMS // len(columns))
-        one = "(" + ",".join("?" * len(columns)) + ")"
+        per_stmt = max(1, _SQLITE_MAX_PARAMS // len(spec.columns))
+        one = "(" + ",".join("?" * len(spec.columns)) + ")"
         for start in range(0, len(rows), per_stmt):
             chunk = rows[start : start + per_stmt]
             sql = (
-                f"INSERT INTO {table} ({','.join(columns)}) VALUES {','.join([one] * len(chunk))}"
-                f" ON CONFLICT ({','.join(keys)}) DO UPDATE SET {set_clause}"
+                f"INSERT INTO {spec.table} ({','.join(spec.columns)})"
+                f" VALUES {','.join([one] * len(chunk))}"
+                f" ON CONFLICT ({','.join(spec.keys)}) DO UPDATE SET {spec.set_clause}"
             )
             self.conn.execute(sql, [v for row in chunk for v in row])
 
@@ -204,31 +202,23 @@ class _PgTx:
             for row in rows:
                 copy.write_row(row)
 
-    def upsert(
-        self,
-        table: str,
-        columns: tuple[str, ...],
-        keys: tuple[str, ...],
-        set_clause: str,
-        rows: list[Row],
-        types: tuple[str, ...] = (),
-    ) -> None:
+    def upsert(self, spec: Upsert, rows: list[Row]) -> None:
         # COPY into a temp stage, then one INSERT … SELECT … ON CONFLICT: set-based, where
         # executemany costs a statement per row (measured: ~2x slower per entity).
-        stage = f"stage_{table}"
+        stage = f"stage_{spec.table}"
         self.cur.execute(
-            f"CREATE TEMP TABLE IF NOT EXISTS {stage} (LIKE {table}) ON COMMIT DELETE ROWS"
+            f"CREATE TEMP TABLE IF NOT EXISTS {stage} (LIKE {spec.table}) ON COMMIT DELETE ROWS"
         )
-        cols = ",".join(columns)
-        binary = " (FORMAT BINARY)" if types else ""
+        cols = ",".join(spec.columns)
+        binary = " (FORMAT BINARY)" if spec.types else ""
         with self.cur.copy(f"COPY {stage} ({cols}) FROM STDIN{binary}") as copy:
-            if types:
-                copy.set_types(list(types))
+            if spec.types:
+                copy.set_types(list(spec.types))
             for row in rows:
                 copy.write_row(row)
         self.cur.execute(
-            f"INSERT INTO {table} ({cols}) SELECT {cols} FROM {stage}"
-            f" ON CONFLICT ({','.join(keys)}) DO UPDATE SET {set_clause}"
+            f"INSERT INTO {spec.table} ({cols}) SELECT {cols} FROM {stage}"
+            f" ON CONFLICT ({','.join(spec.keys)}) DO UPDATE SET {spec.set_clause}"
         )
         self.cur.execute(f"TRUNCATE {stage}")
 

@@ -20,7 +20,7 @@ from functools import cache
 from typing import Any
 
 from agents.protocol.metrics import METRICS
-from fleet.storage.db import Row, Tx
+from fleet.storage.db import Row, Tx, Upsert
 from fleet.storage.schema import ENTITY_COLUMNS, field_ts_column, latest_table
 
 Key = tuple[int, ...]
@@ -43,6 +43,18 @@ def latest_columns(kind: str) -> tuple[str, ...]:
 def merge_columns(kind: str, fields: tuple[str, ...]) -> tuple[str, ...]:
     """The columns one merge statement writes: keys, `ts`, the fields, then their times."""
     return (*ENTITY_COLUMNS[kind], "ts", *fields, *(field_ts_column(n) for n in fields))
+
+
+@cache
+def merge_statement(kind: str, fields: tuple[str, ...]) -> Upsert:
+    """The per-field newest-wins merge of entities carrying exactly these fields."""
+    return Upsert(
+        latest_table(kind),
+        merge_columns(kind, fields),
+        ENTITY_COLUMNS[kind],
+        merge_set_clause(kind, fields),
+        merge_types(kind, fields),
+    )
 
 
 @cache
@@ -159,16 +171,8 @@ def _shape(kind: str, keys: tuple[str, ...]) -> tuple[tuple[str, ...], Any]:
 def merge_latest(tx: Tx, delta: LatestDelta) -> None:
     """Merge a delta into the latest-state tables (inside the caller's transaction)."""
     for kind in delta.kinds:
-        keys = ENTITY_COLUMNS[kind]
         for fields, rows in delta.shaped_rows(kind).items():
-            tx.upsert(
-                latest_table(kind),
-                merge_columns(kind, fields),
-                keys,
-                merge_set_clause(kind, fields),
-                rows,
-                merge_types(kind, fields),
-            )
+            tx.upsert(merge_statement(kind, fields), rows)
 
 
 @dataclass(frozen=True, slots=True)
