@@ -48,6 +48,8 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "channels",
     "fleet",
+    "fleet.alerts",
+    "fleet.notifications",
     "dashboard",
 ]
 

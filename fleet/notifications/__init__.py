@@ -1,0 +1,1 @@
+"""Where alerts go: routes, the Slack transport, delivery tasks and their log."""
