@@ -17,6 +17,7 @@ import orjson
 from django.db import connection
 
 from fleet import health
+from fleet.choices import LiquidClassChoices
 from fleet.live import fleet_group, rack_group, site_group
 from fleet.storage.latest import rows_to_latest, select_latest_sql
 
@@ -119,9 +120,9 @@ def loop_states(loop_ids: Iterable[int], now: float) -> dict[int, health.LoopSum
     if not params:
         return {}
     ratings = {
-        lid: (limit, flow)
-        for lid, limit, flow in _select(
-            "SELECT id, supply_limit_c, rated_flow_lpm FROM fleet_coolingloop"
+        lid: (limit if limit is not None else LiquidClassChoices.supply_limit_c(cls), flow)
+        for lid, limit, cls, flow in _select(
+            "SELECT id, supply_limit_c, liquid_class, rated_flow_lpm FROM fleet_coolingloop"
             f" WHERE id IN ({marks})",
             params,
         )
@@ -189,8 +190,6 @@ def rack_reasons(state: RackState) -> list[str]:
         out.append(f"power {s.power_pct:.0f} % of budget")
     if s.throttling_thermal:
         out.append(f"{s.throttling_thermal} GPU(s) in thermal slowdown")
-    if s.throttling_power:
-        out.append(f"{s.throttling_power} GPU(s) power-capped")
     head = health.headroom_level(s.min_headroom_c)
     if head in (health.Level.WARN, health.Level.CRIT) and s.min_headroom_c is not None:
         out.append(f"a GPU {s.min_headroom_c:.0f} °C from slowdown")

@@ -28,8 +28,10 @@
     field("bar").style.width = (r.power_pct === null ? 0 : Math.min(r.power_pct, 100)) + "%";
     field("headroom").textContent =
       r.min_headroom_c === null ? "no data" : r.min_headroom_c.toFixed(0) + " °C to slowdown";
-    const throttling = r.throttling_thermal + r.throttling_power;
-    field("throttle").textContent = throttling ? throttling + " GPU(s) throttling" : "";
+    const throttle = [];
+    if (r.throttling_thermal) throttle.push(r.throttling_thermal + " GPU(s) in thermal slowdown");
+    if (r.throttling_power) throttle.push(r.throttling_power + " at their power limit");
+    field("throttle").textContent = throttle.join(" · ");
     let label = LEVEL_LABELS[r.level] || r.level;
     if (r.reasons && r.reasons.length) label += ": " + r.reasons.join(" · ");
     if (old) label += age === null ? "" : " · last data " + fmtAge(age) + " ago";
