@@ -1,0 +1,107 @@
+"""Alert rules as data: what to watch, when it breaches and clears, and how to say so.
+
+The evaluation engine (not yet built) reads enabled rules, computes each rule's signal
+per entity of its scope (fleet/alerts/signals.py) and keeps one instance per rule and
+entity: pending once `breached`, firing after `for_duration`, resolved once `cleared`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import operator
+from collections.abc import Callable
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.db import models
+
+from fleet.alerts import signals
+from fleet.alerts.choices import RuleComparisonChoices, RuleScopeChoices, RuleSeverityChoices
+from fleet.alerts.validation import rule_errors
+
+__all__ = ("AlertRule",)
+
+_COMPARE: dict[str, Callable[[float, float], bool]] = {
+    "gt": operator.gt,
+    "ge": operator.ge,
+    "lt": operator.lt,
+    "le": operator.le,
+}
+
+
+class AlertRule(models.Model):
+    """A condition on one signal of every GPU, node, rack, feed, loop or site in scope."""
+
+    key = models.SlugField(
+        max_length=80, unique=True, help_text="stable identifier; built-in rules keep theirs"
+    )
+    name = models.CharField(max_length=100)
+    description = models.TextField(blank=True)
+    scope = models.CharField(max_length=8, choices=RuleScopeChoices.choices)
+    signal = models.CharField(
+        max_length=64, help_text="a signal of the scope, from the signal catalogue"
+    )
+    params = models.JSONField(
+        default=dict, blank=True, help_text="the signal's parameters, e.g. {'window_s': 600}"
+    )
+    comparison = models.CharField(max_length=2, choices=RuleComparisonChoices.choices)
+    threshold = models.FloatField()
+    clear_threshold = models.FloatField(
+        null=True,
+        blank=True,
+        help_text="resolves only past this (hysteresis); blank: the threshold",
+    )
+    for_duration = models.DurationField(
+        default=dt.timedelta(0),
+        help_text="how long the condition must hold before firing (HH:MM:SS)",
+    )
+    severity = models.CharField(max_length=8, choices=RuleSeverityChoices.choices)
+    labels = models.JSONField(
+        default=dict, blank=True, help_text="routing labels, e.g. {'team': 'facilities'}"
+    )
+    summary = models.CharField(
+        max_length=300, help_text="a template, e.g. '{node} GPU {gpu}: {value:.0f} °C'"
+    )
+    runbook_url = models.URLField(blank=True)
+    enabled = models.BooleanField(default=True)
+    # The built-in pack's values as last installed: a field still equal to its entry here
+    # was not edited, so a newer pack may update it (fleet/alerts/rulepack.py).
+    builtin = models.BooleanField(default=False, editable=False)
+    pack_values = models.JSONField(default=dict, blank=True, editable=False)
+    updated = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ("scope", "key")
+
+    def __str__(self) -> str:
+        return self.name
+
+    def clean(self) -> None:
+        errors = rule_errors(self)
+        if errors:
+            raise ValidationError(errors)
+
+    @property
+    def signal_spec(self) -> signals.Signal | None:
+        return signals.get(self.scope, self.signal)
+
+    @property
+    def effective_clear_threshold(self) -> float:
+        return self.threshold if self.clear_threshold is None else self.clear_threshold
+
+    def param(self, name: str) -> Any:
+        """A parameter of the rule, else the signal's default for it."""
+        if name in self.params:
+            return self.params[name]
+        spec = self.signal_spec
+        param = None if spec is None else spec.param(name)
+        return None if param is None else param.default
+
+    def breached(self, value: float) -> bool:
+        """The value meets the rule's condition (an instance becomes pending)."""
+        return _COMPARE[self.comparison](value, self.threshold)
+
+    def cleared(self, value: float) -> bool:
+        """A firing instance resolves: the value no longer meets the condition against the
+        clear threshold, so it must cross the hysteresis band, not just the threshold."""
+        return not _COMPARE[self.comparison](value, self.effective_clear_threshold)
