@@ -1,0 +1,76 @@
+"""What a notification says, as plain typed data: the rules engine (not yet built)
+fills a `Notice`; `fleet.notifications.slack` turns it into a Slack message.
+
+Nothing here touches Django or the network, so the message builder is a pure
+function of a `Notice` and is unit-tested as one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Literal
+
+__all__ = ("SEVERITIES", "Kind", "Member", "Notice", "Severity", "Where", "severity_rank")
+
+Kind = Literal["firing", "resolved", "test"]
+Severity = Literal["info", "warning", "critical"]
+
+# Ordered least to most urgent: a route's minimum severity compares by rank.
+SEVERITIES: tuple[Severity, ...] = ("info", "warning", "critical")
+
+
+def severity_rank(severity: str) -> int:
+    return SEVERITIES.index(severity)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class Where:
+    """The place an alert is about, as an operator names it; unknown levels stay None."""
+
+    site: str | None = None
+    hall: str | None = None
+    rack: str | None = None
+    node: str | None = None
+    gpu: str | None = None
+
+    def label(self) -> str:
+        parts = (
+            ("site", self.site),
+            ("hall", self.hall),
+            ("rack", self.rack),
+            ("node", self.node),
+            ("GPU", self.gpu),
+        )
+        named = [f"{name} {value}" for name, value in parts if value]
+        return " / ".join(named) or "the whole fleet"
+
+
+@dataclass(frozen=True)
+class Member:
+    """One instance in a grouped notice (e.g. one GPU of the eight running hot)."""
+
+    where: Where
+    value: float | None = None
+    since: datetime | None = None
+    cause: str = ""
+
+
+@dataclass(frozen=True)
+class Notice:
+    """One message to send: an alert firing, resolving, or a route test."""
+
+    kind: Kind
+    severity: Severity
+    title: str
+    where: Where = field(default_factory=Where)
+    site_id: int | None = None  # for routing; None: fleet-wide
+    since: datetime | None = None
+    value: float | None = None
+    threshold: float | None = None
+    unit: str = ""
+    cause: str = ""
+    runbook_url: str = ""
+    dashboard_url: str = ""
+    duration: timedelta | None = None  # how long it fired (resolved notices)
+    members: tuple[Member, ...] = ()
