@@ -192,7 +192,7 @@ def rack_reasons(state: RackState) -> list[str]:
         out.append(f"{s.throttling_thermal} GPU(s) in thermal slowdown")
     head = health.headroom_level(s.min_headroom_c)
     if head in (health.Level.WARN, health.Level.CRIT) and s.min_headroom_c is not None:
-        out.append(f"a GPU {s.min_headroom_c:.0f} °C from slowdown")
+        out.append(_headroom_words(s.min_headroom_c, "a GPU "))
     if s.inlet_c is not None and health.inlet_level(s.inlet_c) != health.Level.OK:
         out.append(f"inlet air {s.inlet_c:.1f} °C")
     if s.leak:
@@ -202,6 +202,12 @@ def rack_reasons(state: RackState) -> list[str]:
     if s.stale:
         out.append("no fresh data")
     return out
+
+
+def _headroom_words(headroom_c: float, prefix: str = "") -> str:
+    if headroom_c < 0:
+        return f"{prefix}{-headroom_c:.0f} °C past its slowdown limit"
+    return f"{prefix}{headroom_c:.0f} °C from slowdown"
 
 
 def site_payload(site_id: int, now: float) -> Payload:

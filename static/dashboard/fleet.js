@@ -26,8 +26,9 @@
     field("power").textContent = r.power_kw === null ? "–" : r.power_kw.toFixed(1);
     field("pct").textContent = r.power_pct === null ? "" : r.power_pct.toFixed(0) + "%";
     field("bar").style.width = (r.power_pct === null ? 0 : Math.min(r.power_pct, 100)) + "%";
-    field("headroom").textContent =
-      r.min_headroom_c === null ? "no data" : r.min_headroom_c.toFixed(0) + " °C to slowdown";
+    field("headroom").textContent = r.min_headroom_c === null ? "no data"
+      : r.min_headroom_c < 0 ? (-r.min_headroom_c).toFixed(0) + " °C past slowdown"
+      : r.min_headroom_c.toFixed(0) + " °C to slowdown";
     const throttle = [];
     if (r.throttling_thermal) throttle.push(r.throttling_thermal + " GPU(s) in thermal slowdown");
     if (r.throttling_power) throttle.push(r.throttling_power + " at their power limit");
