@@ -170,15 +170,15 @@ def plain(value: Any) -> Any:
 def rack_payload(state: RackState) -> Payload:
     info, summary = state.info, state.summary
     return {
+        **plain(summary),  # first: the keys below (its `level` among them) take precedence
         "id": info.id,
         "name": info.name,
         "budget_kw": info.budget_kw,
         "loop": info.loop_name,
         "loop_level": None if state.loop is None else state.loop.level.value,
-        "level": state.level.value,
+        "level": state.level.value,  # the rack's own signals and its loop's
         "headroom_level": health.headroom_level(summary.min_headroom_c).value,
         "reasons": rack_reasons(state),
-        **plain(summary),
     }
 
 

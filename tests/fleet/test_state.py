@@ -1,0 +1,98 @@
+"""What the overview (and live pushes) say about a rack: the worst of its signals,
+with reasons an operator can read — computed on the server from latest state."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from typing import Any
+
+import pytest
+from django.db import connection
+
+from agents.protocol import reasons as nvml
+from fleet.demo import DEMO_RACKS, seed_demo_site
+from fleet.models import GPU, CoolingLoop, Node, Rack, Site
+from fleet.state import rack_payload, rack_states
+from fleet.storage.db import Row, Upsert
+from fleet.storage.latest import LatestDelta, merge_latest
+
+pytestmark = pytest.mark.django_db
+
+
+class DjangoTx:
+    """merge_latest over the test database's Django connection."""
+
+    vendor = connection.vendor
+
+    def upsert(self, spec: Upsert, rows: list[Row]) -> None:
+        cols, marks = ",".join(spec.columns), ",".join(["%s"] * len(spec.columns))
+        sql = (
+            f"INSERT INTO {spec.table} ({cols}) VALUES ({marks})"
+            f" ON CONFLICT ({','.join(spec.keys)}) DO UPDATE SET {spec.set_clause}"
+        )
+        with connection.cursor() as cur:
+            cur.executemany(sql, rows)
+
+
+@pytest.fixture
+def site() -> Site:
+    racks = tuple(replace(plan, nodes=2) for plan in DEMO_RACKS[:2])  # A01, A02 on CDU-1
+    site = seed_demo_site("demo", racks, gpus_per_node=2)
+    GPU.objects.update(slowdown_c=87.0, shutdown_c=92.0)
+    return site
+
+
+def store(kind: str, key: tuple[int, ...], now: float, **values: Any) -> None:
+    delta = LatestDelta()
+    delta.add(kind, key, {"ts": now - 1, **values}, now)
+    merge_latest(DjangoTx(), delta)  # type: ignore[arg-type]
+
+
+def a01(now: float, **gpu: Any) -> dict[str, Any]:
+    rack = Rack.objects.get(name="A01")
+    for node in Node.objects.filter(rack=rack):
+        for index in (0, 1):
+            store("gpu", (node.id, index), now, **gpu)
+    state = rack_states([rack.id], now)[rack.id]
+    return rack_payload(state)
+
+
+def test_a_rack_in_thermal_slowdown_drawing_little_power_is_critical_not_calm(site: Site) -> None:
+    now = time.time()
+    rack = Rack.objects.get(name="A01")
+    store("rack", (rack.id,), now, power_w=30_000.0)  # 23 % of its 130 kW budget
+    payload = a01(now, temp_gpu_c=89.0, power_w=300.0, clock_event_reasons=nvml.HW_THERMAL_SLOWDOWN)
+    assert payload["level"] == "crit"
+    assert payload["power_source"] == "pdu" and payload["power_level"] == "ok"
+    assert any("thermal slowdown" in r for r in payload["reasons"])
+    assert any("past its slowdown limit" in r for r in payload["reasons"])
+
+
+def test_a_rack_takes_the_state_of_the_cooling_loop_that_serves_it(site: Site) -> None:
+    now = time.time()
+    loop = CoolingLoop.objects.get(name="CDU-1")
+    store("loop", (loop.id,), now, supply_c=30.0, flow_lpm=0.0, pumps_running=0, pumps_failed=3)
+    payload = a01(now, temp_gpu_c=60.0, power_w=500.0, clock_event_reasons=0)
+    assert payload["loop"] == "CDU-1" and payload["loop_level"] == "crit"
+    assert payload["level"] == "crit"
+    assert "cooling loop CDU-1 crit" in payload["reasons"]
+
+
+def test_a_rack_near_its_budget_warns_and_says_why(site: Site) -> None:
+    now = time.time()
+    rack = Rack.objects.get(name="A01")
+    store("rack", (rack.id,), now, power_w=123_500.0)  # 95 % of 130 kW
+    payload = a01(now, temp_gpu_c=60.0, power_w=500.0, clock_event_reasons=nvml.SW_POWER_CAP)
+    assert payload["level"] == "warn"
+    assert payload["reasons"] == ["power 95 % of budget"]  # a power cap alone is no reason
+    assert payload["throttling_power"] == 4
+
+
+def test_a_rack_whose_data_went_quiet_reads_unknown_never_ok(site: Site) -> None:
+    then = time.time() - 600
+    payload = a01(then, temp_gpu_c=60.0, power_w=500.0, clock_event_reasons=0)
+    rack = Rack.objects.get(name="A01")
+    payload = rack_payload(rack_states([rack.id], time.time())[rack.id])
+    assert payload["level"] == "unknown" and payload["stale"] is True
+    assert "no fresh data" in payload["reasons"]
