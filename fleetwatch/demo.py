@@ -157,7 +157,7 @@ def main() -> int:
         f"  enrolment token:        {token}\n"
         f"  simulated nodes:        {nodes} (GPUs, racks, CDUs, facility meters)\n"
         f"  faults:                 {os.environ.get('FLEETWATCH_DEMO_FAULTS') or 'none'}\n"
-        f"  Slack webhook:          {os.environ.get('SLACK_WEBHOOK_URL') or 'not set'}\n"
+        f"  alerts go to:           {_alert_route()}\n"
         f"  logs:                   {log_dir}/{{web,worker,beat,simulator}}.log\n"
         "  Ctrl-C stops everything.\n",
         flush=True,
@@ -177,6 +177,18 @@ def main() -> int:
     _stop_all(procs)
     print("Fleetwatch demo stopped.")
     return code
+
+
+def _alert_route() -> str:
+    """Where alerts go, without printing the webhook (a secret) in full."""
+    url = os.environ.get("SLACK_WEBHOOK_URL", "")
+    if not url:
+        return "nowhere: set SLACK_WEBHOOK_URL (or add Slack routes in the admin)"
+    from fleet.notifications.slack import redact_url
+
+    return (
+        f"Slack, SLACK_WEBHOOK_URL ({redact_url(url)}), unless a Slack route in the admin matches"
+    )
 
 
 def _fault_flags(spec: str) -> list[str]:
