@@ -201,7 +201,7 @@ def test_two_workers_send_each_delivery_once_a_second_apart(
 
 def test_worker_logs_never_contain_a_webhook_url(workers: Workers, slack: SlackReceiver) -> None:
     port = slack.url("/").split(":")[2].split("/")[0]
-    for log in workers.logs:
-        text = log.read_text()
-        assert "notifications.deliver" in text
+    texts = [log.read_text() for log in workers.logs]
+    assert any("notifications.deliver" in text for text in texts)  # they did send
+    for text in texts:
         assert f"127.0.0.1:{port}" not in text
