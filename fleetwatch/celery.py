@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from celery import Celery
+from kombu import Queue
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "fleetwatch.settings")
 
@@ -25,7 +26,13 @@ app.autodiscover_tasks()
 app.conf.beat_schedule = {
     "rollup": {"task": "fleet.rollup", "schedule": 30.0, "options": {"expires": 25}},
     "retention": {"task": "fleet.retention", "schedule": 600.0, "options": {"expires": 550}},
+    # Alert rules every 10 s, on their own queue ("rules") so a dedicated worker
+    # (`-Q rules`) can keep them clear of a long rollup; a worker started without `-Q`
+    # consumes both queues (task_queues below).
+    "alerts-evaluate": {"task": "alerts.evaluate", "schedule": 10.0, "options": {"expires": 9}},
 }
+app.conf.task_routes = {"alerts.evaluate": {"queue": "rules"}}
+app.conf.task_queues = (Queue("celery"), Queue("rules"))
 
 
 @app.on_after_configure.connect

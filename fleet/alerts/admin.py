@@ -10,7 +10,7 @@ from django.utils.html import format_html, format_html_join
 
 from fleet.alerts import signals
 from fleet.alerts.choices import SEVERITY_COLORS
-from fleet.alerts.models import AlertRule
+from fleet.alerts.models import AlertInstance, AlertInstanceEvent, AlertRule
 
 if TYPE_CHECKING:
     ModelAdmin = admin.ModelAdmin[Any]
@@ -92,3 +92,45 @@ class AlertRuleAdmin(ModelAdmin):
             "<table><tr><th>scope</th><th>signal</th><th>unit</th><th>what</th></tr>{}</table>",
             rows,
         )
+
+
+class AlertInstanceEventInline(admin.TabularInline):  # type: ignore[type-arg]
+    model = AlertInstanceEvent
+    extra = 0
+    can_delete = False
+    fields = ("at", "from_state", "to_state", "value", "no_data")
+    readonly_fields = fields
+
+    def has_add_permission(self, request: Any, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(AlertInstance)
+class AlertInstanceAdmin(ModelAdmin):
+    """Read-only: the engine writes instances and their history."""
+
+    list_display = (
+        "rule",
+        "entity",
+        "state",
+        "no_data",
+        "value",
+        "started_at",
+        "fired_at",
+        "resolved_at",
+    )
+    list_filter = ("state", "no_data", "scope", "rule")
+    search_fields = ("entity", "rule__key", "rule__name")
+    inlines = (AlertInstanceEventInline,)
+
+    def get_readonly_fields(self, request: Any, obj: Any = None) -> list[str]:
+        return [f.name for f in AlertInstance._meta.fields]
+
+    def has_add_permission(self, request: Any) -> bool:
+        return False
+
+    def has_change_permission(self, request: Any, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: Any, obj: Any = None) -> bool:
+        return False

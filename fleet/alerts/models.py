@@ -1,6 +1,6 @@
 """Alert rules as data: what to watch, when it breaches and clears, and how to say so.
 
-The evaluation engine (not yet built) reads enabled rules, computes each rule's signal
+The evaluation engine (fleet/alerts/engine.py) reads enabled rules, computes each rule's signal
 per entity of its scope (fleet/alerts/signals.py) and keeps one instance per rule and
 entity: pending once `breached`, firing after `for_duration`, resolved once `cleared`.
 """
@@ -19,7 +19,7 @@ from fleet.alerts import signals
 from fleet.alerts.choices import RuleComparisonChoices, RuleScopeChoices, RuleSeverityChoices
 from fleet.alerts.validation import rule_errors
 
-__all__ = ("AlertRule",)
+__all__ = ("AlertEvaluation", "AlertInstance", "AlertInstanceEvent", "AlertRule", "AlertState")
 
 _COMPARE: dict[str, Callable[[float, float], bool]] = {
     "gt": operator.gt,
@@ -105,3 +105,74 @@ class AlertRule(models.Model):
         """A firing instance resolves: the value no longer meets the condition against the
         clear threshold, so it must cross the hysteresis band, not just the threshold."""
         return not _COMPARE[self.comparison](value, self.effective_clear_threshold)
+
+
+class AlertState(models.TextChoices):
+    PENDING = "pending", "Pending"
+    FIRING = "firing", "Firing"
+    RESOLVED = "resolved", "Resolved"
+
+
+ACTIVE_STATES = (AlertState.PENDING, AlertState.FIRING)
+
+
+class AlertInstance(models.Model):
+    """One rule breached by one entity: pending → firing → resolved (or pending → resolved:
+    dropped without firing). At most one active (pending or firing) instance per rule and
+    entity; resolved ones stay as history, and a new breach opens a new instance."""
+
+    rule = models.ForeignKey(AlertRule, on_delete=models.CASCADE, related_name="instances")
+    scope = models.CharField(max_length=8, choices=RuleScopeChoices.choices)
+    entity = models.CharField(max_length=64, help_text="the entity's key, e.g. '12:0' (node:gpu)")
+    state = models.CharField(max_length=8, choices=AlertState.choices)
+    value = models.FloatField(null=True, blank=True, help_text="the value at the last change")
+    no_data = models.BooleanField(
+        default=False, help_text="firing, but the signal has no value now (kept firing)"
+    )
+    labels = models.JSONField(default=dict, blank=True, help_text="routing labels, fixed at start")
+    started_at = models.DateTimeField(help_text="first evaluation that saw the breach")
+    fired_at = models.DateTimeField(null=True, blank=True)
+    resolved_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ("-started_at",)
+        constraints = [
+            models.UniqueConstraint(
+                fields=("rule", "entity"),
+                condition=models.Q(state__in=("pending", "firing")),
+                name="alerts_one_active_instance_per_rule_entity",
+            )
+        ]
+        indexes = [models.Index(fields=("state",), name="alerts_instance_state")]
+
+    def __str__(self) -> str:
+        return f"{self.rule_id}/{self.entity} {self.state}"
+
+
+class AlertInstanceEvent(models.Model):
+    """A change of an instance: state (from → to) or its no-data flag, with the value."""
+
+    instance = models.ForeignKey(AlertInstance, on_delete=models.CASCADE, related_name="events")
+    at = models.DateTimeField()
+    from_state = models.CharField(max_length=8, blank=True, help_text="blank: new instance")
+    to_state = models.CharField(max_length=8, choices=AlertState.choices)
+    value = models.FloatField(null=True, blank=True)
+    no_data = models.BooleanField(default=False)
+
+    class Meta:
+        ordering = ("at", "id")
+
+    def __str__(self) -> str:
+        return f"{self.from_state or 'new'} → {self.to_state}"
+
+
+class AlertEvaluation(models.Model):
+    """A single row: the time of the last evaluation claimed. An evaluation claims its tick
+    with a conditional UPDATE (`tick < now`) inside its transaction, so overlapping or
+    redelivered evaluations run one after the other, or not at all (fleet/alerts/engine.py)."""
+
+    tick = models.FloatField(default=0.0)
+
+    def __str__(self) -> str:
+        return f"evaluated at {self.tick}"

@@ -139,8 +139,10 @@ def test_worker_trims_expired_raw_samples_when_sent_fleet_retention(worker: Work
 
 
 def test_beat_schedule_names_only_registered_tasks() -> None:
-    import fleet.tasks  # noqa: F401  (registers the tasks, as the worker's autodiscovery does)
+    # (registers the tasks, as the worker's autodiscovery does)
+    import fleet.alerts.tasks
+    import fleet.tasks  # noqa: F401
 
     scheduled = {entry["task"] for entry in fleet_app.conf.beat_schedule.values()}
-    assert scheduled == {"fleet.rollup", "fleet.retention"}
+    assert scheduled == {"fleet.rollup", "fleet.retention", "alerts.evaluate"}
     assert scheduled <= set(fleet_app.tasks)

@@ -1,0 +1,338 @@
+"""The alert engine: every enabled rule against the latest state of every entity of its
+scope; one instance per (rule, entity), pending → firing → resolved (docs/rules.md,
+"Evaluation").
+
+One evaluation: claim the tick (a conditional UPDATE of the single `AlertEvaluation` row,
+`tick < now`, inside the evaluation's transaction: on PostgreSQL a second evaluation waits
+on that row lock and then re-checks; on SQLite the write lock serialises them; a
+redelivered or late tick finds `tick >= now` and does nothing). Then read the latest state
+in bulk (one query per sample kind, plus the inventory figures a signal needs), compute
+each rule's value per entity, and write only the instances that changed (bulk create and
+bulk update) with one history row per change.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import connection, transaction
+
+from agents.protocol import reasons as nvml
+from fleet import health
+from fleet.alerts.models import (
+    AlertEvaluation,
+    AlertInstance,
+    AlertInstanceEvent,
+    AlertRule,
+    AlertState,
+)
+from fleet.alerts.signals import SCOPE_SAMPLE_KIND, Signal
+from fleet.choices import LiquidClassChoices
+from fleet.state import gpu_limits, rack_states
+from fleet.storage.latest import rows_to_latest, select_latest_sql
+
+log = logging.getLogger(__name__)
+
+Key = tuple[int, ...]
+Values = dict[Key, float | None]
+
+PENDING, FIRING, RESOLVED = AlertState.PENDING, AlertState.FIRING, AlertState.RESOLVED
+ACTIVE = (PENDING.value, FIRING.value)
+_FLAG_BITS = {
+    "hw_thermal_slowdown": nvml.HW_THERMAL_SLOWDOWN,
+    "sw_thermal_slowdown": nvml.SW_THERMAL_SLOWDOWN,
+    "hw_power_brake": nvml.HW_POWER_BRAKE_SLOWDOWN,
+    "sw_power_cap": nvml.SW_POWER_CAP,
+}
+_skipped_logged: set[tuple[int, str]] = set()
+
+
+def entity_key(key: Key) -> str:
+    return ":".join(str(k) for k in key)
+
+
+@dataclass
+class Snapshot:
+    """The latest state, read once per kind per evaluation (only the kinds rules need)."""
+
+    now: float
+    _readings: dict[str, dict[Key, health.Reading]] = field(default_factory=dict)
+    _cache: dict[str, Any] = field(default_factory=dict)
+
+    def readings(self, kind: str) -> dict[Key, health.Reading]:
+        if kind not in self._readings:
+            with connection.cursor() as cur:
+                cur.execute(select_latest_sql(kind))
+                records = cur.fetchall()
+            self._readings[kind] = {
+                key: health.Reading(row.values, row.ts, row.newest)
+                for key, row in rows_to_latest(kind, records).items()
+            }
+        return self._readings[kind]
+
+    def cached(self, name: str, make: Callable[[], Any]) -> Any:
+        if name not in self._cache:
+            self._cache[name] = make()
+        return self._cache[name]
+
+    def fresh(self, kind: str, metric: str) -> Values:
+        now, stale = self.now, health.STALE_AFTER_S
+        return {key: _num(r.fresh(metric, now, stale)) for key, r in self.readings(kind).items()}
+
+    def gpu_limits(self) -> dict[tuple[int, int], health.GpuLimits]:
+        nodes = {key[0] for key in self.readings("gpu")}
+        return self.cached("gpu_limits", lambda: gpu_limits(nodes))  # type: ignore[no-any-return]
+
+
+def _num(value: float | int | None) -> float | None:
+    return None if value is None else float(value)
+
+
+def _gpu_headroom(snap: Snapshot, part: str) -> Values:
+    limits = snap.gpu_limits()
+    out: Values = {}
+    for key, reading in snap.readings("gpu").items():
+        head = health.gpu_headroom(reading, limits.get((key[0], key[1])), snap.now)
+        out[key] = getattr(head, part)
+    return out
+
+
+def _power_cap_fraction(snap: Snapshot) -> Values:
+    limits = snap.gpu_limits()
+    return {
+        key: health.power_vs_cap(r, limits.get((key[0], key[1])), snap.now)
+        for key, r in snap.readings("gpu").items()
+    }
+
+
+def _flag(bit: int) -> Callable[[Snapshot], Values]:
+    def compute(snap: Snapshot) -> Values:
+        masks = snap.fresh("gpu", "clock_event_reasons")
+        return {k: None if m is None else float(bool(int(m) & bit)) for k, m in masks.items()}
+
+    return compute
+
+
+def _rack_power_fraction(snap: Snapshot) -> Values:
+    states = rack_states(None, snap.now)
+    return {
+        (rid,): health.power_fraction(s.summary.power_kw, s.info.budget_kw)
+        for rid, s in states.items()
+    }
+
+
+def _loops(snap: Snapshot) -> dict[Key, tuple[health.LoopSummary, float | None]]:
+    def make() -> dict[Key, tuple[health.LoopSummary, float | None]]:
+        with connection.cursor() as cur:
+            cur.execute(
+                "SELECT id, supply_limit_c, liquid_class, rated_flow_lpm FROM fleet_coolingloop"
+            )
+            ratings = cur.fetchall()
+        readings = snap.readings("loop")
+        out: dict[Key, tuple[health.LoopSummary, float | None]] = {}
+        for lid, limit, cls, flow in ratings:
+            limit = limit if limit is not None else LiquidClassChoices.supply_limit_c(cls)
+            reading = readings.get((lid,), health.EMPTY)
+            summary = health.loop_summary(
+                reading, snap.now, supply_limit_c=limit, rated_flow_lpm=flow
+            )
+            out[(lid,)] = (summary, limit)
+        return out
+
+    return snap.cached("loops", make)  # type: ignore[no-any-return]
+
+
+def _supply_over_limit(snap: Snapshot) -> Values:
+    return {
+        k: health.supply_over_limit_c(s.supply_c, limit) for k, (s, limit) in _loops(snap).items()
+    }
+
+
+def _loop_field(name: str) -> Callable[[Snapshot], Values]:
+    def compute(snap: Snapshot) -> Values:
+        return {k: getattr(s, name) for k, (s, _) in _loops(snap).items()}
+
+    return compute
+
+
+def _pue(snap: Snapshot) -> Values:
+    return {k: health.facility_pue(r, snap.now)[0] for k, r in snap.readings("facility").items()}
+
+
+# Derived signals evaluated now, by (scope, name). Anything else that is not a raw
+# `metric:` signal is skipped (one log line per rule) and listed in docs/rules.md.
+DERIVED: dict[tuple[str, str], Callable[[Snapshot], Values]] = {
+    ("gpu", "headroom_slowdown_c"): lambda s: _gpu_headroom(s, "slowdown_c"),
+    ("gpu", "headroom_hbm_c"): lambda s: _gpu_headroom(s, "mem_max_c"),
+    ("gpu", "power_cap_fraction"): _power_cap_fraction,
+    **{("gpu", name): _flag(bit) for name, bit in _FLAG_BITS.items()},
+    ("rack", "rack_power_fraction"): _rack_power_fraction,
+    ("loop", "supply_over_limit_c"): _supply_over_limit,
+    ("loop", "loop_delta_c"): _loop_field("delta_c"),
+    ("loop", "flow_fraction"): _loop_field("flow_frac"),
+    ("site", "pue"): _pue,
+}
+
+
+def evaluable(rule: AlertRule) -> bool:
+    """The engine can compute this rule's signal now (with the parameters it sets)."""
+    spec = rule.signal_spec
+    if spec is None:
+        return False
+    if spec.raw_metric is not None:
+        return True
+    if spec.key == ("site", "pue") and rule.params.get("site_targets"):
+        return False  # per-site targets: not yet
+    return spec.key in DERIVED
+
+
+def values_for(spec: Signal, snap: Snapshot) -> Values:
+    metric = spec.raw_metric
+    values: Values
+    if metric is not None:
+        kind = SCOPE_SAMPLE_KIND[spec.scope]
+        values = snap.cached(f"{spec.scope}:{metric}", lambda: snap.fresh(kind, metric))
+    else:
+        compute = DERIVED[spec.key]
+        values = snap.cached(f"{spec.scope}:{spec.name}", lambda: compute(snap))
+    return values
+
+
+@dataclass
+class Outcome:
+    created: list[AlertInstance] = field(default_factory=list)
+    changed: list[AlertInstance] = field(default_factory=list)
+    events: list[tuple[AlertInstance, str, str, float | None, bool]] = field(default_factory=list)
+
+    def event(self, inst: AlertInstance, before: str, value: float | None) -> None:
+        self.events.append((inst, before, inst.state, value, inst.no_data))
+
+
+def step(
+    rule: AlertRule,
+    inst: AlertInstance | None,
+    entity: str,
+    value: float | None,
+    at: dt.datetime,
+    out: Outcome,
+) -> None:
+    """One rule, one entity, one evaluation: the instance's next state."""
+    if inst is None:
+        if value is None or not rule.breached(value):
+            return
+        state = FIRING if rule.for_duration <= dt.timedelta(0) else PENDING
+        inst = AlertInstance(
+            rule=rule,
+            scope=rule.scope,
+            entity=entity,
+            state=state,
+            value=value,
+            labels={
+                **rule.labels,
+                "alertname": rule.key,
+                "rule": rule.key,
+                "severity": rule.severity,
+                "scope": rule.scope,
+                "entity": entity,
+            },
+            started_at=at,
+            fired_at=at if state == FIRING else None,
+            updated_at=at,
+        )
+        out.created.append(inst)
+        out.event(inst, "", value)
+        return
+    before = inst.state
+    if inst.state == PENDING:
+        if value is None or not rule.breached(value):
+            inst.state, inst.resolved_at = RESOLVED, at  # dropped: never fired
+            inst.no_data = value is None
+        elif at - inst.started_at >= rule.for_duration:
+            inst.state, inst.fired_at = FIRING, at
+        else:
+            return
+    elif value is None:
+        if inst.no_data:
+            return
+        inst.no_data = True  # keeps firing, with its own labels and routing
+    elif rule.cleared(value):
+        inst.state, inst.resolved_at, inst.no_data = RESOLVED, at, False
+    elif inst.no_data:
+        inst.no_data = False
+    else:
+        return
+    inst.value = value if value is not None else inst.value
+    inst.updated_at = at
+    out.changed.append(inst)
+    out.event(inst, before, value)
+
+
+def evaluate(now: float | None = None) -> dict[str, int]:
+    """Evaluate every enabled rule once at `now` (default: the current time)."""
+    now = time.time() if now is None else now
+    at = dt.datetime.fromtimestamp(now, tz=dt.UTC)
+    with transaction.atomic():
+        AlertEvaluation.objects.bulk_create([AlertEvaluation(pk=1)], ignore_conflicts=True)
+        if not AlertEvaluation.objects.filter(pk=1, tick__lt=now).update(tick=now):
+            return {"skipped": 1}  # this tick (or a later one) was already evaluated
+        snap = Snapshot(now)
+        active: dict[tuple[int, str], AlertInstance] = {
+            (i.rule_id, i.entity): i
+            for i in AlertInstance.objects.filter(state__in=ACTIVE).select_related("rule")
+        }
+        out = Outcome()
+        evaluated: set[int] = set()
+        for rule in AlertRule.objects.filter(enabled=True):
+            if not evaluable(rule):
+                if (rule.pk, rule.signal) not in _skipped_logged:
+                    _skipped_logged.add((rule.pk, rule.signal))
+                    log.info(
+                        "rule %s: signal %s/%s not evaluated yet", rule.key, rule.scope, rule.signal
+                    )
+                continue
+            spec = rule.signal_spec
+            assert spec is not None
+            evaluated.add(rule.pk)
+            values = values_for(spec, snap)
+            seen: set[str] = set()
+            for key, value in values.items():
+                entity = entity_key(key)
+                seen.add(entity)
+                step(rule, active.get((rule.pk, entity)), entity, value, at, out)
+            for (rule_id, entity), inst in active.items():
+                if rule_id == rule.pk and entity not in seen:  # the entity's row is gone
+                    step(rule, inst, entity, None, at, out)
+        for (rule_id, _), inst in active.items():
+            if rule_id not in evaluated and not inst.rule.enabled:
+                before = inst.state  # the rule was disabled: its instances resolve
+                inst.state, inst.resolved_at, inst.updated_at = RESOLVED, at, at
+                out.changed.append(inst)
+                out.event(inst, before, None)
+        _write(out)
+    return {"rules": len(evaluated), "new": len(out.created), "changed": len(out.changed)}
+
+
+def _write(out: Outcome) -> None:
+    if out.created:
+        AlertInstance.objects.bulk_create(out.created)
+    if out.changed:
+        AlertInstance.objects.bulk_update(
+            out.changed,
+            ["state", "value", "no_data", "fired_at", "resolved_at", "updated_at"],
+        )
+    AlertInstanceEvent.objects.bulk_create(
+        AlertInstanceEvent(
+            instance=inst,
+            at=inst.updated_at,
+            from_state=before,
+            to_state=after,
+            value=value,
+            no_data=no_data,
+        )
+        for inst, before, after, value, no_data in out.events
+    )
