@@ -30,6 +30,12 @@ app.conf.beat_schedule = {
     # (`-Q rules`) can keep them clear of a long rollup; a worker started without `-Q`
     # consumes both queues (task_queues below).
     "alerts-evaluate": {"task": "alerts.evaluate", "schedule": 10.0, "options": {"expires": 9}},
+    # Re-queues Slack deliveries whose task was lost (a broker restart): nothing is dropped.
+    "notifications-sweep": {
+        "task": "notifications.sweep",
+        "schedule": 60.0,
+        "options": {"expires": 50},
+    },
 }
 app.conf.task_routes = {"alerts.evaluate": {"queue": "rules"}}
 app.conf.task_queues = (Queue("celery"), Queue("rules"))

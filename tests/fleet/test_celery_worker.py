@@ -141,8 +141,14 @@ def test_worker_trims_expired_raw_samples_when_sent_fleet_retention(worker: Work
 def test_beat_schedule_names_only_registered_tasks() -> None:
     # (registers the tasks, as the worker's autodiscovery does)
     import fleet.alerts.tasks
+    import fleet.notifications.tasks
     import fleet.tasks  # noqa: F401
 
     scheduled = {entry["task"] for entry in fleet_app.conf.beat_schedule.values()}
-    assert scheduled == {"fleet.rollup", "fleet.retention", "alerts.evaluate"}
+    expected = {"fleet.rollup", "fleet.retention", "alerts.evaluate", "notifications.sweep"}
+    assert scheduled == expected
+    assert all(
+        entry["options"]["expires"] < entry["schedule"]
+        for entry in fleet_app.conf.beat_schedule.values()
+    )
     assert scheduled <= set(fleet_app.tasks)
