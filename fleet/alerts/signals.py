@@ -9,7 +9,7 @@ instance: "no value" is never "ok" and never "firing".
 
 `source` says how the engine computes it: `metric:<name>` reads the latest value of
 that metric of the scope's sample kind; `health:<function>` calls that function in
-fleet/health.py (`.field` names a part of what it returns); `events:<kind>` counts
+fleet/health/ (`.field` names a part of what it returns); `events:<kind>` counts
 stored events (fleet.models.Event) of that kind over the rule's `window_s`.
 """
 
