@@ -8,7 +8,8 @@ on that row lock and then re-checks; on SQLite the write lock serialises them; a
 redelivered or late tick finds `tick >= now` and does nothing). Then read the latest state
 in bulk (one query per sample kind, plus the inventory figures a signal needs), compute
 each rule's value per entity, and write only the instances that changed (bulk create and
-bulk update) with one history row per change.
+bulk update) with one history row per change. Instances that fired, or resolved after
+firing, are then notified once each (fleet/alerts/notify.py), in the same transaction.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from fleet.alerts.models import (
     AlertRule,
     AlertState,
 )
+from fleet.alerts.notify import notify
 from fleet.alerts.signals import SCOPE_SAMPLE_KIND, Signal
 from fleet.choices import LiquidClassChoices
 from fleet.state import gpu_limits, rack_states
@@ -314,7 +316,14 @@ def evaluate(now: float | None = None) -> dict[str, int]:
                 out.changed.append(inst)
                 out.event(inst, before, None)
         _write(out)
-    return {"rules": len(evaluated), "new": len(out.created), "changed": len(out.changed)}
+        # in the same transaction: the claims and delivery rows commit with the changes
+        sent = notify(((i, before, after) for i, before, after, _, _ in out.events), at)
+    return {
+        "rules": len(evaluated),
+        "new": len(out.created),
+        "changed": len(out.changed),
+        "notified": sent,
+    }
 
 
 def _write(out: Outcome) -> None:

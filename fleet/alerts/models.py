@@ -134,6 +134,10 @@ class AlertInstance(models.Model):
     fired_at = models.DateTimeField(null=True, blank=True)
     resolved_at = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField()
+    # The notification claims (fleet/alerts/notify.py): set once, by a conditional UPDATE
+    # `WHERE ... IS NULL`, by the evaluation that made the transition; whoever sets it sends.
+    notified_firing_at = models.DateTimeField(null=True, blank=True, editable=False)
+    notified_resolved_at = models.DateTimeField(null=True, blank=True, editable=False)
 
     class Meta:
         ordering = ("-started_at",)

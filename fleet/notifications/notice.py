@@ -1,5 +1,6 @@
-"""What a notification says, as plain typed data: the rules engine (not yet built)
-fills a `Notice`; `fleet.notifications.slack` turns it into a Slack message.
+"""What a notification says, as plain typed data: the rules engine
+(fleet/alerts/notify.py) fills a `Notice`; `fleet.notifications.slack` turns it into a
+Slack message.
 
 Nothing here touches Django or the network, so the message builder is a pure
 function of a `Notice` and is unit-tested as one.
@@ -33,12 +34,16 @@ class Where:
     rack: str | None = None
     node: str | None = None
     gpu: str | None = None
+    feed: str | None = None  # a rack's power feed
+    loop: str | None = None  # a cooling loop (site-level)
 
     def label(self) -> str:
         parts = (
             ("site", self.site),
             ("hall", self.hall),
+            ("loop", self.loop),
             ("rack", self.rack),
+            ("feed", self.feed),
             ("node", self.node),
             ("GPU", self.gpu),
         )

@@ -145,8 +145,13 @@ def _member_line(member: Member) -> str:
 
 def _buttons(notice: Notice) -> list[ButtonElement]:
     # Webhook messages can only carry link buttons (no interactivity without an app).
+    # Only absolute http(s) links: Slack refuses a relative URL (the whole message, 400).
     links = (("Runbook", notice.runbook_url), ("Dashboard", notice.dashboard_url))
-    return [ButtonElement(text=label, url=url) for label, url in links if url]
+    return [
+        ButtonElement(text=label, url=url)
+        for label, url in links
+        if url.startswith(("https://", "http://"))
+    ]
 
 
 def _footer(notice: Notice) -> str:

@@ -1,0 +1,198 @@
+"""Firing and resolved instances are notified exactly once each: the engine run in-process
+against latest state written through `merge_latest`, its deliveries tried in-process (as in
+tests/notifications/test_delivery.py) against a local receiver that answers like Slack."""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+import json
+from collections.abc import Iterator
+from dataclasses import replace
+from typing import Any
+
+import pytest
+from django.utils import timezone
+
+from fleet.alerts.engine import evaluate
+from fleet.alerts.models import AlertInstance, AlertRule
+from fleet.alerts.notify import claim
+from fleet.demo import DEMO_RACKS, seed_demo_site
+from fleet.models import GPU, Node
+from fleet.notifications.delivery import attempt
+from fleet.notifications.models import Delivery, Route
+from fleet.notifications.slack import SlackWebhook
+from tests.alerts.test_engine import T0, store
+from tests.support.slack_receiver import Received, SlackReceiver
+
+pytestmark = pytest.mark.django_db
+
+_tries = itertools.count(1)
+
+
+@pytest.fixture(autouse=True)
+def only_our_rules() -> None:
+    AlertRule.objects.update(enabled=False)  # the built-in pack is installed by migration
+
+
+@pytest.fixture
+def slack(settings: Any) -> Iterator[SlackReceiver]:
+    with SlackReceiver() as receiver:
+        settings.SLACK_WEBHOOK_URL = receiver.url("/alerts")
+        yield receiver
+
+
+@pytest.fixture
+def node() -> Node:
+    seed_demo_site("lon1", (replace(DEMO_RACKS[0], nodes=1),), gpus_per_node=2)
+    GPU.objects.update(slowdown_c=87.0, model="H200", uuid="GPU-abc")
+    return Node.objects.select_related("rack__hall__site").get()
+
+
+def headroom_rule(**fields: Any) -> AlertRule:
+    return AlertRule.objects.create(
+        **{
+            "key": "headroom",
+            "name": "GPU near slowdown",
+            "scope": "gpu",
+            "signal": "headroom_slowdown_c",
+            "comparison": "le",
+            "threshold": 3.0,
+            "clear_threshold": 5.0,
+            "severity": "critical",
+            "summary": "{node} GPU {gpu} ({gpu_model}) {value:.0f} {unit} from slowdown",
+            "runbook_url": "https://runbooks.example/gpu-hot",
+            **fields,
+        }
+    )
+
+
+def gpu_at(node: Node, offset: float, temp: float) -> dict[str, int]:
+    """A fresh sample of GPU 0 at T0 + offset (GPU 1 stays cool), then an evaluation."""
+    store("gpu", (node.id, 0), T0 + offset, temp_gpu_c=temp)
+    store("gpu", (node.id, 1), T0 + offset, temp_gpu_c=60.0)
+    return evaluate(T0 + offset)
+
+
+def deliver_all() -> None:
+    """Try every pending delivery once, each in its own send slot (≥ 1 s apart)."""
+    for pk in (
+        Delivery.objects.filter(state=Delivery.PENDING).order_by("pk").values_list("pk", flat=True)
+    ):
+        attempt(pk, SlackWebhook(), now=timezone.now() + dt.timedelta(seconds=2 * next(_tries)))
+
+
+def sent(slack: SlackReceiver) -> list[Received]:
+    deliver_all()
+    return slack.received("/alerts")
+
+
+def text_of(message: Received) -> str:
+    return json.dumps(message.body, ensure_ascii=False)
+
+
+def test_a_rule_firing_sends_one_message_naming_the_gpu_its_value_and_threshold(
+    slack: SlackReceiver, node: Node
+) -> None:
+    headroom_rule()
+    assert gpu_at(node, 0, 85.0)["notified"] == 1  # 2 °C from slowdown
+    (message,) = sent(slack)
+    text = text_of(message)
+    rack = node.rack
+    assert message.body["text"].startswith(f"CRITICAL: {node.name} GPU 0 (H200) 2 °C from")
+    where = f"site {rack.hall.site.name} / hall {rack.hall.name} / rack {rack.name}"
+    assert f"{where} / node {node.name} / GPU 0" in text
+    assert "2 °C (threshold 3 °C)" in text
+    assert "https://runbooks.example/gpu-hot" in text
+    inst = AlertInstance.objects.get()
+    assert inst.notified_firing_at is not None and inst.notified_resolved_at is None
+
+
+def test_evaluating_again_while_firing_sends_nothing_more(slack: SlackReceiver, node: Node) -> None:
+    headroom_rule()
+    gpu_at(node, 0, 85.0)
+    assert gpu_at(node, 10, 85.5)["notified"] == 0  # still firing
+    assert evaluate(T0 + 100)["notified"] == 0  # stale: firing with no data
+    assert gpu_at(node, 110, 85.0)["notified"] == 0  # data back
+    assert gpu_at(node, 120, 83.5)["notified"] == 0  # between threshold and clear: firing
+    assert len(sent(slack)) == 1
+    assert Delivery.objects.count() == 1
+
+
+def test_resolving_sends_one_resolved_message_with_how_long_it_fired(
+    slack: SlackReceiver, node: Node
+) -> None:
+    headroom_rule()
+    gpu_at(node, 0, 85.0)
+    gpu_at(node, 300, 85.0)
+    assert gpu_at(node, 750, 80.0)["notified"] == 1  # 7 °C: past the clear threshold
+    assert gpu_at(node, 760, 80.0)["notified"] == 0
+    _, resolved = sent(slack)
+    assert resolved.body["text"].startswith(f"Resolved: {node.name} GPU 0 (H200) 7 °C")
+    assert resolved.body["text"].endswith("lasted 12 min")
+    assert "*Lasted*\\n12 min" in text_of(resolved)
+    assert AlertInstance.objects.get().notified_resolved_at is not None
+
+
+def test_a_pending_instance_that_never_fires_sends_nothing(
+    slack: SlackReceiver, node: Node
+) -> None:
+    headroom_rule(for_duration=dt.timedelta(seconds=60))
+    gpu_at(node, 0, 85.0)
+    gpu_at(node, 30, 85.0)
+    gpu_at(node, 40, 80.0)  # dropped before for_duration
+    assert AlertInstance.objects.get().state == "resolved"
+    assert sent(slack) == []
+    assert not Delivery.objects.exists()
+
+
+def test_a_rule_held_for_its_for_duration_notifies_when_it_fires_not_when_pending(
+    slack: SlackReceiver, node: Node
+) -> None:
+    headroom_rule(for_duration=dt.timedelta(seconds=60))
+    assert gpu_at(node, 0, 85.0)["notified"] == 0
+    assert gpu_at(node, 60, 85.0)["notified"] == 1
+    (message,) = sent(slack)
+    assert message.body["text"].startswith("CRITICAL:")
+
+
+def test_two_claims_on_one_transition_never_both_win(node: Node) -> None:
+    headroom_rule(for_duration=dt.timedelta(seconds=60))
+    gpu_at(node, 0, 85.0)  # pending: nothing claimed yet
+    inst = AlertInstance.objects.get()
+    at = timezone.now()
+    assert claim(inst.pk, "resolved", at) is False  # never announced firing: no resolved
+    assert [claim(inst.pk, "firing", at), claim(inst.pk, "firing", at)] == [True, False]
+    assert [claim(inst.pk, "resolved", at), claim(inst.pk, "resolved", at)] == [True, False]
+
+
+def test_a_summary_that_does_not_render_falls_back_to_the_rule_name(
+    slack: SlackReceiver, node: Node
+) -> None:
+    headroom_rule(summary="{node:.1f} is hot")  # a name is no number
+    gpu_at(node, 0, 85.0)
+    (message,) = sent(slack)
+    assert message.body["text"].startswith("CRITICAL: GPU near slowdown (")
+
+
+def test_a_notice_goes_to_the_route_of_the_entitys_site_not_the_default(
+    slack: SlackReceiver, node: Node
+) -> None:
+    site = node.rack.hall.site
+    Route.objects.create(name="lon", webhook_url=slack.url("/lon"), site=site)
+    headroom_rule()
+    gpu_at(node, 0, 85.0)
+    assert sent(slack) == []  # nothing at the SLACK_WEBHOOK_URL route
+    assert len(slack.received("/lon")) == 1
+
+
+def test_a_relative_dashboard_link_is_left_out_of_the_slack_message(
+    slack: SlackReceiver, node: Node, settings: Any
+) -> None:
+    headroom_rule()
+    gpu_at(node, 0, 85.0)
+    settings.FLEETWATCH_BASE_URL = "https://fleet.example"
+    gpu_at(node, 10, 80.0)  # resolves
+    firing, resolved = sent(slack)
+    assert "Dashboard" not in text_of(firing)  # no base URL: "/" only, Slack refuses it
+    assert '"url": "https://fleet.example/"' in text_of(resolved)
