@@ -164,6 +164,9 @@ PG_LOCK_TIMEOUT_MS = env_int("FLEETWATCH_PG_LOCK_TIMEOUT_MS", 10_000, minimum=1)
 LIVE_REAUTH_S = env_float("FLEETWATCH_LIVE_REAUTH_S", 300, minimum=1)
 
 SLACK_WEBHOOK_URL = env_str("SLACK_WEBHOOK_URL")
+# Where people reach this Fleetwatch (e.g. https://fleet.example.com): alert messages link
+# to it. Unset: messages carry no dashboard button (Slack refuses relative links).
+FLEETWATCH_BASE_URL = env_str("FLEETWATCH_BASE_URL")
 
 # Reference no-op ingest routes for bench/ingest.py only.
 BENCH_ROUTES = env_bool("FLEETWATCH_BENCH_ROUTES", False)
