@@ -15,6 +15,7 @@ firing, are then notified once each (fleet/alerts/notify.py), in the same transa
 from __future__ import annotations
 
 import datetime as dt
+import json
 import logging
 import time
 from collections.abc import Callable
@@ -25,6 +26,7 @@ from django.db import connection, transaction
 
 from agents.protocol import reasons as nvml
 from fleet import health
+from fleet.alerts.evaluate_source import silent_intervals
 from fleet.alerts.models import (
     AlertEvaluation,
     AlertInstance,
@@ -42,6 +44,7 @@ log = logging.getLogger(__name__)
 
 Key = tuple[int, ...]
 Values = dict[Key, float | None]
+Params = dict[str, Any]
 
 PENDING, FIRING, RESOLVED = AlertState.PENDING, AlertState.FIRING, AlertState.RESOLVED
 ACTIVE = (PENDING.value, FIRING.value)
@@ -180,6 +183,15 @@ DERIVED: dict[tuple[str, str], Callable[[Snapshot], Values]] = {
     ("site", "pue"): _pue,
 }
 
+# Derived signals whose value depends on the rule's params (each param resolved against
+# the signal's default), by (scope, name): one computation per distinct set of params.
+PARAMETRIC: dict[tuple[str, str], Callable[[Snapshot, Params], Values]] = {
+    **{
+        (scope, "agent_silent_intervals"): silent_intervals(scope)
+        for scope in ("node", "rack", "loop", "site")
+    },
+}
+
 
 def evaluable(rule: AlertRule) -> bool:
     """The engine can compute this rule's signal now (with the parameters it sets)."""
@@ -190,15 +202,26 @@ def evaluable(rule: AlertRule) -> bool:
         return True
     if spec.key == ("site", "pue") and rule.params.get("site_targets"):
         return False  # per-site targets: not yet
-    return spec.key in DERIVED
+    return spec.key in DERIVED or spec.key in PARAMETRIC
 
 
-def values_for(spec: Signal, snap: Snapshot) -> Values:
+def resolve_params(spec: Signal, given: dict[str, Any] | None) -> Params:
+    """The rule's params for `spec`, each one it leaves out at the signal's default."""
+    given = given or {}
+    return {p.name: given.get(p.name, p.default) for p in spec.params}
+
+
+def values_for(spec: Signal, snap: Snapshot, given: dict[str, Any] | None = None) -> Values:
     metric = spec.raw_metric
     values: Values
     if metric is not None:
         kind = SCOPE_SAMPLE_KIND[spec.scope]
         values = snap.cached(f"{spec.scope}:{metric}", lambda: snap.fresh(kind, metric))
+    elif spec.key in PARAMETRIC:
+        params = resolve_params(spec, given)
+        compute_with = PARAMETRIC[spec.key]
+        tag = json.dumps(params, sort_keys=True, default=list)
+        values = snap.cached(f"{spec.scope}:{spec.name}:{tag}", lambda: compute_with(snap, params))
     else:
         compute = DERIVED[spec.key]
         values = snap.cached(f"{spec.scope}:{spec.name}", lambda: compute(snap))
@@ -300,7 +323,7 @@ def evaluate(now: float | None = None) -> dict[str, int]:
             spec = rule.signal_spec
             assert spec is not None
             evaluated.add(rule.pk)
-            values = values_for(spec, snap)
+            values = values_for(spec, snap, rule.params)
             seen: set[str] = set()
             for key, value in values.items():
                 entity = entity_key(key)

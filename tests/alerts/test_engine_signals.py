@@ -1,0 +1,84 @@
+"""The engine's derived signals beyond the raw gauges: silent sources, lagging fields,
+missing GPUs, event counts, feed load, power-capped clocks and per-site PUE targets."""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from fleet.alerts.engine import evaluate
+from fleet.alerts.models import AlertInstance, AlertRule
+from fleet.demo import DEMO_RACKS, seed_demo_site
+from fleet.models import Node, SourceToken, hash_token
+from fleet.storage.latest import LatestDelta, merge_latest
+from tests.fleet.test_state import DjangoTx
+
+pytestmark = pytest.mark.django_db
+
+T0 = time.time() - 3600
+
+
+@pytest.fixture(autouse=True)
+def only_our_rules() -> None:
+    AlertRule.objects.update(enabled=False)  # the built-in pack is installed by migration
+
+
+@pytest.fixture
+def node() -> Node:
+    seed_demo_site("demo", (replace(DEMO_RACKS[0], nodes=2),), gpus_per_node=2)
+    return Node.objects.order_by("id").first()  # type: ignore[return-value]
+
+
+def store(kind: str, key: tuple[int, ...], at: float, **values: Any) -> None:
+    delta = LatestDelta()
+    delta.add(kind, key, {"ts": at, **values}, at)
+    merge_latest(DjangoTx(), delta)  # type: ignore[arg-type]
+
+
+def rule(scope: str, signal: str, threshold: float, cmp: str = "ge", **params: Any) -> AlertRule:
+    return AlertRule.objects.create(
+        key=f"{scope}-{signal}",
+        name=signal,
+        scope=scope,
+        signal=signal,
+        params=params,
+        comparison=cmp,
+        threshold=threshold,
+        for_duration=dt.timedelta(0),
+        severity="warning",
+        summary="{rule}",
+    )
+
+
+def firing() -> set[str]:
+    return set(AlertInstance.objects.filter(state="firing").values_list("entity", flat=True))
+
+
+def token(n: Node, last_seen: float | None) -> None:
+    SourceToken.objects.create(
+        source=n.source,
+        kind="node",
+        site=n.rack.hall.site,
+        token_hash=hash_token(n.source),
+        last_seen=last_seen,
+    )
+
+
+def test_a_node_agent_silent_for_three_intervals_fires(node: Node) -> None:
+    rule("node", "agent_silent_intervals", 3, interval_s=10.0)
+    token(node, T0 - 35)
+    evaluate(T0)
+    inst = AlertInstance.objects.get()
+    assert inst.entity == str(node.id) and inst.state == "firing" and inst.value == 3.5
+
+
+def test_a_chatty_node_agent_or_one_never_heard_from_does_not_fire(node: Node) -> None:
+    rule("node", "agent_silent_intervals", 3)  # default interval_s: 1 s
+    token(node, T0 - 1.5)
+    token(Node.objects.exclude(pk=node.pk).get(), None)  # enrolled, never sent
+    evaluate(T0)
+    assert not AlertInstance.objects.exists()
