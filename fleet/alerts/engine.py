@@ -26,7 +26,7 @@ from django.db import connection, transaction
 
 from agents.protocol import reasons as nvml
 from fleet import health
-from fleet.alerts.evaluate_source import silent_intervals
+from fleet.alerts.evaluate_source import gpu_missing, metric_lag, silent_intervals
 from fleet.alerts.models import (
     AlertEvaluation,
     AlertInstance,
@@ -190,6 +190,8 @@ PARAMETRIC: dict[tuple[str, str], Callable[[Snapshot, Params], Values]] = {
         (scope, "agent_silent_intervals"): silent_intervals(scope)
         for scope in ("node", "rack", "loop", "site")
     },
+    **{(scope, "metric_lag_s"): metric_lag(scope) for scope in SCOPE_SAMPLE_KIND},
+    ("gpu", "gpu_missing"): gpu_missing,
 }
 
 

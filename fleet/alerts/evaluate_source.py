@@ -8,7 +8,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from fleet import health
-from fleet.models import CoolingLoop, Node, Rack, SourceToken
+from fleet.alerts.signals import SCOPE_SAMPLE_KIND
+from fleet.models import GPU, CoolingLoop, Node, Rack, SourceToken
 
 if TYPE_CHECKING:
     from fleet.alerts.engine import Params, Snapshot, Values
@@ -67,3 +68,40 @@ def silent_intervals(scope: str) -> Callable[[Snapshot, Params], Values]:
         return out
 
     return compute
+
+
+def metric_lag(scope: str) -> Callable[[Snapshot, Params], Values]:
+    """Seconds the most-lagging field (of `metrics`, default every field) trails the
+    entity's newest sample; none while the entity itself is stale (that is silence)."""
+
+    def compute(snap: Snapshot, params: Params) -> Values:
+        only = set(params["metrics"] or ())
+        out: Values = {}
+        for key, reading in snap.readings(SCOPE_SAMPLE_KIND[scope]).items():
+            if only:
+                values = {n: v for n, v in reading.values.items() if n in only}
+                reading = health.Reading(values, reading.ts, health.newest_ts(reading))
+            lag = health.field_lag(reading, snap.now)
+            out[key] = None if lag is None else lag[1]
+        return out
+
+    return compute
+
+
+def gpu_missing(snap: Snapshot, params: Params) -> Values:
+    """1 for a GPU in the inventory with nothing fresh while its node reports (node or any
+    of its GPUs' samples), 0 when it reports, none when the node is silent too."""
+    inventory = list(GPU.objects.values_list("node_id", "index"))
+    gpus = snap.readings("gpu")
+    newest: dict[int, float] = {}
+    readings = [*snap.readings("node").items(), *gpus.items()]
+    for key, reading in readings:
+        ts = health.newest_ts(reading)
+        if ts is not None and ts > newest.get(key[0], float("-inf")):
+            newest[key[0]] = ts
+    out: Values = {}
+    for node_id, index in inventory:
+        node = health.Reading({}, {}, newest.get(node_id))
+        missing = health.gpu_missing(gpus.get((node_id, index), health.EMPTY), node, snap.now)
+        out[(node_id, index)] = None if missing is None else float(missing)
+    return out

@@ -82,3 +82,40 @@ def test_a_chatty_node_agent_or_one_never_heard_from_does_not_fire(node: Node) -
     token(Node.objects.exclude(pk=node.pk).get(), None)  # enrolled, never sent
     evaluate(T0)
     assert not AlertInstance.objects.exists()
+
+
+def test_a_field_that_stopped_arriving_while_its_node_reports_fires_metric_lag(
+    node: Node,
+) -> None:
+    rule("node", "metric_lag_s", 120)
+    store("node", (node.id,), T0 - 200, temp_inlet_c=25.0, cpu_pct=10.0)
+    store("node", (node.id,), T0, cpu_pct=12.0)  # the inlet sensor stopped 200 s ago
+    evaluate(T0)
+    inst = AlertInstance.objects.get()
+    assert inst.entity == str(node.id) and inst.value == pytest.approx(200.0)
+
+
+def test_metric_lag_does_not_fire_for_fields_in_step_or_outside_its_metrics(
+    node: Node,
+) -> None:
+    rule("node", "metric_lag_s", 120, metrics=["cpu_pct"])
+    other = Node.objects.exclude(pk=node.pk).get()
+    store("node", (node.id,), T0 - 200, temp_inlet_c=25.0, cpu_pct=10.0)
+    store("node", (node.id,), T0, cpu_pct=12.0)  # inlet lags, but the rule watches cpu_pct
+    store("node", (other.id,), T0, temp_inlet_c=25.0, cpu_pct=10.0)
+    evaluate(T0)
+    assert not AlertInstance.objects.exists()
+
+
+def test_a_gpu_with_nothing_fresh_while_its_node_reports_is_missing(node: Node) -> None:
+    rule("gpu", "gpu_missing", 1)
+    store("gpu", (node.id, 0), T0, temp_gpu_c=60.0)  # GPU 1 of 2 sends nothing
+    evaluate(T0)
+    assert firing() == {f"{node.id}:1"}
+
+
+def test_gpus_of_a_silent_node_are_not_missing(node: Node) -> None:
+    rule("gpu", "gpu_missing", 1)
+    store("gpu", (node.id, 0), T0 - 300, temp_gpu_c=60.0)  # the whole node went quiet
+    evaluate(T0)
+    assert not AlertInstance.objects.exists()
