@@ -26,6 +26,7 @@ from django.db import connection, transaction
 
 from agents.protocol import reasons as nvml
 from fleet import health
+from fleet.alerts.evaluate_events import event_count
 from fleet.alerts.evaluate_source import gpu_missing, metric_lag, silent_intervals
 from fleet.alerts.models import (
     AlertEvaluation,
@@ -192,6 +193,9 @@ PARAMETRIC: dict[tuple[str, str], Callable[[Snapshot, Params], Values]] = {
     },
     **{(scope, "metric_lag_s"): metric_lag(scope) for scope in SCOPE_SAMPLE_KIND},
     ("gpu", "gpu_missing"): gpu_missing,
+    ("gpu", "ecc_dbe_events"): event_count("ecc_dbe"),
+    ("gpu", "xid_events"): event_count("xid"),
+    ("gpu", "gpu_lost_events"): event_count("gpu_lost"),
 }
 
 

@@ -88,10 +88,19 @@ def metric_lag(scope: str) -> Callable[[Snapshot, Params], Values]:
     return compute
 
 
+def gpu_inventory(snap: Snapshot) -> list[tuple[int, int]]:
+    """Every GPU in the inventory as (node_id, index), one query per evaluation."""
+
+    def make() -> list[tuple[int, int]]:
+        return list(GPU.objects.values_list("node_id", "index"))
+
+    return snap.cached("gpu_inventory", make)  # type: ignore[no-any-return]
+
+
 def gpu_missing(snap: Snapshot, params: Params) -> Values:
     """1 for a GPU in the inventory with nothing fresh while its node reports (node or any
     of its GPUs' samples), 0 when it reports, none when the node is silent too."""
-    inventory = list(GPU.objects.values_list("node_id", "index"))
+    inventory = gpu_inventory(snap)
     gpus = snap.readings("gpu")
     newest: dict[int, float] = {}
     readings = [*snap.readings("node").items(), *gpus.items()]

@@ -150,12 +150,12 @@ def test_a_disabled_rule_resolves_its_instances() -> None:
     assert AlertInstance.objects.get().state == "resolved"
 
 
-def test_a_signal_not_evaluated_yet_is_skipped() -> None:
-    AlertRule.objects.create(
+def test_a_signal_the_engine_cannot_compute_is_skipped() -> None:
+    AlertRule.objects.create(  # not in the catalogue (validation would refuse it)
         key="xid",
         name="XID",
         scope="gpu",
-        signal="xid_events",
+        signal="no_such_signal",
         comparison="ge",
         threshold=1,
         severity="critical",

@@ -10,10 +10,11 @@ from typing import Any
 
 import pytest
 
-from fleet.alerts.engine import evaluate
+from fleet.alerts.engine import Snapshot, evaluate, values_for
 from fleet.alerts.models import AlertInstance, AlertRule
+from fleet.alerts.signals import get
 from fleet.demo import DEMO_RACKS, seed_demo_site
-from fleet.models import Node, SourceToken, hash_token
+from fleet.models import Event, Node, SourceToken, hash_token
 from fleet.storage.latest import LatestDelta, merge_latest
 from tests.fleet.test_state import DjangoTx
 
@@ -119,3 +120,54 @@ def test_gpus_of_a_silent_node_are_not_missing(node: Node) -> None:
     store("gpu", (node.id, 0), T0 - 300, temp_gpu_c=60.0)  # the whole node went quiet
     evaluate(T0)
     assert not AlertInstance.objects.exists()
+
+
+def event(n: Node, gpu: int, kind: str, at: float, code: int | None = None) -> None:
+    seq = Event.objects.count()
+    Event.objects.create(
+        source=n.source, seq=seq, pos=0, ts=at, node=n, gpu_index=gpu, kind=kind, code=code
+    )
+
+
+def test_an_xid_79_fires_the_fatal_xid_rule_for_that_gpu_and_resolves_after_the_window(
+    node: Node,
+) -> None:
+    rule("gpu", "xid_events", 1, codes=[48, 74, 79, 95, 119, 120, 140], window_s=600)
+    event(node, 1, "xid", T0 - 10, code=79)
+    evaluate(T0)
+    assert firing() == {f"{node.id}:1"}
+    evaluate(T0 + 600)  # the event has left the window
+    assert firing() == set()
+    assert AlertInstance.objects.get().state == "resolved"
+
+
+def test_an_xid_13_or_an_old_xid_79_does_not_fire_the_fatal_xid_rule(node: Node) -> None:
+    rule("gpu", "xid_events", 1)  # default codes: the always-fatal ones
+    event(node, 0, "xid", T0 - 10, code=13)
+    event(node, 1, "xid", T0 - 700, code=79)  # before the 600 s window
+    event(node, 1, "ecc_dbe", T0 - 10)  # another kind
+    evaluate(T0)
+    assert not AlertInstance.objects.exists()
+
+
+def test_ecc_dbe_and_gpu_lost_events_fire_only_their_own_rules(node: Node) -> None:
+    rule("gpu", "ecc_dbe_events", 1)
+    rule("gpu", "gpu_lost_events", 2)
+    event(node, 0, "ecc_dbe", T0 - 5)
+    event(node, 1, "gpu_lost", T0 - 5)  # one, under this rule's threshold of 2
+    evaluate(T0)
+    assert set(AlertInstance.objects.values_list("rule__signal", "entity")) == {
+        ("ecc_dbe_events", f"{node.id}:0")
+    }
+
+
+def test_an_event_rule_counts_with_one_query_however_many_gpus(
+    node: Node, django_assert_max_num_queries: Any
+) -> None:
+    spec = get("gpu", "xid_events")
+    assert spec is not None
+    snap = Snapshot(T0)
+    values_for(get("gpu", "gpu_missing"), snap, {})  # type: ignore[arg-type]
+    with django_assert_max_num_queries(1):
+        values = values_for(spec, snap, {"codes": [79]})
+    assert values == dict.fromkeys(values, 0.0) and len(values) == 4
