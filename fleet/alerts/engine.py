@@ -38,6 +38,7 @@ from fleet.alerts.models import (
 from fleet.alerts.notify import notify
 from fleet.alerts.signals import SCOPE_SAMPLE_KIND, Signal
 from fleet.choices import LiquidClassChoices
+from fleet.models import PowerFeed
 from fleet.state import gpu_limits, rack_states
 from fleet.storage.latest import rows_to_latest, select_latest_sql
 
@@ -166,6 +167,28 @@ def _loop_field(name: str) -> Callable[[Snapshot], Values]:
     return compute
 
 
+def _feed_load_fraction(snap: Snapshot) -> Values:
+    """Each feed's fresh power over its `available_kw`, the ratings read in one query."""
+    feeds = PowerFeed.objects.only("voltage", "amperage", "max_utilization", "phase")
+    readings = snap.readings("feed")
+    return {
+        (f.pk,): health.feed_load_fraction(
+            readings.get((f.pk,), health.EMPTY), f.available_kw, snap.now
+        )
+        for f in feeds
+    }
+
+
+def _power_capped_clock_fraction(snap: Snapshot, params: Params) -> Values:
+    # gpu_info reports no max SM clock (yet): the rule's `clock_max_mhz` is every GPU's.
+    clock_max = params["clock_max_mhz"]
+    clock_max = None if clock_max is None else float(clock_max)
+    return {
+        key: health.power_capped_clock_fraction(r, clock_max, snap.now)
+        for key, r in snap.readings("gpu").items()
+    }
+
+
 def _pue(snap: Snapshot) -> Values:
     return {k: health.facility_pue(r, snap.now)[0] for k, r in snap.readings("facility").items()}
 
@@ -178,6 +201,7 @@ DERIVED: dict[tuple[str, str], Callable[[Snapshot], Values]] = {
     ("gpu", "power_cap_fraction"): _power_cap_fraction,
     **{("gpu", name): _flag(bit) for name, bit in _FLAG_BITS.items()},
     ("rack", "rack_power_fraction"): _rack_power_fraction,
+    ("feed", "feed_load_fraction"): _feed_load_fraction,
     ("loop", "supply_over_limit_c"): _supply_over_limit,
     ("loop", "loop_delta_c"): _loop_field("delta_c"),
     ("loop", "flow_fraction"): _loop_field("flow_frac"),
@@ -193,6 +217,7 @@ PARAMETRIC: dict[tuple[str, str], Callable[[Snapshot, Params], Values]] = {
     },
     **{(scope, "metric_lag_s"): metric_lag(scope) for scope in SCOPE_SAMPLE_KIND},
     ("gpu", "gpu_missing"): gpu_missing,
+    ("gpu", "power_capped_clock_fraction"): _power_capped_clock_fraction,
     ("gpu", "ecc_dbe_events"): event_count("ecc_dbe"),
     ("gpu", "xid_events"): event_count("xid"),
     ("gpu", "gpu_lost_events"): event_count("gpu_lost"),

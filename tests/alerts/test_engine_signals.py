@@ -14,7 +14,7 @@ from fleet.alerts.engine import Snapshot, evaluate, values_for
 from fleet.alerts.models import AlertInstance, AlertRule
 from fleet.alerts.signals import get
 from fleet.demo import DEMO_RACKS, seed_demo_site
-from fleet.models import Event, Node, SourceToken, hash_token
+from fleet.models import Event, Node, PowerFeed, SourceToken, hash_token
 from fleet.storage.latest import LatestDelta, merge_latest
 from tests.fleet.test_state import DjangoTx
 
@@ -171,3 +171,29 @@ def test_an_event_rule_counts_with_one_query_however_many_gpus(
     with django_assert_max_num_queries(1):
         values = values_for(spec, snap, {"codes": [79]})
     assert values == dict.fromkeys(values, 0.0) and len(values) == 4
+
+
+def test_a_feed_over_its_continuous_rating_fires_and_one_under_it_does_not(node: Node) -> None:
+    rule("feed", "feed_load_fraction", 1.0, cmp="gt")
+    over, under = PowerFeed.objects.filter(rack=node.rack).order_by("name")[:2]
+    store("feed", (over.pk,), T0, power_w=over.available_kw * 1000 * 1.1)
+    store("feed", (under.pk,), T0, power_w=under.available_kw * 1000 * 0.5)
+    evaluate(T0)
+    inst = AlertInstance.objects.get()
+    assert inst.entity == str(over.pk) and inst.value == pytest.approx(1.1)
+
+
+def test_a_power_capped_gpu_held_far_under_its_max_clock_fires(node: Node) -> None:
+    rule("gpu", "power_capped_clock_fraction", 0.7, cmp="lt", clock_max_mhz=2000.0)
+    store("gpu", (node.id, 0), T0, clock_event_reasons=0x4, clock_sm_mhz=1000.0)
+    evaluate(T0)
+    inst = AlertInstance.objects.get()
+    assert inst.entity == f"{node.id}:0" and inst.value == pytest.approx(0.5)
+
+
+def test_a_capped_gpu_near_its_max_or_an_uncapped_slow_one_does_not_fire(node: Node) -> None:
+    rule("gpu", "power_capped_clock_fraction", 0.7, cmp="lt", clock_max_mhz=2000.0)
+    store("gpu", (node.id, 0), T0, clock_event_reasons=0x4, clock_sm_mhz=1900.0)
+    store("gpu", (node.id, 1), T0, clock_event_reasons=0x0, clock_sm_mhz=300.0)  # idle
+    evaluate(T0)
+    assert not AlertInstance.objects.exists()
