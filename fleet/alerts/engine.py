@@ -14,6 +14,7 @@ firing, are then notified once each (fleet/alerts/notify.py), in the same transa
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
 import json
 import logging
@@ -38,7 +39,7 @@ from fleet.alerts.models import (
 from fleet.alerts.notify import notify
 from fleet.alerts.signals import SCOPE_SAMPLE_KIND, Signal
 from fleet.choices import LiquidClassChoices
-from fleet.models import PowerFeed
+from fleet.models import PowerFeed, Site
 from fleet.state import gpu_limits, rack_states
 from fleet.storage.latest import rows_to_latest, select_latest_sql
 
@@ -231,8 +232,6 @@ def evaluable(rule: AlertRule) -> bool:
         return False
     if spec.raw_metric is not None:
         return True
-    if spec.key == ("site", "pue") and rule.params.get("site_targets"):
-        return False  # per-site targets: not yet
     return spec.key in DERIVED or spec.key in PARAMETRIC
 
 
@@ -257,6 +256,27 @@ def values_for(spec: Signal, snap: Snapshot, given: dict[str, Any] | None = None
         compute = DERIVED[spec.key]
         values = snap.cached(f"{spec.scope}:{spec.name}", lambda: compute(snap))
     return values
+
+
+def site_target_rules(rule: AlertRule, snap: Snapshot) -> dict[Key, AlertRule]:
+    """Per site, the rule judged against that site's `site_targets` entry: the target is
+    its threshold and the clear threshold keeps the rule's hysteresis band (slugs read once
+    per evaluation; a slug that is no site is ignored)."""
+    targets = rule.params.get("site_targets") if rule.signal == "pue" else None
+    if rule.scope != "site" or not targets:
+        return {}
+    slugs: dict[str, int] = snap.cached(
+        "site_slugs", lambda: dict(Site.objects.values_list("slug", "id"))
+    )
+    band = rule.threshold - rule.effective_clear_threshold
+    out: dict[Key, AlertRule] = {}
+    for slug, target in targets.items():
+        if slug in slugs:
+            variant = copy.copy(rule)
+            variant.threshold = float(target)
+            variant.clear_threshold = float(target) - band
+            out[(slugs[slug],)] = variant
+    return out
 
 
 @dataclass
@@ -355,11 +375,13 @@ def evaluate(now: float | None = None) -> dict[str, int]:
             assert spec is not None
             evaluated.add(rule.pk)
             values = values_for(spec, snap, rule.params)
+            per_site = site_target_rules(rule, snap)
             seen: set[str] = set()
             for key, value in values.items():
                 entity = entity_key(key)
                 seen.add(entity)
-                step(rule, active.get((rule.pk, entity)), entity, value, at, out)
+                judged = per_site.get(key, rule)
+                step(judged, active.get((rule.pk, entity)), entity, value, at, out)
             for (rule_id, entity), inst in active.items():
                 if rule_id == rule.pk and entity not in seen:  # the entity's row is gone
                     step(rule, inst, entity, None, at, out)

@@ -14,7 +14,7 @@ from fleet.alerts.engine import Snapshot, evaluate, values_for
 from fleet.alerts.models import AlertInstance, AlertRule
 from fleet.alerts.signals import get
 from fleet.demo import DEMO_RACKS, seed_demo_site
-from fleet.models import Event, Node, PowerFeed, SourceToken, hash_token
+from fleet.models import Event, Node, PowerFeed, Site, SourceToken, hash_token
 from fleet.storage.latest import LatestDelta, merge_latest
 from tests.fleet.test_state import DjangoTx
 
@@ -197,3 +197,20 @@ def test_a_capped_gpu_near_its_max_or_an_uncapped_slow_one_does_not_fire(node: N
     store("gpu", (node.id, 1), T0, clock_event_reasons=0x0, clock_sm_mhz=300.0)  # idle
     evaluate(T0)
     assert not AlertInstance.objects.exists()
+
+
+def test_pue_is_judged_against_each_sites_own_target_with_the_rules_band() -> None:
+    strict = Site.objects.create(slug="lon1", name="London")
+    default = Site.objects.create(slug="mad1", name="Madrid")
+    rule("site", "pue", 1.5, cmp="gt", site_targets={"lon1": 1.3})
+    AlertRule.objects.filter(signal="pue").update(clear_threshold=1.45)  # band 0.05
+    for site in (strict, default):
+        store("facility", (site.pk,), T0, total_power_w=1400.0, it_power_w=1000.0, pue_category=1)
+    evaluate(T0)
+    assert firing() == {str(strict.pk)}  # 1.4 > 1.3; Madrid's 1.4 is under the default 1.5
+    store("facility", (strict.pk,), T0 + 10, total_power_w=1270.0, it_power_w=1000.0)
+    evaluate(T0 + 10)  # 1.27: under the target, inside the band (clears under 1.25)
+    assert firing() == {str(strict.pk)}
+    store("facility", (strict.pk,), T0 + 20, total_power_w=1240.0, it_power_w=1000.0)
+    evaluate(T0 + 20)
+    assert firing() == set()
