@@ -3,7 +3,7 @@ publisher that feeds them.
 
 Each ingest child reports which entities' latest state it saved (CHANGED frames);
 the `LivePublisher` of the server process coalesces those reports, reads the
-affected racks' latest state once per interval (`fleet.state.live_updates`, which
+affected racks' latest state once per interval (`fleet.state.build_updates`, which
 derives every figure and level through `fleet.health`) and sends them to:
 
 - `live.site.<site id>`: per rack summaries of that site, its loops and facility figures;

@@ -3,13 +3,13 @@ latest-state tables read once, every figure and level derived by `fleet.health`.
 
 Nothing here computes a threshold of its own; nothing else reads the latest-state
 tables for display. `rack_states` is the workhorse (the overview page reads every
-rack, the live publisher the racks that changed); `live_updates` turns the
-entities an ingest child saved into the group payloads `fleet.live` sends.
+rack, the live publisher the racks that changed); `plan_updates` and `build_updates`
+turn the entities an ingest child saved into the group payloads `fleet.live` sends.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -135,14 +135,31 @@ def loop_states(loop_ids: Iterable[int], now: float) -> dict[int, health.LoopSum
     return out
 
 
-def rack_states(rack_ids: Iterable[int] | None, now: float) -> dict[int, RackState]:
+@dataclass
+class Preread:
+    """Latest state a caller has already read (the alert engine's snapshot), so
+    `rack_states` does not read it a second time."""
+
+    gpus: Mapping[tuple[int, ...], health.Reading]
+    nodes: Mapping[tuple[int, ...], health.Reading]
+    racks: Mapping[tuple[int, ...], health.Reading]
+    limits: Mapping[tuple[int, int], health.GpuLimits]
+
+
+def rack_states(
+    rack_ids: Iterable[int] | None, now: float, preread: Preread | None = None
+) -> dict[int, RackState]:
     """Every figure of the given racks (all racks when None), from the latest state."""
     infos = rack_infos(rack_ids)
     node_ids = [n for info in infos.values() for n in info.nodes]
-    gpus = _readings("gpu", "node_id", node_ids)
-    nodes = _readings("node", "node_id", node_ids)
-    racks = _readings("rack", "rack_id", infos)
-    limits = gpu_limits(node_ids)
+    if preread is None:
+        preread = Preread(
+            _readings("gpu", "node_id", node_ids),
+            _readings("node", "node_id", node_ids),
+            _readings("rack", "rack_id", infos),
+            gpu_limits(node_ids),
+        )
+    gpus, nodes, racks, limits = preread.gpus, preread.nodes, preread.racks, preread.limits
     loops = loop_states({i.loop_id for i in infos.values() if i.loop_id is not None}, now)
     per_node: dict[int, list[tuple[health.Reading, health.GpuLimits | None]]] = {}
     for key in sorted(gpus):
@@ -287,12 +304,6 @@ def build_updates(plan: UpdatePlan, wanted: set[str], now: float) -> list[tuple[
     if fleet_wanted and by_site:
         out.append((fleet_group(), fleet))
     return out
-
-
-def live_updates(changed: dict[str, set[tuple[int, ...]]], now: float) -> list[tuple[str, Payload]]:
-    """Every group message for what changed (as if every group were watched)."""
-    plan = plan_updates(changed)
-    return build_updates(plan, plan.groups(), now)
 
 
 def _racks_touched(changed: dict[str, set[tuple[int, ...]]]) -> set[int]:

@@ -40,7 +40,7 @@ from fleet.alerts.notify import notify
 from fleet.alerts.signals import SCOPE_SAMPLE_KIND, Signal
 from fleet.choices import LiquidClassChoices
 from fleet.models import PowerFeed, Site
-from fleet.state import gpu_limits, rack_states
+from fleet.state import Preread, gpu_limits, rack_states
 from fleet.storage.latest import rows_to_latest, select_latest_sql
 
 log = logging.getLogger(__name__)
@@ -127,7 +127,12 @@ def _flag(bit: int) -> Callable[[Snapshot], Values]:
 
 
 def _rack_power_fraction(snap: Snapshot) -> Values:
-    states = rack_states(None, snap.now)
+    # The snapshot's readings, not a second read of every GPU and node (rule evaluation is
+    # a hot path); the GPU limits are read for all GPUs the snapshot holds.
+    preread = Preread(
+        snap.readings("gpu"), snap.readings("node"), snap.readings("rack"), snap.gpu_limits()
+    )
+    states = rack_states(None, snap.now, preread)
     return {
         (rid,): health.power_fraction(s.summary.power_kw, s.info.budget_kw)
         for rid, s in states.items()

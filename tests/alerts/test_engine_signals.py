@@ -214,3 +214,24 @@ def test_pue_is_judged_against_each_sites_own_target_with_the_rules_band() -> No
     store("facility", (strict.pk,), T0 + 20, total_power_w=1240.0, it_power_w=1000.0)
     evaluate(T0 + 20)
     assert firing() == set()
+
+
+def test_a_rack_near_its_budget_fires_whether_the_pdu_or_its_gpus_report_the_power(
+    node: Node,
+) -> None:
+    rule("rack", "rack_power_fraction", 0.9)
+    rack = node.rack
+    store("rack", (rack.pk,), T0, power_w=rack.power_budget_kw * 1000 * 0.95)  # at the PDU
+    evaluate(T0)
+    assert firing() == {str(rack.pk)}
+    AlertInstance.objects.all().delete()
+    AlertRule.objects.filter(signal="rack_power_fraction").delete()
+    rule("rack", "rack_power_fraction", 0.9)
+    # a minute later the PDU reading is stale: the GPUs of its nodes (read once, in the
+    # engine's snapshot) count instead
+    per_gpu = rack.power_budget_kw * 1000 * 0.95 / (2 * 2)
+    for n in Node.objects.filter(rack=rack):
+        for gpu in (0, 1):
+            store("gpu", (n.pk, gpu), T0 + 60, gpu=gpu, power_w=per_gpu, temp_gpu_c=60.0)
+    evaluate(T0 + 60)
+    assert firing() == {str(rack.pk)}

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 
 from fleet.storage.latest import LatestRow, rows_to_latest, select_latest_sql
@@ -191,8 +192,13 @@ def test_ingest_resumes_by_itself_after_a_database_restart(tmp_path: Path) -> No
             assert post(server, gpu_batch(node, seq), token)[0] == 200
         with database_down(_db_name(server)):
             during = [post(server, gpu_batch(node, seq), token)[0] for seq in (4, 5)]
+            # a WebSocket agent reconnecting now is told to come back (1011), not refused
+            with ws_connect(server, token) as ws, pytest.raises(ConnectionClosed) as closed:
+                ws.send(json.dumps(gpu_batch(node, 4)))
+                ws.recv(timeout=10)
             time.sleep(1.0)
         assert set(during) == {503}, during  # retry later, never "refused"
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == 1011
         for seq in (4, 5, 6, 7):
             assert post_until_stored(server, gpu_batch(node, seq), token)[-1] == 200
         assert server.proc is not None and server.proc.pid == pid  # no server restart
