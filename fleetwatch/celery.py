@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from celery import Celery
+from django.conf import settings
 from kombu import Queue
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "fleetwatch.settings")
@@ -26,10 +27,6 @@ app.autodiscover_tasks()
 app.conf.beat_schedule = {
     "rollup": {"task": "fleet.rollup", "schedule": 30.0, "options": {"expires": 25}},
     "retention": {"task": "fleet.retention", "schedule": 600.0, "options": {"expires": 550}},
-    # Alert rules every 10 s, on their own queue ("rules") so a dedicated worker
-    # (`-Q rules`) can keep them clear of a long rollup; a worker started without `-Q`
-    # consumes both queues (task_queues below).
-    "alerts-evaluate": {"task": "alerts.evaluate", "schedule": 10.0, "options": {"expires": 9}},
     # Re-queues Slack deliveries whose task was lost (a broker restart): nothing is dropped.
     "notifications-sweep": {
         "task": "notifications.sweep",
@@ -39,6 +36,19 @@ app.conf.beat_schedule = {
 }
 app.conf.task_routes = {"alerts.evaluate": {"queue": "rules"}}
 app.conf.task_queues = (Queue("celery"), Queue("rules"))
+
+
+@app.on_after_configure.connect
+def schedule_alert_evaluation(sender: Celery, **kwargs: Any) -> None:
+    """Alert rules every FLEETWATCH_ALERT_EVAL_S (10 s), on their own queue ("rules") so a
+    dedicated worker (`-Q rules`) keeps them clear of a long rollup; a worker started
+    without `-Q` consumes both queues. Added here, once Django's settings are loaded."""
+    every = float(settings.ALERT_EVAL_S)
+    sender.conf.beat_schedule["alerts-evaluate"] = {
+        "task": "alerts.evaluate",
+        "schedule": every,
+        "options": {"expires": every * 0.9},
+    }
 
 
 @app.on_after_configure.connect

@@ -163,6 +163,9 @@ PG_LOCK_TIMEOUT_MS = env_int("FLEETWATCH_PG_LOCK_TIMEOUT_MS", 10_000, minimum=1)
 # A live page's socket is ended this often so its session is checked again (s).
 LIVE_REAUTH_S = env_float("FLEETWATCH_LIVE_REAUTH_S", 300, minimum=1)
 
+# Alerts: how often the rules are evaluated (s); each tick expires before the next.
+ALERT_EVAL_S = env_float("FLEETWATCH_ALERT_EVAL_S", 10, minimum=1)
+
 SLACK_WEBHOOK_URL = env_str("SLACK_WEBHOOK_URL")
 # Where people reach this Fleetwatch (e.g. https://fleet.example.com): alert messages link
 # to it. Unset: messages carry no dashboard button (Slack refuses relative links).
