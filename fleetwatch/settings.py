@@ -170,6 +170,9 @@ SLACK_WEBHOOK_URL = env_str("SLACK_WEBHOOK_URL")
 # Where people reach this Fleetwatch (e.g. https://fleet.example.com): alert messages link
 # to it. Unset: messages carry no dashboard button (Slack refuses relative links).
 FLEETWATCH_BASE_URL = env_str("FLEETWATCH_BASE_URL")
+# A Slack delivery being sent is leased this long (s); past it, a sender is taken for dead
+# and the delivery is sent again. Keep it above the 10 s send timeout (tests shorten it).
+DELIVERY_LEASE_S = env_float("FLEETWATCH_DELIVERY_LEASE_S", 30, minimum=1)
 
 # Reference no-op ingest routes for bench/ingest.py only.
 BENCH_ROUTES = env_bool("FLEETWATCH_BENCH_ROUTES", False)

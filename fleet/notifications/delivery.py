@@ -39,7 +39,7 @@ __all__ = (
 log = logging.getLogger(__name__)
 
 SEND_INTERVAL = timedelta(seconds=1)  # Slack: about one message per second per webhook
-LEASE = timedelta(seconds=30)  # well past the 10 s send timeout
+LEASE = timedelta(seconds=getattr(settings, "DELIVERY_LEASE_S", 30))  # past the 10 s send timeout
 MAX_TRANSIENT = 6  # 5xx / no answer: 2+4+8+16+32 s of backoff (×1–1.5), then failed
 MAX_ATTEMPTS = 30  # every try counted, 429s included: nothing retries for ever
 DEFAULT_RETRY_AFTER = 5.0  # a 429 without a usable Retry-After header

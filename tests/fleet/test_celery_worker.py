@@ -5,8 +5,6 @@ tier. No eager mode: the message crosses a real broker to another process."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -20,7 +18,8 @@ from celery import Celery
 from fleetwatch.celery import app as fleet_app
 from tests.fleet.test_rollups import TierDb, fresh_db
 from tests.support import services
-from tests.support.server import ROOT, FleetServer
+from tests.support.celery_proc import CeleryProc, producer
+from tests.support.server import FleetServer
 
 
 @dataclass
@@ -43,22 +42,6 @@ class Worker:
             time.sleep(0.2)
 
 
-def _producer(tier: str, var_dir: Path) -> Celery:
-    """A sender configured like the worker's settings (fleetwatch/settings.py)."""
-    if tier == "services":
-        return Celery("fwtest-sender", broker=services.services_redis_url())
-    queue_dir = var_dir / "celery"
-    for folder in ("queue", "processed"):
-        (queue_dir / folder).mkdir(parents=True, exist_ok=True)
-    options = {
-        "data_folder_in": str(queue_dir / "queue"),
-        "data_folder_out": str(queue_dir / "queue"),
-        "processed_folder": str(queue_dir / "processed"),
-        "control_folder": str(queue_dir / "control"),
-    }
-    return Celery("fwtest-sender", broker="filesystem://", broker_transport_options=options)
-
-
 @pytest.fixture(scope="module")
 def worker(
     tier: str, tmp_path_factory: pytest.TempPathFactory, django_db_blocker: Any
@@ -69,29 +52,13 @@ def worker(
         redis_url = services.services_redis_url() if tier == "services" else None
         env = FleetServer(var_dir, database_url=db.url, redis_url=redis_url).env()
         log = var_dir / "worker.log"
-        with log.open("ab") as out:
-            proc = subprocess.Popen(
-                [
-                    *(sys.executable, "-m", "celery", "-A", "fleetwatch", "worker"),
-                    *("--pool", "solo", "-Q", queue, "-n", f"{queue}@%h", "-l", "info"),
-                    *("--without-mingle", "--without-gossip", "--without-heartbeat"),
-                ],
-                env=env,
-                cwd=ROOT,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
-        producer = _producer(tier, var_dir)
+        proc = CeleryProc.worker(env, log, queues=[queue], name=queue).start()
+        sender = producer(tier, var_dir)
         try:
-            yield Worker(db, producer, queue, log)
+            yield Worker(db, sender, queue, log)
         finally:
-            proc.terminate()
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-            producer.close()
+            proc.stop()
+            sender.close()
             if redis_url:
                 import redis
 

@@ -1,12 +1,12 @@
 """Deliveries sent by REAL Celery workers (two `celery worker --pool solo` subprocesses
 on one queue), over kombu's filesystem transport + SQLite and over Redis + PostgreSQL,
-to a local receiver that answers like Slack. Retries are re-queued tasks, never sleeps."""
+to a local receiver that answers like Slack. Retries are re-queued tasks, never sleeps.
+A worker killed mid-send (SIGKILL) is replaced, and the sweep hands its delivery on."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -20,15 +20,16 @@ from celery import Celery
 from fleet.notifications.models import Delivery, Route
 from fleet.notifications.notice import Notice
 from fleet.notifications.slack import build_message
-from tests.fleet.test_celery_worker import _producer
 from tests.fleet.test_rollups import TierDb, fresh_db
 from tests.support import services
-from tests.support.server import ROOT, FleetServer
+from tests.support.celery_proc import CeleryProc, private_broker, producer, stopping
+from tests.support.server import FleetServer
 from tests.support.slack_receiver import (
     CHANNEL_NOT_FOUND,
     OK,
     SERVER_ERROR,
     SlackReceiver,
+    held,
     rate_limited,
 )
 
@@ -70,21 +71,6 @@ class Workers:
         return [(t.http_status, t.outcome) for t in rows]
 
 
-def _start_worker(env: dict[str, str], queue: str, name: str, log: Path) -> subprocess.Popen[bytes]:
-    with log.open("ab") as out:
-        return subprocess.Popen(
-            [
-                *(sys.executable, "-m", "celery", "-A", "fleetwatch", "worker"),
-                *("--pool", "solo", "-Q", queue, "-n", f"{name}@%h", "-l", "info"),
-                *("--without-mingle", "--without-gossip", "--without-heartbeat"),
-            ],
-            env=env,
-            cwd=ROOT,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-
-
 @pytest.fixture(scope="module")
 def slack() -> Iterator[SlackReceiver]:
     with SlackReceiver() as receiver:
@@ -102,20 +88,16 @@ def workers(
         env = FleetServer(var_dir, database_url=db.url, redis_url=redis_url).env()
         env.pop("SLACK_WEBHOOK_URL", None)
         logs = [var_dir / f"worker-{n}.log" for n in (1, 2)]
-        procs = [_start_worker(env, queue, f"{queue}-{n}", log) for n, log in enumerate(logs)]
-        producer = _producer(tier, var_dir)
+        procs = [
+            CeleryProc.worker(env, log, queues=[queue], name=f"{queue}-{n}").start()
+            for n, log in enumerate(logs)
+        ]
+        sender = producer(tier, var_dir)
         try:
-            yield Workers(db, producer, queue, logs)
+            with stopping(*procs):
+                yield Workers(db, sender, queue, logs)
         finally:
-            for proc in procs:
-                proc.terminate()
-            for proc in procs:
-                try:
-                    proc.wait(20)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
-            producer.close()
+            sender.close()
             if redis_url:
                 import redis
 
@@ -151,6 +133,25 @@ def test_a_500_then_200_is_delivered_after_a_backoff(
     assert second.at - first.at >= 2.0  # the first backoff step is 2–3 s
     assert workers.tries(delivery) == [(500, "transient"), (200, "delivered")]
     assert delivered.transient_failures == 1
+
+
+def test_500_twice_then_200_is_delivered_exactly_once(
+    workers: Workers, slack: SlackReceiver
+) -> None:
+    path = f"/{workers.db.tier}/flaky-twice"
+    slack.script(path, SERVER_ERROR, SERVER_ERROR, OK)
+    delivery = workers.delivery(workers.route("flaky-twice", slack.url(path)), "500, 500, ok")
+    workers.send(delivery)
+
+    delivered = workers.wait_for_state(delivery, Delivery.DELIVERED)
+    first, second, third = slack.received(path)
+    assert [r.status for r in (first, second, third)] == [500, 500, 200]
+    assert second.at - first.at >= 2.0  # backoff: 2–3 s after the first failure
+    assert third.at - second.at >= 4.0  # then 4–6 s after the second
+    assert workers.tries(delivery) == [(500, "transient"), (500, "transient"), (200, "delivered")]
+    assert (delivered.attempts, delivered.transient_failures) == (3, 2)
+    time.sleep(1.5)
+    assert [r.status for r in slack.received(path)] == [500, 500, 200]  # delivered once
 
 
 def test_channel_not_found_fails_the_route_and_is_not_retried(
@@ -205,3 +206,55 @@ def test_worker_logs_never_contain_a_webhook_url(workers: Workers, slack: SlackR
     assert any("notifications.deliver" in text for text in texts)  # they did send
     for text in texts:
         assert f"127.0.0.1:{port}" not in text
+
+
+LEASE_S = 2  # FLEETWATCH_DELIVERY_LEASE_S for the next test's workers (production: 30)
+
+
+def test_a_worker_killed_mid_delivery_delivers_once_after_restart(
+    tier: str,
+    tmp_path: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+    django_db_blocker: Any,
+    slack: SlackReceiver,
+) -> None:
+    var_dir = tmp_path / "var"
+    with (
+        fresh_db(tier, var_dir, tmp_path_factory, django_db_blocker) as db,
+        private_broker(tier) as redis_url,
+    ):
+        extra = {"FLEETWATCH_DELIVERY_LEASE_S": str(LEASE_S)}
+        env = FleetServer(var_dir, database_url=db.url, redis_url=redis_url, extra_env=extra).env()
+        env.pop("SLACK_WEBHOOK_URL", None)
+        # on the default queue, where the sweep re-queues (a broker of this test's own)
+        first, second = (
+            CeleryProc.worker(env, var_dir / f"worker-{n}.log", queues=["celery"]) for n in (1, 2)
+        )
+        sender = producer(tier, var_dir, redis_url)
+        ours = Workers(db, sender, "celery", [first.log, second.log])
+        with stopping(first, second), contextlib.closing(sender):
+            path = f"/{tier}/killed"
+            slack.script(path, held(60))  # answered only if its sender is still there in 60 s
+            delivery = ours.delivery(ours.route("killed", slack.url(path)), "sent as it dies")
+            first.start()
+            ours.send(delivery)
+            slack.wait_for(path, 1)  # the POST is in flight, its answer held
+            assert ours.get(delivery).state == Delivery.SENDING
+            first.kill()
+            second.start()
+
+            # The killed sender's lease runs out; the sweep (beat: every 60 s) re-queues it.
+            lease_until = ours.get(delivery).lease_until
+            assert lease_until is not None
+            time.sleep(max(0.0, lease_until.timestamp() - time.time()) + 0.2)
+            sender.send_task("notifications.sweep", queue="celery")
+
+            delivered = ours.wait_for_state(delivery, Delivery.DELIVERED)
+            time.sleep(1.5)
+            in_flight, resent = slack.received(path)  # the message reached the receiver twice
+            assert not in_flight.answered  # the killed worker never heard an answer
+            assert (resent.answered, resent.status) == (True, 200)
+            assert resent.body == in_flight.body
+            # the killed worker's try was never recorded: the log shows the one that worked
+            assert ours.tries(delivery) == [(200, "delivered")]
+            assert delivered.attempts == 1

@@ -1,0 +1,55 @@
+"""Two REAL `celery beat` processes (the schedule of fleetwatch/celery.py, each with its own
+schedule file) and two REAL workers (`-Q celery,rules`) on one database and one broker:
+every tick is sent twice and taken by either worker, and a rule that fires for one entity
+still sends exactly one message. (docs/operations.md: run exactly one beat. A second one,
+by mistake or during a failover, must cost no more than skipped evaluations.)"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from fleet.alerts.models import AlertInstance
+from fleet.notifications.models import Delivery
+from tests.alerts import test_engine_worker
+from tests.alerts.test_engine_worker import EVAL_S, Cluster, firing
+from tests.support.slack_receiver import SlackReceiver
+
+cluster = test_engine_worker.cluster  # the same fixture: a database and broker of its own
+
+
+@pytest.fixture
+def slack() -> Iterator[SlackReceiver]:
+    with SlackReceiver() as receiver:
+        yield receiver
+
+
+def test_two_workers_and_two_beats_send_no_duplicate(
+    cluster: Cluster, slack: SlackReceiver
+) -> None:
+    alias, path = cluster.db.alias, "/beats"
+    cluster.hot_inlet(44, 61.0, receiver=slack, path=path)
+    for proc in (cluster.worker(), cluster.worker(), cluster.beat(), cluster.beat()):
+        proc.start()
+
+    (message,) = slack.wait_for(path, 1)
+    assert message.body["text"].startswith("CRITICAL: inlet 61.0 °C")
+    # at least three more evaluation intervals, the instance firing all along
+    ticks = {cluster.tick()}
+    deadline = time.monotonic() + 3 * EVAL_S + 20
+    while len(ticks) < 4:
+        assert time.monotonic() < deadline, f"evaluated only {len(ticks)} times:\n{cluster.logs()}"
+        time.sleep(0.1)
+        ticks.add(cluster.tick())
+    assert max(ticks) - min(ticks) >= 3 * EVAL_S * 0.9
+    time.sleep(1.5)  # a second message, had one been queued, would have arrived by now
+
+    assert AlertInstance.objects.using(alias).get().state == "firing"
+    assert len(firing(slack.received(path))) == 1
+    assert len(slack.received(path)) == 1
+    assert Delivery.objects.using(alias).count() == 1
+    beats = [p.log.read_text() for p in cluster.procs if p.log.name.startswith("beat-")]
+    for log in beats:  # both beats did send the ticks
+        assert log.count("Sending due task alerts-evaluate") >= 3, cluster.logs()
