@@ -165,6 +165,10 @@ LIVE_REAUTH_S = env_float("FLEETWATCH_LIVE_REAUTH_S", 300, minimum=1)
 
 # Alerts: how often the rules are evaluated (s); each tick expires before the next.
 ALERT_EVAL_S = env_float("FLEETWATCH_ALERT_EVAL_S", 10, minimum=1)
+# A group's new places are announced at most this often after its first message (s).
+ALERT_GROUP_INTERVAL_S = env_float("FLEETWATCH_ALERT_GROUP_INTERVAL_S", 60, minimum=0)
+# A group firing unacknowledged is announced again this often, unless its rule says (s).
+ALERT_REPEAT_S = env_float("FLEETWATCH_ALERT_REPEAT_S", 4 * 3600, minimum=60)
 
 SLACK_WEBHOOK_URL = env_str("SLACK_WEBHOOK_URL")
 # Where people reach this Fleetwatch (e.g. https://fleet.example.com): alert messages link

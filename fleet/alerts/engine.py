@@ -3,13 +3,14 @@ scope; one instance per (rule, entity), pending → firing → resolved (docs/ru
 "Evaluation").
 
 One evaluation: claim the tick (a conditional UPDATE of the single `AlertEvaluation` row,
-`tick < now`, inside the evaluation's transaction: on PostgreSQL a second evaluation waits
-on that row lock and then re-checks; on SQLite the write lock serialises them; a
-redelivered or late tick finds `tick >= now` and does nothing). Then read the latest state
-in bulk (one query per sample kind, plus the inventory figures a signal needs), compute
-each rule's value per entity, and write only the instances that changed (bulk create and
-bulk update) with one history row per change. Instances that fired, or resolved after
-firing, are then notified once each (fleet/alerts/notify.py), in the same transaction.
+`tick <= now - interval/2`, inside the evaluation's transaction: on PostgreSQL a second
+evaluation waits on that row lock and then re-checks; on SQLite the write lock serialises
+them; a redelivered, late or second beat's tick finds it taken and does nothing). Then
+read the latest state in bulk (one query per sample kind, plus the inventory figures a
+signal needs), compute each rule's value per entity, and write only the instances that
+changed (bulk create and bulk update) with one history row per change. New instances get
+their place (fleet/alerts/grouping.py); instances that fire join their group; the groups
+then send what they owe (fleet/alerts/notify.py), in the same transaction.
 """
 
 from __future__ import annotations
@@ -23,12 +24,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.conf import settings
 from django.db import connection, transaction
 
 from agents.protocol import reasons as nvml
 from fleet import health
 from fleet.alerts.evaluate_events import event_count
 from fleet.alerts.evaluate_source import gpu_missing, metric_lag, silent_intervals
+from fleet.alerts.grouping import Places, assign_groups
 from fleet.alerts.models import (
     AlertEvaluation,
     AlertInstance,
@@ -36,7 +39,7 @@ from fleet.alerts.models import (
     AlertRule,
     AlertState,
 )
-from fleet.alerts.notify import notify
+from fleet.alerts.notify import notify_groups
 from fleet.alerts.signals import SCOPE_SAMPLE_KIND, Signal
 from fleet.choices import LiquidClassChoices
 from fleet.models import PowerFeed, Site
@@ -357,9 +360,13 @@ def evaluate(now: float | None = None) -> dict[str, int]:
     """Evaluate every enabled rule once at `now` (default: the current time)."""
     now = time.time() if now is None else now
     at = dt.datetime.fromtimestamp(now, tz=dt.UTC)
+    started = time.monotonic()
+    # A tick within half an interval of the last one is a duplicate (a second beat, a
+    # redelivery): skipped, so two beats cost one evaluation per interval, not two.
+    gap = float(settings.ALERT_EVAL_S) / 2
     with transaction.atomic():
         AlertEvaluation.objects.bulk_create([AlertEvaluation(pk=1)], ignore_conflicts=True)
-        if not AlertEvaluation.objects.filter(pk=1, tick__lt=now).update(tick=now):
+        if not AlertEvaluation.objects.filter(pk=1, tick__lte=now - gap).update(tick=now):
             return {"skipped": 1}  # this tick (or a later one) was already evaluated
         snap = Snapshot(now)
         active: dict[tuple[int, str], AlertInstance] = {
@@ -396,9 +403,14 @@ def evaluate(now: float | None = None) -> dict[str, int]:
                 inst.state, inst.resolved_at, inst.updated_at = RESOLVED, at, at
                 out.changed.append(inst)
                 out.event(inst, before, None)
+        places = Places()
+        places.locate(out.created)
+        assign_groups((i for i, before, after, _, _ in out.events if _fires(before, after)), at)
         _write(out)
         # in the same transaction: the claims and delivery rows commit with the changes
-        sent = notify(((i, before, after) for i, before, after, _, _ in out.events), at)
+        sent = notify_groups(at, places)
+        took = time.monotonic() - started
+        AlertEvaluation.objects.filter(pk=1).update(last_duration_s=took)
     return {
         "rules": len(evaluated),
         "new": len(out.created),
@@ -407,13 +419,17 @@ def evaluate(now: float | None = None) -> dict[str, int]:
     }
 
 
+def _fires(before: str, after: str) -> bool:
+    return after == FIRING and before != FIRING
+
+
 def _write(out: Outcome) -> None:
     if out.created:
         AlertInstance.objects.bulk_create(out.created)
     if out.changed:
         AlertInstance.objects.bulk_update(
             out.changed,
-            ["state", "value", "no_data", "fired_at", "resolved_at", "updated_at"],
+            ["state", "value", "no_data", "fired_at", "resolved_at", "updated_at", "group"],
         )
     AlertInstanceEvent.objects.bulk_create(
         AlertInstanceEvent(

@@ -19,7 +19,16 @@ from fleet.alerts import signals
 from fleet.alerts.choices import RuleComparisonChoices, RuleScopeChoices, RuleSeverityChoices
 from fleet.alerts.validation import rule_errors
 
-__all__ = ("AlertEvaluation", "AlertInstance", "AlertInstanceEvent", "AlertRule", "AlertState")
+__all__ = (
+    "AlertEvaluation",
+    "AlertGroup",
+    "AlertInstance",
+    "AlertInstanceEvent",
+    "AlertRule",
+    "AlertState",
+    "MaintenanceWindow",
+    "Silence",
+)
 
 _COMPARE: dict[str, Callable[[float, float], bool]] = {
     "gt": operator.gt,
@@ -63,6 +72,12 @@ class AlertRule(models.Model):
         max_length=300, help_text="a template, e.g. '{node} GPU {gpu}: {value:.0f} °C'"
     )
     runbook_url = models.URLField(blank=True)
+    repeat_interval = models.DurationField(
+        null=True,
+        blank=True,
+        help_text="while firing and not acknowledged, say so again this often (HH:MM:SS);"
+        " blank: FLEETWATCH_ALERT_REPEAT_S (4 h)",
+    )
     enabled = models.BooleanField(default=True)
     # The built-in pack's values as last installed: a field still equal to its entry here
     # was not edited, so a newer pack may update it (fleet/alerts/rulepack.py).
@@ -129,7 +144,38 @@ class AlertInstance(models.Model):
     no_data = models.BooleanField(
         default=False, help_text="firing, but the signal has no value now (kept firing)"
     )
-    labels = models.JSONField(default=dict, blank=True, help_text="routing labels, fixed at start")
+    labels = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="the rule's labels, its name and severity and the entity's place names"
+        " (site, hall, rack, node, gpu, loop, feed): what silences match; fixed at start",
+    )
+    # Where the entity is, fixed at start: maintenance windows and grouping use these.
+    site = models.ForeignKey(
+        "fleet.Site", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    rack = models.ForeignKey(
+        "fleet.Rack", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    node = models.ForeignKey(
+        "fleet.Node", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    loop = models.ForeignKey(
+        "fleet.CoolingLoop",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        help_text="the loop itself, or the loop that cools the entity's rack",
+    )
+    group = models.ForeignKey(
+        "AlertGroup",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="members",
+        help_text="the notification it is announced in; set when it fires",
+    )
     started_at = models.DateTimeField(help_text="first evaluation that saw the breach")
     fired_at = models.DateTimeField(null=True, blank=True)
     resolved_at = models.DateTimeField(null=True, blank=True)
@@ -138,6 +184,12 @@ class AlertInstance(models.Model):
     # `WHERE ... IS NULL`, by the evaluation that made the transition; whoever sets it sends.
     notified_firing_at = models.DateTimeField(null=True, blank=True, editable=False)
     notified_resolved_at = models.DateTimeField(null=True, blank=True, editable=False)
+    # Acknowledged: someone is on it. Stops repeats, never resolution (fleet/alerts/acks.py).
+    acknowledged_at = models.DateTimeField(null=True, blank=True, editable=False)
+    acknowledged_by = models.CharField(max_length=150, blank=True, editable=False)
+    ack_comment = models.CharField(
+        "acknowledgement", max_length=300, blank=True, help_text="who is on it, and why"
+    )
 
     class Meta:
         ordering = ("-started_at",)
@@ -171,12 +223,111 @@ class AlertInstanceEvent(models.Model):
         return f"{self.from_state or 'new'} → {self.to_state}"
 
 
+class AlertGroup(models.Model):
+    """One notification thread: the instances announced together (fleet/alerts/grouping.py).
+
+    Keyed by place and kind: a cooling loop's alerts and the thermal alerts of the GPUs it
+    cools (`loop:<id>`); one rack's thermal alerts (`rack:<id>:thermal`), or one rule's
+    alerts in a rack (`rack:<id>:<rule>`); a site's (`site:<id>`). Open while any member is
+    pending or firing; the claims below (conditional UPDATEs) make each message go once."""
+
+    key = models.CharField(max_length=120)
+    site = models.ForeignKey(
+        "fleet.Site", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    opened_at = models.DateTimeField()
+    closed_at = models.DateTimeField(null=True, blank=True)
+    first_sent_at = models.DateTimeField(null=True, blank=True, help_text="the firing message")
+    last_sent_at = models.DateTimeField(null=True, blank=True, help_text="the latest message")
+    resolved_sent_at = models.DateTimeField(null=True, blank=True)
+    messages = models.PositiveIntegerField(default=0, help_text="messages sent about it")
+    title = models.CharField(max_length=300, blank=True, help_text="as last announced")
+
+    class Meta:
+        ordering = ("-opened_at",)
+        constraints = [
+            models.UniqueConstraint(
+                fields=("key",),
+                condition=models.Q(closed_at__isnull=True),
+                name="alerts_one_open_group_per_key",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return self.title or self.key
+
+
+class Silence(models.Model):
+    """Mutes the notifications of every alert whose labels match all its matchers, from
+    `starts_at` to `ends_at` (Alertmanager's silences). Instances still change state and
+    keep history; a silence that ends while they fire lets them be announced then."""
+
+    matchers = models.JSONField(
+        help_text='all must match, e.g. [{"label": "rack", "op": "=", "value": "A01"},'
+        ' {"label": "alertname", "op": "=~", "value": "gpu-.*"}]; ops: = != =~ !~'
+    )
+    starts_at = models.DateTimeField()
+    ends_at = models.DateTimeField()
+    created_by = models.CharField(max_length=150)
+    comment = models.CharField(max_length=300)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ("-ends_at",)
+
+    def __str__(self) -> str:
+        from fleet.alerts.muting import matchers_text
+
+        return matchers_text(self.matchers)
+
+    def clean(self) -> None:
+        from fleet.alerts.muting import silence_errors
+
+        errors = silence_errors(self.matchers, self.starts_at, self.ends_at)
+        if errors:
+            raise ValidationError(errors)
+
+
+class MaintenanceWindow(models.Model):
+    """Planned work on one site, rack or node: its alerts are not notified meanwhile."""
+
+    site = models.ForeignKey("fleet.Site", null=True, blank=True, on_delete=models.CASCADE)
+    rack = models.ForeignKey("fleet.Rack", null=True, blank=True, on_delete=models.CASCADE)
+    node = models.ForeignKey("fleet.Node", null=True, blank=True, on_delete=models.CASCADE)
+    starts_at = models.DateTimeField()
+    ends_at = models.DateTimeField()
+    created_by = models.CharField(max_length=150)
+    comment = models.CharField(max_length=300)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ("-ends_at",)
+
+    def __str__(self) -> str:
+        target = self.node or self.rack or self.site
+        return f"maintenance of {target}"
+
+    def clean(self) -> None:
+        errors: dict[str, str] = {}
+        chosen = [f for f in ("site", "rack", "node") if getattr(self, f"{f}_id") is not None]
+        if len(chosen) != 1:
+            errors["site"] = "choose exactly one of site, rack or node"
+        if self.starts_at and self.ends_at and self.ends_at <= self.starts_at:
+            errors["ends_at"] = "the window must end after it starts"
+        if errors:
+            raise ValidationError(errors)
+
+
 class AlertEvaluation(models.Model):
     """A single row: the time of the last evaluation claimed. An evaluation claims its tick
     with a conditional UPDATE (`tick < now`) inside its transaction, so overlapping or
     redelivered evaluations run one after the other, or not at all (fleet/alerts/engine.py)."""
 
     tick = models.FloatField(default=0.0)
+    last_duration_s = models.FloatField(default=0.0, help_text="how long the last pass took")
+    # The pipeline's self-watch (fleet/alerts/watchdog.py): what it last announced.
+    watchdog_problem = models.CharField(max_length=300, blank=True)
+    watchdog_since = models.DateTimeField(null=True, blank=True)
 
     def __str__(self) -> str:
         return f"evaluated at {self.tick}"

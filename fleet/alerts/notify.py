@@ -1,33 +1,50 @@
-"""Notifications of alert instances: one message when an instance fires, one when a firing
-instance resolves — exactly once each (docs/rules.md, "Notifications").
+"""Notifications of alert groups: one message when a group's first members fire, an
+update when new places join it (at most once per group interval), a repeat while it
+fires unacknowledged, and one resolved message when its last member resolves (docs/
+rules.md, "Notifications"). Muted members (silences, maintenance) are left out; one still
+firing when its mute ends is announced then.
 
-The evaluation that makes the transition claims its notification with a conditional UPDATE
-(`notified_firing_at` / `notified_resolved_at` set only where still NULL), in the same
-transaction as the state change; whoever's UPDATE changed the row builds the `Notice` and
-hands it to `send_notice()`, whose delivery rows commit with that transaction. Two
-evaluations, or a redelivered one, can never both win. A pending instance that resolves
-without firing, and no-data changes of a firing one, send nothing.
-
-Names (site, hall, rack, node, GPU…) are looked up per notified instance: few, and never
-for unchanged instances.
+Every message is claimed with a conditional UPDATE on the group row (and on its members'
+`notified_firing_at` / `notified_resolved_at`), in the evaluation's transaction, so two
+evaluations, or a redelivered one, can never both send it; the delivery rows commit with
+that transaction (fleet.notifications.tasks.send_notice).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import logging
+from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any, Literal
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import F
 
-from fleet.alerts.models import AlertInstance, AlertState
-from fleet.models import GPU, CoolingLoop, Node, PowerFeed, Rack, Site
-from fleet.notifications.notice import Notice, Where
+from fleet.alerts.grouping import SCOPE_ORDER, Place, Places, rack_span
+from fleet.alerts.models import AlertGroup, AlertInstance, AlertState
+from fleet.alerts.muting import Mutes
+from fleet.models import GPU
+from fleet.notifications.notice import (
+    SEVERITIES,
+    Member,
+    MessageKind,
+    Notice,
+    Severity,
+    Where,
+    severity_rank,
+)
 from fleet.notifications.tasks import send_notice
 
-__all__ = ("Transition", "claim", "dashboard_url", "notice_for", "notify", "placeholders")
+__all__ = (
+    "Transition",
+    "claim",
+    "dashboard_url",
+    "group_notice",
+    "notify_groups",
+    "placeholders",
+)
 
 log = logging.getLogger(__name__)
 
@@ -36,21 +53,13 @@ _CLAIM_FIELD: dict[Transition, str] = {
     "firing": "notified_firing_at",
     "resolved": "notified_resolved_at",
 }
-
-
-def transition(before: str, after: str) -> Transition | None:
-    """What a state change announces: firing (new or from pending), resolved (only from
-    firing: a pending instance dropped without firing says nothing), else nothing."""
-    if after == AlertState.FIRING and before != AlertState.FIRING:
-        return "firing"
-    if after == AlertState.RESOLVED and before == AlertState.FIRING:
-        return "resolved"
-    return None
+FIRING = AlertState.FIRING
+_SLOWDOWN_SIGNALS = frozenset({"hw_thermal_slowdown", "sw_thermal_slowdown"})
 
 
 def claim(instance_id: int, kind: Transition, at: dt.datetime) -> bool:
-    """Take the right to send this instance's `kind` notification: True for exactly one
-    caller, ever. A resolved notice is only claimed for an instance whose firing was."""
+    """Mark one instance announced (`firing`) or announced resolved: True for exactly one
+    caller, ever. A resolved claim only holds for an instance whose firing was announced."""
     field = _CLAIM_FIELD[kind]
     rows = AlertInstance.objects.filter(pk=instance_id, **{f"{field}__isnull": True})
     if kind == "resolved":
@@ -58,47 +67,291 @@ def claim(instance_id: int, kind: Transition, at: dt.datetime) -> bool:
     return rows.update(**{field: at}) == 1
 
 
-def notify(changes: Iterable[tuple[AlertInstance, str, str]], at: dt.datetime) -> int:
-    """Claim and send the notifications of an evaluation's changes (instance, before,
-    after); call inside the evaluation's transaction. Returns how many were sent."""
+def group_interval() -> dt.timedelta:
+    return dt.timedelta(seconds=float(settings.ALERT_GROUP_INTERVAL_S))
+
+
+def default_repeat() -> dt.timedelta:
+    return dt.timedelta(seconds=float(settings.ALERT_REPEAT_S))
+
+
+def notify_groups(at: dt.datetime, places: Places) -> int:
+    """Send what each open group owes; call inside the evaluation's transaction, after
+    its instances are written. Returns how many messages were sent."""
+    groups = list(AlertGroup.objects.filter(closed_at__isnull=True))
+    if not groups:
+        return 0
+    members: dict[int, list[AlertInstance]] = defaultdict(list)
+    rows = AlertInstance.objects.filter(group__in=groups).select_related("rule")
+    for inst in rows:
+        members[inst.group_id].append(inst)  # type: ignore[index]
+    mutes = Mutes.at(at)
     sent = 0
-    for inst, before, after in changes:
-        kind = transition(before, after)
-        if kind is None:
-            continue
+    for group in groups:
         try:
-            with transaction.atomic():  # a notice that cannot be built undoes its claim
-                if not claim(inst.pk, kind, at):
-                    continue
-                send_notice(notice_for(inst, kind))
-                sent += 1
+            with transaction.atomic():  # a message that cannot be built undoes its claims
+                sent += _settle(group, members.get(group.pk, []), at, places, mutes)
         except Exception:
-            log.exception("alert %s: the %s notification could not be sent", inst.pk, kind)
+            log.exception("alert group %s (%s): its notification failed", group.pk, group.key)
     return sent
 
 
-def notice_for(inst: AlertInstance, kind: Transition) -> Notice:
-    rule = inst.rule
-    spec = rule.signal_spec
-    unit = spec.unit if spec is not None and spec.unit != "flag" else ""
-    where, names, site_id = _where(inst.scope, inst.entity)
+def _settle(
+    group: AlertGroup,
+    members: list[AlertInstance],
+    at: dt.datetime,
+    places: Places,
+    mutes: Mutes,
+) -> int:
+    """What one group owes now: the first message, an update, a repeat, the resolved
+    message, or nothing; claims it and sends it. Returns 1 when a message went."""
+    firing = [m for m in members if m.state == FIRING]
+    audible = [m for m in firing if not mutes.reason(m.labels, m.site_id, m.rack_id, m.node_id)]
+    announced = [m for m in members if m.notified_firing_at is not None]
+    fresh = [m for m in audible if m.notified_firing_at is None]
+    if not firing:
+        if group.first_sent_at is None or not announced:
+            AlertGroup.objects.filter(pk=group.pk, closed_at__isnull=True).update(closed_at=at)
+            return 0
+        rows = AlertGroup.objects.filter(pk=group.pk, closed_at__isnull=True)
+        if not rows.update(closed_at=at, resolved_sent_at=at, last_sent_at=at):
+            return 0
+        AlertInstance.objects.filter(
+            pk__in=[m.pk for m in announced], notified_resolved_at__isnull=True
+        ).update(notified_resolved_at=at)
+        return _send(group, "resolved", announced, at, places)
+    if group.first_sent_at is None:
+        if not fresh:
+            return 0
+        if not _claim_group(group, at, first=True):
+            return 0
+        _claim_members(fresh, at)
+        return _send(group, "firing", audible, at, places)
+    assert group.last_sent_at is not None
+    since_last = at - group.last_sent_at
+    if fresh and since_last >= group_interval():
+        news = _is_news(fresh, announced)
+        _claim_members(fresh, at)  # more rules on places already announced: no message
+        if news and _claim_group(group, at):
+            return _send(group, "update", audible, at, places)
+        return 0
+    unacknowledged = [m for m in audible if m.acknowledged_at is None and m.notified_firing_at]
+    repeat_due = unacknowledged and since_last >= _repeat_every(unacknowledged)
+    if repeat_due and _claim_group(group, at):
+        return _send(group, "repeat", audible, at, places)
+    return 0
+
+
+def _is_news(fresh: list[AlertInstance], announced: list[AlertInstance]) -> bool:
+    """New places, or worse than anything said so far."""
+    known = {(m.scope, m.entity) for m in announced}
+    worst = max((severity_rank(m.rule.severity) for m in announced), default=-1)
+    return any(
+        (m.scope, m.entity) not in known or severity_rank(m.rule.severity) > worst for m in fresh
+    )
+
+
+def _repeat_every(members: list[AlertInstance]) -> dt.timedelta:
+    default = default_repeat()
+    return min(m.rule.repeat_interval or default for m in members)
+
+
+def _claim_group(group: AlertGroup, at: dt.datetime, *, first: bool = False) -> bool:
+    rows = AlertGroup.objects.filter(pk=group.pk, closed_at__isnull=True)
+    if first:
+        rows = rows.filter(first_sent_at__isnull=True)
+        changed = rows.update(first_sent_at=at, last_sent_at=at)
+    else:
+        rows = rows.filter(last_sent_at=group.last_sent_at)
+        changed = rows.update(last_sent_at=at)
+    return changed == 1
+
+
+def _claim_members(members: list[AlertInstance], at: dt.datetime) -> None:
+    AlertInstance.objects.filter(
+        pk__in=[m.pk for m in members], notified_firing_at__isnull=True
+    ).update(notified_firing_at=at)
+    for m in members:
+        m.notified_firing_at = m.notified_firing_at or at
+
+
+def _send(
+    group: AlertGroup,
+    kind: MessageKind,
+    members: list[AlertInstance],
+    at: dt.datetime,
+    places: Places,
+) -> int:
+    notice = group_notice(group, kind, members, places)
+    AlertGroup.objects.filter(pk=group.pk).update(
+        messages=F("messages") + 1, title=notice.title[:300]
+    )
+    send_notice(notice)
+    return 1
+
+
+# ---------------------------------------------------------------------------
+# what a group's message says
+
+
+def group_notice(
+    group: AlertGroup, kind: MessageKind, members: list[AlertInstance], places: Places
+) -> Notice:
+    """The message for `members` of `group` (the audible firing ones, or for a resolved
+    message the ones that were announced)."""
+    ordered = sorted(members, key=_urgency)
+    lead = ordered[0]
+    lead_place = places.of(lead.scope, lead.entity)
+    unit = _unit(lead)
+    by_entity: dict[tuple[str, str], list[AlertInstance]] = defaultdict(list)
+    for m in ordered:
+        by_entity[(m.scope, m.entity)].append(m)
+    single = len(by_entity) == 1
+    lead_title = render_summary(
+        lead.rule.summary, placeholders(lead, _names(lead, lead_place), unit), lead.rule.name
+    )
+    title, where, cause = lead_title, lead_place.where(), ""
+    if group.key.startswith("loop:"):
+        title, where, cause = _loop_story(group, ordered, places)
+    elif not single:
+        title = f"{lead.rule.name}: {_count(by_entity)} in {_common_place(ordered, places)}"
+        where = _common_where(ordered, places)
+    fired = [m.fired_at or m.started_at for m in ordered]
     duration = None
-    if kind == "resolved" and inst.fired_at is not None and inst.resolved_at is not None:
-        duration = inst.resolved_at - inst.fired_at
+    if kind == "resolved":
+        ends = [m.resolved_at for m in ordered if m.resolved_at is not None]
+        duration = (max(ends) - min(fired)) if ends else None
     return Notice(
         kind=kind,
-        severity=rule.severity,  # type: ignore[arg-type]
-        title=render_summary(rule.summary, placeholders(inst, names, unit), rule.name),
+        severity=_worst(m.rule.severity for m in ordered),
+        title=title,
         where=where,
-        site_id=site_id,
-        since=inst.fired_at or inst.started_at,
-        value=inst.value,
-        threshold=rule.threshold,
+        site_id=group.site_id,
+        since=min(fired),
+        value=lead.value if single and len(ordered) == 1 else None,
+        threshold=lead.rule.threshold if single and len(ordered) == 1 else None,
         unit=unit,
-        runbook_url=rule.runbook_url,
-        dashboard_url=dashboard_url(site_id),
+        cause=cause,
+        runbook_url=lead.rule.runbook_url,
+        dashboard_url=dashboard_url(group.site_id),
         duration=duration,
+        members=() if single else _members(by_entity, places),
     )
+
+
+def _worst(severities: Iterable[str]) -> Severity:
+    worst = max(severities, key=severity_rank)
+    return SEVERITIES[severity_rank(worst)]
+
+
+def _unit(inst: AlertInstance) -> str:
+    spec = inst.rule.signal_spec
+    return spec.unit if spec is not None and spec.unit != "flag" else ""
+
+
+def _urgency(m: AlertInstance) -> tuple[int, int, dt.datetime]:
+    return (
+        -severity_rank(m.rule.severity),
+        SCOPE_ORDER.get(m.scope, 9),
+        m.fired_at or m.started_at,
+    )
+
+
+def _loop_story(
+    group: AlertGroup, ordered: list[AlertInstance], places: Places
+) -> tuple[str, Where, str]:
+    """Cause, then symptoms: "CDU-1: no pump running → 64 GPUs in A01–A02 in thermal
+    slowdown"; the cause line names what the loop cools."""
+    loop_id = int(group.key.split(":")[1])
+    loop_name, site_id = places.loops.get(loop_id, (f"loop {loop_id}", None))
+    causes = [m for m in ordered if m.scope == "loop"]
+    symptoms = [m for m in ordered if m.scope != "loop"]
+    base = f"{loop_name}: cooling loop alert over"
+    if causes:
+        cause_inst = causes[0]
+        names = _names(cause_inst, places.of("loop", cause_inst.entity))
+        values = placeholders(cause_inst, names, _unit(cause_inst))
+        base = render_summary(cause_inst.rule.summary, values, cause_inst.rule.name)
+    title = base
+    if symptoms:
+        gpus = {m.entity for m in symptoms if m.scope == "gpu"}
+        racks = {places.of(m.scope, m.entity).names.get("rack", "") for m in symptoms}
+        slowing = any(m.rule.signal in _SLOWDOWN_SIGNALS for m in symptoms)
+        state = "in thermal slowdown" if slowing else "near their thermal limit"
+        if gpus:
+            title = f"{base} → {len(gpus)} GPUs in {rack_span(racks)} {state}"
+        else:
+            title = f"{base} → racks {rack_span(racks)} running hot"
+    served = places.racks_of_loop(loop_id)
+    cause = f"{loop_name} cools {rack_span(served) or 'no rack'}"
+    cause += f" ({places.gpus_of_loop(loop_id)} GPUs)." if served else "."
+    others = sorted({m.rule.name for m in causes[1:]} - {causes[0].rule.name}) if causes else []
+    if others:
+        cause += " Also: " + ", ".join(others) + "."
+    site = places.sites.get(site_id) if site_id is not None else None
+    return title, Where(site=site, loop=loop_name), cause
+
+
+def _count(by_entity: dict[tuple[str, str], list[AlertInstance]]) -> str:
+    scopes = {scope for scope, _ in by_entity}
+    nouns = {"gpu": "GPUs", "node": "nodes", "rack": "racks", "feed": "feeds"}
+    noun = nouns.get(next(iter(scopes)), "places") if len(scopes) == 1 else "places"
+    return f"{len(by_entity)} {noun}"
+
+
+def _common_place(members: list[AlertInstance], places: Places) -> str:
+    where = _common_where(members, places)
+    if where.rack:
+        return f"rack {where.rack}"
+    racks = {places.of(m.scope, m.entity).names.get("rack", "") for m in members} - {""}
+    if racks:
+        return f"racks {rack_span(racks)}"
+    return where.label()
+
+
+def _common_where(members: list[AlertInstance], places: Places) -> Where:
+    """The levels every member shares (site, hall, rack)."""
+    wheres = [places.of(m.scope, m.entity).where() for m in members]
+    shared: dict[str, str | None] = {}
+    for level in ("site", "hall", "rack"):
+        values = {getattr(w, level) for w in wheres}
+        if len(values) != 1:
+            break
+        shared[level] = values.pop()
+    return Where(**shared)
+
+
+def _members(
+    by_entity: dict[tuple[str, str], list[AlertInstance]], places: Places
+) -> tuple[Member, ...]:
+    out = []
+    for (scope, entity), insts in by_entity.items():
+        lead = insts[0]
+        out.append(
+            Member(
+                where=places.of(scope, entity).where(),
+                value=lead.value,
+                since=lead.fired_at or lead.started_at,
+                cause=", ".join(dict.fromkeys(i.rule.name for i in insts)),
+            )
+        )
+    return tuple(out)
+
+
+def _names(inst: AlertInstance, place: Place) -> dict[str, Any]:
+    """Summary placeholders naming the entity (a GPU's uuid and model read here: only
+    for the few instances a message leads with)."""
+    names: dict[str, Any] = dict(place.names)
+    if inst.scope == "gpu":
+        parts = inst.entity.split(":")
+        gpu = None
+        if len(parts) == 2 and parts[1].isdigit() and parts[0].isdigit():
+            gpu = GPU.objects.filter(node_id=int(parts[0]), index=int(parts[1])).first()
+            names["gpu"] = int(parts[1])
+        names.update(
+            gpu_uuid="" if gpu is None else gpu.uuid, gpu_model="" if gpu is None else gpu.model
+        )
+    return names
 
 
 def placeholders(inst: AlertInstance, names: dict[str, Any], unit: str) -> dict[str, Any]:
@@ -129,61 +382,3 @@ def dashboard_url(site_id: int | None) -> str:
     (relative; Slack shows no button for it — docs/notifications.md)."""
     base = str(getattr(settings, "FLEETWATCH_BASE_URL", "") or "").rstrip("/")
     return f"{base}/"
-
-
-def _where(scope: str, entity: str) -> tuple[Where, dict[str, Any], int | None]:
-    """The entity's names (Where), its summary placeholders, and its site for routing."""
-    try:
-        key = [int(part) for part in entity.split(":")]
-    except ValueError:
-        return Where(), {}, None
-    names: dict[str, Any] = {}
-    if scope == "site":
-        site = Site.objects.filter(pk=key[0]).first()
-        if site is None:
-            return Where(), {}, None
-        names["site"] = site.name
-        return Where(site=site.name), names, site.pk
-    if scope == "loop":
-        loop = CoolingLoop.objects.select_related("site").filter(pk=key[0]).first()
-        if loop is None:
-            return Where(), {}, None
-        names.update(site=loop.site.name, loop=loop.name)
-        return Where(site=loop.site.name, loop=loop.name), names, loop.site_id
-    rack: Rack | None = None
-    node: Node | None = None
-    feed: PowerFeed | None = None
-    if scope in ("node", "gpu"):
-        node = Node.objects.select_related("rack__hall__site").filter(pk=key[0]).first()
-        rack = None if node is None else node.rack
-    elif scope == "rack":
-        rack = Rack.objects.select_related("hall__site").filter(pk=key[0]).first()
-    elif scope == "feed":
-        feed = PowerFeed.objects.select_related("rack__hall__site").filter(pk=key[0]).first()
-        rack = None if feed is None else feed.rack
-    if rack is None:
-        return Where(), {}, None
-    site = rack.hall.site
-    names.update(site=site.name, hall=rack.hall.name, rack=rack.name)
-    gpu_label = None
-    if node is not None:
-        names["node"] = node.name
-    if feed is not None:
-        names["feed"] = feed.name
-    if scope == "gpu" and len(key) > 1:
-        gpu = GPU.objects.filter(node_id=key[0], index=key[1]).first()
-        names.update(
-            gpu=key[1],
-            gpu_uuid="" if gpu is None else gpu.uuid,
-            gpu_model="" if gpu is None else gpu.model,
-        )
-        gpu_label = str(key[1])
-    where = Where(
-        site=site.name,
-        hall=rack.hall.name,
-        rack=rack.name,
-        node=None if node is None else node.name,
-        gpu=gpu_label,
-        feed=None if feed is None else feed.name,
-    )
-    return where, names, site.pk

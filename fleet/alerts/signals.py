@@ -278,6 +278,22 @@ _SOURCE: tuple[Signal, ...] = (
 )
 
 
+# Signals a failing cooling loop produces in what it cools: a GPU, node or rack alert on
+# one of these, in a rack whose loop is alerting, is grouped under the loop's alert
+# (fleet/alerts/grouping.py): the loop is the cause, they are its symptoms.
+_THERMAL_DERIVED = frozenset(
+    {"headroom_slowdown_c", "headroom_hbm_c", "hw_thermal_slowdown", "sw_thermal_slowdown"}
+)
+
+
+def is_cooling_symptom(scope: str, name: str) -> bool:
+    """A thermal signal of something a loop cools: the derived thermal figures, or a raw
+    temperature (°C) of a GPU, node or rack."""
+    if scope not in ("gpu", "node", "rack"):
+        return False
+    return name in _THERMAL_DERIVED or name.endswith("_c")
+
+
 def _raw_signals() -> tuple[Signal, ...]:
     # Gauges only: a threshold on a cumulative counter means nothing; counters reach
     # rules through a derived signal (a rate, an event count) instead. A derived signal

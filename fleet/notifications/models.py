@@ -93,6 +93,8 @@ class Delivery(models.Model):
     ]
     KIND_CHOICES = [
         ("firing", "Alert firing"),
+        ("update", "Alert update"),
+        ("repeat", "Still firing"),
         ("resolved", "Alert resolved"),
         ("test", "Test message"),
     ]

@@ -12,9 +12,21 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Literal
 
-__all__ = ("SEVERITIES", "Kind", "Member", "Notice", "Severity", "Where", "severity_rank")
+__all__ = (
+    "SEVERITIES",
+    "Kind",
+    "Member",
+    "MessageKind",
+    "Notice",
+    "Severity",
+    "Where",
+    "severity_rank",
+)
 
-Kind = Literal["firing", "resolved", "test"]
+# An alert group's messages (fleet/alerts/notify.py): its first members firing, new places
+# joining it, a reminder while it fires unacknowledged, and the end of it.
+MessageKind = Literal["firing", "update", "repeat", "resolved"]
+Kind = Literal["firing", "update", "repeat", "resolved", "test"]
 Severity = Literal["info", "warning", "critical"]
 
 # Ordered least to most urgent: a route's minimum severity compares by rank.
@@ -63,7 +75,8 @@ class Member:
 
 @dataclass(frozen=True)
 class Notice:
-    """One message to send: an alert firing, resolving, or a route test."""
+    """One message to send: an alert group firing, updated, repeated or resolved, or a
+    route test."""
 
     kind: Kind
     severity: Severity

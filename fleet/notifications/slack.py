@@ -81,6 +81,10 @@ def _headline(notice: Notice) -> str:
         return f"Resolved: {notice.title}"
     if notice.kind == "test":
         return f"Test: {notice.title}"
+    if notice.kind == "update":
+        return f"{notice.severity.upper()} update: {notice.title}"
+    if notice.kind == "repeat":
+        return f"{notice.severity.upper()} still firing: {notice.title}"
     return f"{notice.severity.upper()}: {notice.title}"
 
 
