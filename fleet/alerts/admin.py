@@ -4,13 +4,26 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from django.contrib import admin
+from django import forms
+from django.contrib import admin, messages
 from django.db import models
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
 from fleet.alerts import signals
+from fleet.alerts.acks import acknowledge
 from fleet.alerts.choices import SEVERITY_COLORS
-from fleet.alerts.models import AlertInstance, AlertInstanceEvent, AlertRule
+from fleet.alerts.models import (
+    AlertGroup,
+    AlertInstance,
+    AlertInstanceEvent,
+    AlertRule,
+    MaintenanceWindow,
+    Silence,
+)
+from fleet.alerts.muting import matchers_text
 
 if TYPE_CHECKING:
     ModelAdmin = admin.ModelAdmin[Any]
@@ -54,7 +67,10 @@ class AlertRuleAdmin(ModelAdmin):
                 )
             },
         ),
-        ("Notification", {"fields": ("severity", "labels", "summary", "runbook_url")}),
+        (
+            "Notification",
+            {"fields": ("severity", "labels", "summary", "runbook_url", "repeat_interval")},
+        ),
         ("Signal catalogue", {"classes": ("collapse",), "fields": ("signal_catalogue",)}),
         (None, {"fields": ("updated",)}),
     )
@@ -107,30 +123,142 @@ class AlertInstanceEventInline(admin.TabularInline):  # type: ignore[type-arg]
 
 @admin.register(AlertInstance)
 class AlertInstanceAdmin(ModelAdmin):
-    """Read-only: the engine writes instances and their history."""
+    """Written by the engine; people only acknowledge (the action, or a comment on the
+    change page: saving one records who and when)."""
 
     list_display = (
         "rule",
         "entity",
+        "place",
         "state",
         "no_data",
         "value",
         "started_at",
         "fired_at",
         "resolved_at",
+        "acknowledged",
+        "group",
     )
     list_filter = ("state", "no_data", "scope", "rule")
-    search_fields = ("entity", "rule__key", "rule__name")
+    search_fields = ("entity", "rule__key", "rule__name", "ack_comment")
     inlines = (AlertInstanceEventInline,)
+    actions = ("acknowledge_selected",)
+    fields = (
+        "rule",
+        "scope",
+        "entity",
+        "labels",
+        "state",
+        "value",
+        "no_data",
+        "started_at",
+        "fired_at",
+        "resolved_at",
+        "group",
+        "acknowledged_at",
+        "acknowledged_by",
+        "ack_comment",
+    )
 
     def get_readonly_fields(self, request: Any, obj: Any = None) -> list[str]:
-        return [f.name for f in AlertInstance._meta.fields]
+        editable = obj is not None and obj.acknowledged_at is None and obj.state != "resolved"
+        return [f for f in self.fields if f != "ack_comment" or not editable]
+
+    @admin.display(description="where")
+    def place(self, inst: AlertInstance) -> str:
+        labels = inst.labels or {}
+        parts = [labels.get(k) for k in ("site", "loop", "rack", "node", "gpu", "feed")]
+        return " / ".join(str(p) for p in parts if p)
+
+    @admin.display(description="acknowledged")
+    def acknowledged(self, inst: AlertInstance) -> str:
+        if inst.acknowledged_at is None:
+            return "—"
+        return f"{inst.acknowledged_by}: {inst.ack_comment}"
+
+    def save_model(self, request: Any, obj: AlertInstance, form: Any, change: bool) -> None:
+        comment = (form.cleaned_data.get("ack_comment") or "").strip()
+        if comment:
+            acknowledge([obj.pk], request.user.get_username(), comment)
+
+    @admin.action(description="Acknowledge the selected alerts (stops repeats)")
+    def acknowledge_selected(self, request: HttpRequest, queryset: QuerySet[AlertInstance]) -> None:
+        user = request.user.get_username()  # type: ignore[union-attr]
+        done = acknowledge(queryset.values_list("pk", flat=True), user, f"acknowledged by {user}")
+        self.message_user(request, f"{done} alert(s) acknowledged.", messages.SUCCESS)
 
     def has_add_permission(self, request: Any) -> bool:
         return False
 
-    def has_change_permission(self, request: Any, obj: Any = None) -> bool:
+    def has_delete_permission(self, request: Any, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(AlertGroup)
+class AlertGroupAdmin(ModelAdmin):
+    """The notifications: what each group said, and when. Read-only."""
+
+    list_display = ("title", "key", "opened_at", "closed_at", "messages", "last_sent_at")
+    list_filter = (("closed_at", admin.EmptyFieldListFilter),)
+    search_fields = ("key", "title")
+
+    def get_readonly_fields(self, request: Any, obj: Any = None) -> list[str]:
+        return [f.name for f in AlertGroup._meta.fields]
+
+    def has_add_permission(self, request: Any) -> bool:
         return False
 
     def has_delete_permission(self, request: Any, obj: Any = None) -> bool:
         return False
+
+
+class SilenceForm(forms.ModelForm):  # type: ignore[type-arg]
+    class Meta:
+        model = Silence
+        fields = ("matchers", "starts_at", "ends_at", "comment")
+
+
+@admin.register(Silence)
+class SilenceAdmin(ModelAdmin):
+    form = SilenceForm
+    list_display = ("matcher_text", "starts_at", "ends_at", "active", "created_by", "comment")
+    search_fields = ("comment", "created_by")
+    actions = ("expire_now",)
+
+    @admin.display(description="matchers")
+    def matcher_text(self, silence: Silence) -> str:
+        return matchers_text(silence.matchers)
+
+    @admin.display(description="in force", boolean=True)
+    def active(self, silence: Silence) -> bool:
+        return silence.starts_at <= timezone.now() < silence.ends_at
+
+    def save_model(self, request: Any, obj: Silence, form: Any, change: bool) -> None:
+        if not change:
+            obj.created_by = request.user.get_username()
+        super().save_model(request, obj, form, change)
+
+    @admin.action(description="End the selected silences now")
+    def expire_now(self, request: HttpRequest, queryset: QuerySet[Silence]) -> None:
+        now = timezone.now()
+        done = queryset.filter(ends_at__gt=now).update(ends_at=now)
+        self.message_user(request, f"{done} silence(s) ended.", messages.SUCCESS)
+
+
+class MaintenanceForm(forms.ModelForm):  # type: ignore[type-arg]
+    class Meta:
+        model = MaintenanceWindow
+        fields = ("site", "rack", "node", "starts_at", "ends_at", "comment")
+
+
+@admin.register(MaintenanceWindow)
+class MaintenanceWindowAdmin(ModelAdmin):
+    form = MaintenanceForm
+    list_display = ("__str__", "starts_at", "ends_at", "created_by", "comment")
+    autocomplete_fields = ()
+    search_fields = ("comment", "created_by")
+
+    def save_model(self, request: Any, obj: MaintenanceWindow, form: Any, change: bool) -> None:
+        if not change:
+            obj.created_by = request.user.get_username()
+        super().save_model(request, obj, form, change)
