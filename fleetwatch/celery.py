@@ -27,6 +27,9 @@ app.autodiscover_tasks()
 app.conf.beat_schedule = {
     "rollup": {"task": "fleet.rollup", "schedule": 30.0, "options": {"expires": 25}},
     "retention": {"task": "fleet.retention", "schedule": 600.0, "options": {"expires": 550}},
+    # The alert pipeline watching itself (fleet/alerts/watchdog.py): on the default queue,
+    # so a stuck "rules" worker is noticed by another.
+    "alerts-watchdog": {"task": "alerts.watchdog", "schedule": 30.0, "options": {"expires": 25}},
     # Re-queues Slack deliveries whose task was lost (a broker restart): nothing is dropped.
     "notifications-sweep": {
         "task": "notifications.sweep",

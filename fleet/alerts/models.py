@@ -325,9 +325,11 @@ class AlertEvaluation(models.Model):
 
     tick = models.FloatField(default=0.0)
     last_duration_s = models.FloatField(default=0.0, help_text="how long the last pass took")
-    # The pipeline's self-watch (fleet/alerts/watchdog.py): what it last announced.
+    # The pipeline's self-watch (fleet/alerts/watchdog.py): what it last announced, since
+    # when it has been watching without a break, and when it last looked.
     watchdog_problem = models.CharField(max_length=300, blank=True)
     watchdog_since = models.DateTimeField(null=True, blank=True)
+    watchdog_seen = models.DateTimeField(null=True, blank=True)
 
     def __str__(self) -> str:
         return f"evaluated at {self.tick}"

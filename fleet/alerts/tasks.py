@@ -1,7 +1,9 @@
-"""Celery task of the alert engine: `alerts.evaluate`, sent by beat every 10 s."""
+"""Celery tasks of the alert engine: `alerts.evaluate`, sent by beat every
+FLEETWATCH_ALERT_EVAL_S (10 s), and `alerts.watchdog`, every 30 s on the default queue."""
 
 from __future__ import annotations
 
+from fleet.alerts import watchdog as pipeline
 from fleet.alerts.engine import evaluate as evaluate_rules
 from fleet.tasks import instrumented_task
 
@@ -12,3 +14,9 @@ from fleet.tasks import instrumented_task
 def evaluate(now: float | None = None) -> dict[str, int]:
     """Evaluate every enabled rule once; counts of rules, new and changed instances."""
     return evaluate_rules(now)
+
+
+@instrumented_task("alerts.watchdog", max_retries=1, retry_backoff_max=10)
+def watchdog(now: float | None = None) -> str:
+    """Announce when evaluation stops or falls behind, and when it recovers."""
+    return pipeline.check(now) or "ok"

@@ -112,7 +112,13 @@ def test_beat_schedule_names_only_registered_tasks() -> None:
     import fleet.tasks  # noqa: F401
 
     scheduled = {entry["task"] for entry in fleet_app.conf.beat_schedule.values()}
-    expected = {"fleet.rollup", "fleet.retention", "alerts.evaluate", "notifications.sweep"}
+    expected = {
+        "fleet.rollup",
+        "fleet.retention",
+        "alerts.evaluate",
+        "alerts.watchdog",
+        "notifications.sweep",
+    }
     assert scheduled == expected
     assert all(
         entry["options"]["expires"] < entry["schedule"]
