@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import TYPE_CHECKING, Any
 
 from django import forms
@@ -16,6 +17,7 @@ from fleet.alerts import signals
 from fleet.alerts.acks import acknowledge
 from fleet.alerts.choices import SEVERITY_COLORS
 from fleet.alerts.models import (
+    AlertEvaluation,
     AlertGroup,
     AlertInstance,
     AlertInstanceEvent,
@@ -262,3 +264,25 @@ class MaintenanceWindowAdmin(ModelAdmin):
         if not change:
             obj.created_by = request.user.get_username()
         super().save_model(request, obj, form, change)
+
+
+@admin.register(AlertEvaluation)
+class AlertEvaluationAdmin(ModelAdmin):
+    """The engine's heartbeat: when it last ran, how long that took, what the watchdog said."""
+
+    list_display = ("last_pass", "last_duration_s", "watchdog_problem", "watchdog_seen")
+
+    @admin.display(description="last pass")
+    def last_pass(self, row: AlertEvaluation) -> str:
+        if not row.tick:
+            return "never"
+        return f"{dt.datetime.fromtimestamp(row.tick, dt.UTC):%Y-%m-%d %H:%M:%S} UTC"
+
+    def get_readonly_fields(self, request: Any, obj: Any = None) -> list[str]:
+        return [f.name for f in AlertEvaluation._meta.fields]
+
+    def has_add_permission(self, request: Any) -> bool:
+        return False
+
+    def has_delete_permission(self, request: Any, obj: Any = None) -> bool:
+        return False

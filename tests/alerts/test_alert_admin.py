@@ -13,7 +13,14 @@ from django.urls import reverse
 from django.utils import timezone
 
 from fleet.alerts.acks import acknowledge
-from fleet.alerts.models import AlertGroup, AlertInstance, AlertRule, MaintenanceWindow, Silence
+from fleet.alerts.models import (
+    AlertEvaluation,
+    AlertGroup,
+    AlertInstance,
+    AlertRule,
+    MaintenanceWindow,
+    Silence,
+)
 from fleet.demo import DEMO_RACKS, seed_demo_site
 from fleet.models import Rack
 
@@ -137,3 +144,10 @@ def test_alert_groups_are_listed_read_only(admin: Client) -> None:
     answer = admin.get(reverse("admin:alerts_alertgroup_changelist"))
     assert "A01 hot" in answer.content.decode()
     assert admin.get(reverse("admin:alerts_alertgroup_add")).status_code == 403
+
+
+def test_the_evaluation_heartbeat_is_shown(admin: Client) -> None:
+    AlertEvaluation.objects.create(pk=1, tick=1_796_000_000.0, last_duration_s=0.42)
+    answer = admin.get(reverse("admin:alerts_alertevaluation_changelist")).content.decode()
+    assert "2026-11-30 00:53:20 UTC" in answer
+    assert "0.42" in answer
