@@ -6,4 +6,6 @@ from dashboard import views
 
 urlpatterns: list[URLPattern] = [
     path("", views.fleet_overview, name="fleet-overview"),
+    path("alerts/", views.alerts, name="alerts"),
+    path("alerts/acknowledge", views.acknowledge_alerts, name="alerts-acknowledge"),
 ]

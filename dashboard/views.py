@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import time
 
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
 from django.shortcuts import render
+from django.urls import reverse
+from django.utils import timezone
+from django.views.decorators.http import require_GET, require_POST
 
+from dashboard.alerts import alerts_page, can_acknowledge
 from dashboard.overview import fleet_overview as build_overview
+from fleet.alerts.acks import acknowledge
 
 
 @login_required
@@ -20,3 +26,34 @@ def fleet_overview(request: HttpRequest) -> HttpResponse:
         "rack_count": sum(len(racks) for racks in halls.values()),
     }
     return render(request, "dashboard/fleet.html", context)
+
+
+@login_required
+@require_GET
+def alerts(request: HttpRequest) -> HttpResponse:
+    operator = can_acknowledge(request.user)
+    context = alerts_page(timezone.now(), show_urls=operator)
+    context["can_acknowledge"] = operator
+    return render(request, "dashboard/alerts.html", context)
+
+
+@login_required
+@require_POST
+def acknowledge_alerts(request: HttpRequest) -> HttpResponse:
+    """Acknowledge the ticked alerts with a reason (operators only)."""
+    if not can_acknowledge(request.user):
+        return JsonResponse({"error": "only operators may acknowledge alerts"}, status=403)
+    try:
+        ids = [int(v) for v in request.POST.getlist("alert")]
+    except ValueError:
+        return JsonResponse({"error": "alert: not an alert id"}, status=400)
+    if not ids:
+        messages.error(request, "Tick the alerts to acknowledge.")
+        return HttpResponseRedirect(reverse("alerts"))
+    try:
+        done = acknowledge(ids, request.user.get_username(), request.POST.get("comment", ""))
+    except ValueError as exc:
+        messages.error(request, f"Not acknowledged: {exc}.")
+        return HttpResponseRedirect(reverse("alerts"))
+    messages.success(request, f"{done} alert(s) acknowledged: repeats stop, they still resolve.")
+    return HttpResponseRedirect(reverse("alerts"))
