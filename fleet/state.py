@@ -93,15 +93,20 @@ def _readings(kind: str, column: str, ids: Iterable[int]) -> dict[tuple[int, ...
     }
 
 
-def gpu_limits(node_ids: Iterable[int]) -> dict[tuple[int, int], health.GpuLimits]:
-    marks, params = _in(node_ids)
-    if not params:
-        return {}
-    rows = _select(
+def gpu_limits(node_ids: Iterable[int] | None) -> dict[tuple[int, int], health.GpuLimits]:
+    """Each GPU's own limits, for the given nodes (every GPU when None: one plain scan,
+    cheaper than a 1,000-value IN list when the caller wants the whole fleet)."""
+    sql = (
         'SELECT node_id, "index", slowdown_c, shutdown_c, gpu_max_c, mem_max_c,'
-        f" tlimit_slowdown_c, power_limit_max_w FROM fleet_gpu WHERE node_id IN ({marks})",
-        params,
+        " tlimit_slowdown_c, power_limit_max_w FROM fleet_gpu"
     )
+    if node_ids is None:
+        rows = _select(sql, [])
+    else:
+        marks, params = _in(node_ids)
+        if not params:
+            return {}
+        rows = _select(f"{sql} WHERE node_id IN ({marks})", params)
     return {
         (r[0], r[1]): health.GpuLimits(
             slowdown_c=r[2],

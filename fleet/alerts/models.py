@@ -30,7 +30,7 @@ __all__ = (
     "Silence",
 )
 
-_COMPARE: dict[str, Callable[[float, float], bool]] = {
+COMPARISONS: dict[str, Callable[[float, float], bool]] = {
     "gt": operator.gt,
     "ge": operator.ge,
     "lt": operator.lt,
@@ -114,12 +114,12 @@ class AlertRule(models.Model):
 
     def breached(self, value: float) -> bool:
         """The value meets the rule's condition (an instance becomes pending)."""
-        return _COMPARE[self.comparison](value, self.threshold)
+        return COMPARISONS[self.comparison](value, self.threshold)
 
     def cleared(self, value: float) -> bool:
         """A firing instance resolves: the value no longer meets the condition against the
         clear threshold, so it must cross the hysteresis band, not just the threshold."""
-        return not _COMPARE[self.comparison](value, self.effective_clear_threshold)
+        return not COMPARISONS[self.comparison](value, self.effective_clear_threshold)
 
 
 class AlertState(models.TextChoices):

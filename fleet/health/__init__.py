@@ -39,7 +39,14 @@ from fleet.health.levels import (
     stale,
     worst,
 )
-from fleet.health.racks import RackSummary, rack_power, rack_power_level, rack_summary
+from fleet.health.racks import (
+    NodePower,
+    RackSummary,
+    node_power,
+    rack_power,
+    rack_power_level,
+    rack_summary,
+)
 from fleet.health.rules import (
     feed_load_fraction,
     field_lag,
@@ -98,6 +105,7 @@ __all__ = [
     "Headroom",
     "Level",
     "LoopSummary",
+    "NodePower",
     "NodeSummary",
     "PowerSource",
     "RackSummary",
@@ -115,6 +123,7 @@ __all__ = [
     "leak_level",
     "loop_summary",
     "newest_ts",
+    "node_power",
     "node_summary",
     "power_capped_clock_fraction",
     "power_fraction",

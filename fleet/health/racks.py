@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from fleet.health.gpus import NodeSummary
 from fleet.health.levels import (
@@ -25,9 +26,56 @@ from fleet.health.thresholds import (
 )
 
 
+class NodePowerLike(Protocol):
+    """What rack power needs of a node: a `NodeSummary` or the lighter `NodePower`."""
+
+    @property
+    def power_w(self) -> float | None: ...
+    @property
+    def gpu_power_w(self) -> float | None: ...
+    @property
+    def stale(self) -> bool: ...
+
+
+@dataclass(frozen=True, slots=True)
+class NodePower:
+    """A node's power figures alone: what `node_summary` says of them, without judging
+    every GPU's heat (the alert engine sums rack power for every rack every 10 s)."""
+
+    power_w: float | None
+    gpu_power_w: float | None
+    stale: bool
+
+
+def node_power(
+    gpus: Iterable[Reading],
+    node: Reading | None,
+    now: float,
+    stale_after_s: float = STALE_AFTER_S,
+) -> NodePower:
+    """The node's own meter when fresh, the sum of its fresh GPUs' power, and whether
+    nothing of it is fresh — the same figures `node_summary` gives."""
+    node = node or EMPTY
+    watts: list[float] = []
+    any_fresh = False
+    for reading in gpus:
+        if stale(reading, now, stale_after_s):
+            continue
+        any_fresh = True
+        power = reading.fresh("power_w", now, stale_after_s)
+        if power is not None:
+            watts.append(float(power))
+    meter = node.fresh("power_w", now, stale_after_s)
+    return NodePower(
+        power_w=None if meter is None else float(meter),
+        gpu_power_w=round(sum(watts), 1) if watts else None,
+        stale=not any_fresh and stale(node, now, stale_after_s),
+    )
+
+
 def rack_power(
     rack: Reading | None,
-    nodes: Sequence[NodeSummary],
+    nodes: Sequence[NodePowerLike],
     now: float,
     stale_after_s: float = STALE_AFTER_S,
 ) -> tuple[float | None, PowerSource]:

@@ -84,6 +84,14 @@ def test_a_breach_held_for_for_duration_fires() -> None:
     assert inst.labels["team"] == "facilities" and inst.labels["rule"] == "inlet-hot"
 
 
+def test_a_tick_landing_a_little_early_still_completes_the_for_duration(settings: Any) -> None:
+    settings.ALERT_EVAL_S = 10
+    inlet_rule(for_s=30)
+    for at in (0, 10.3, 19.8, 29.6):  # a worker picking ticks up a few tenths late or early
+        inlet_at(at, 36.0)
+    assert AlertInstance.objects.get().state == "firing"  # not one interval later
+
+
 def test_a_firing_alert_holds_between_clear_and_threshold_and_resolves_past_clear() -> None:
     inlet_rule(clear=27.0)
     inlet_at(0, 35.0)

@@ -24,6 +24,7 @@ from fleet.health import (
     leak_level,
     loop_summary,
     newest_ts,
+    node_power,
     node_summary,
     power_vs_cap,
     pue,
@@ -382,6 +383,30 @@ def test_a_stale_pdu_gives_way_to_node_meters_when_every_fresh_node_has_one() ->
 def test_rack_power_falls_back_to_gpu_power_when_a_fresh_node_lacks_a_meter() -> None:
     nodes = [_node(9000, 5000), _node(None, 4000), _node(None, None)]
     assert rack_power(None, nodes, NOW) == (9.0, "gpus")
+
+
+@pytest.mark.parametrize(
+    ("gpus", "meter"),
+    [
+        ((cool_gpu(), cool_gpu(power_w=612.5)), reading(power_w=9000)),
+        ((cool_gpu(), cool_gpu(120)), None),  # one stale GPU: its power does not count
+        ((cool_gpu(120), cool_gpu(120)), reading(120, power_w=9000)),  # nothing fresh
+        ((cool_gpu(120),), reading(power_w=7000)),  # only the node's meter is fresh
+        ((reading(temp_gpu_c=50.0), cool_gpu()), None),  # a GPU without power
+        ((), None),
+    ],
+)
+def test_node_power_gives_the_power_figures_node_summary_gives(
+    gpus: tuple[Reading, ...], meter: Reading | None
+) -> None:
+    # The alert engine sums rack power from node_power; the pages from node_summary.
+    full = node(*gpus, meter=meter)
+    light = node_power(gpus, meter, NOW)
+    assert (light.power_w, light.gpu_power_w, light.stale) == (
+        full.power_w,
+        full.gpu_power_w,
+        full.stale,
+    )
 
 
 def test_rack_power_is_none_without_any_fresh_source() -> None:
