@@ -198,7 +198,7 @@ def group_notice(
     group: AlertGroup, kind: MessageKind, members: list[AlertInstance], places: Places
 ) -> Notice:
     """The message for `members` of `group` (the audible firing ones, or for a resolved
-    message the ones that were announced)."""
+    message the ones that were announced, under the title last announced)."""
     ordered = sorted(members, key=_urgency)
     lead = ordered[0]
     lead_place = places.of(lead.scope, lead.entity)
@@ -216,6 +216,10 @@ def group_notice(
     elif not single:
         title = f"{lead.rule.name}: {_count(by_entity)} in {_common_place(ordered, places)}"
         where = _common_where(ordered, places)
+    if kind == "resolved" and group.title:
+        # As it was announced: re-rendered with the values it resolved at, a summary
+        # would read "Resolved: CDU-1: 0 pump(s) failed".
+        title = group.title
     fired = [m.fired_at or m.started_at for m in ordered]
     duration = None
     if kind == "resolved":
@@ -249,47 +253,68 @@ def _unit(inst: AlertInstance) -> str:
     return spec.unit if spec is not None and spec.unit != "flag" else ""
 
 
-def _urgency(m: AlertInstance) -> tuple[int, int, dt.datetime]:
+def _urgency(m: AlertInstance) -> tuple[int, int, dt.datetime, str, str]:
+    """Most severe first, causes before symptoms, earliest first; then a fixed order, so
+    the same alerts always read the same way."""
     return (
         -severity_rank(m.rule.severity),
         SCOPE_ORDER.get(m.scope, 9),
         m.fired_at or m.started_at,
+        m.rule.key,
+        m.entity,
     )
 
 
 def _loop_story(
     group: AlertGroup, ordered: list[AlertInstance], places: Places
 ) -> tuple[str, Where, str]:
-    """Cause, then symptoms: "CDU-1: no pump running → 64 GPUs in A01–A02 in thermal
-    slowdown"; the cause line names what the loop cools."""
+    """Cause, then symptoms: "CDU-1: no pump running, flow 0 L/min → 64 GPUs in A01–A02
+    in thermal slowdown"; before any symptom, what the loop cools. The cause line names
+    the racks it cools and their GPUs."""
     loop_id = int(group.key.split(":")[1])
     loop_name, site_id = places.loops.get(loop_id, (f"loop {loop_id}", None))
     causes = [m for m in ordered if m.scope == "loop"]
     symptoms = [m for m in ordered if m.scope != "loop"]
-    base = f"{loop_name}: cooling loop alert over"
+    served = places.racks_of_loop(loop_id)
+    cooled = f"{rack_span(served) or 'no rack'} ({places.gpus_of_loop(loop_id)} GPUs)"
     if causes:
-        cause_inst = causes[0]
-        names = _names(cause_inst, places.of("loop", cause_inst.entity))
-        values = placeholders(cause_inst, names, _unit(cause_inst))
-        base = render_summary(cause_inst.rule.summary, values, cause_inst.rule.name)
-    title = base
+        base = _cause_text(loop_name, causes, places)
+    else:  # the loop has recovered, its GPUs not yet: the cause as last announced
+        base = group.title.split(" → ")[0].split("; it cools")[0] or f"{loop_name} alert"
+    title = f"{base}; it cools {cooled}"
     if symptoms:
         gpus = {m.entity for m in symptoms if m.scope == "gpu"}
         racks = {places.of(m.scope, m.entity).names.get("rack", "") for m in symptoms}
-        slowing = any(m.rule.signal in _SLOWDOWN_SIGNALS for m in symptoms)
-        state = "in thermal slowdown" if slowing else "near their thermal limit"
         if gpus:
-            title = f"{base} → {len(gpus)} GPUs in {rack_span(racks)} {state}"
+            title = f"{base} → {len(gpus)} GPUs in {rack_span(racks)} {_symptom(symptoms)}"
         else:
             title = f"{base} → racks {rack_span(racks)} running hot"
-    served = places.racks_of_loop(loop_id)
-    cause = f"{loop_name} cools {rack_span(served) or 'no rack'}"
-    cause += f" ({places.gpus_of_loop(loop_id)} GPUs)." if served else "."
-    others = sorted({m.rule.name for m in causes[1:]} - {causes[0].rule.name}) if causes else []
-    if others:
-        cause += " Also: " + ", ".join(others) + "."
     site = places.sites.get(site_id) if site_id is not None else None
-    return title, Where(site=site, loop=loop_name), cause
+    return title, Where(site=site, loop=loop_name), f"{loop_name} cools {cooled}."
+
+
+def _cause_text(loop_name: str, causes: list[AlertInstance], places: Places) -> str:
+    """Every distinct failure of the loop, most severe first: 'CDU-1: no pump running,
+    flow 0 L/min' (each rule's summary, the loop's name said once)."""
+    parts: list[str] = []
+    for inst in causes:
+        names = _names(inst, places.of("loop", inst.entity))
+        text = render_summary(
+            inst.rule.summary, placeholders(inst, names, _unit(inst)), inst.rule.name
+        )
+        text = text.removeprefix(loop_name).lstrip(": ").strip() or inst.rule.name
+        if text not in parts:
+            parts.append(text)
+    shown = parts[:3] + ([f"{len(parts) - 3} more"] if len(parts) > 3 else [])
+    return f"{loop_name}: {', '.join(shown)}"
+
+
+def _symptom(symptoms: list[AlertInstance]) -> str:
+    if any(m.rule.signal in _SLOWDOWN_SIGNALS for m in symptoms):
+        return "in thermal slowdown"
+    if any(m.rule.severity == "critical" for m in symptoms):
+        return "at their slowdown limit"
+    return "near their slowdown limit"
 
 
 def _count(by_entity: dict[tuple[str, str], list[AlertInstance]]) -> str:

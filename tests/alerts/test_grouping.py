@@ -80,6 +80,19 @@ def pump_rule() -> AlertRule:
     )
 
 
+def flow_rule() -> AlertRule:
+    return AlertRule.objects.create(
+        key="flow-stopped",
+        name="CDU flow stopped",
+        scope="loop",
+        signal="flow_lpm",
+        comparison="le",
+        threshold=5,
+        severity="critical",
+        summary="{loop} flow {value:.0f} L/min",
+    )
+
+
 def gpus_of(*racks: str) -> list[tuple[int, int]]:
     nodes = Node.objects.filter(rack__name__in=racks).prefetch_related("gpus")
     return [(n.pk, g.index) for n in nodes for g in n.gpus.all()]
@@ -92,7 +105,7 @@ def gpus_at(at: float, hot: list[tuple[int, int]]) -> None:
 
 def pumps_at(at: float, running: int) -> None:
     loop = CoolingLoop.objects.get(name="CDU-1")
-    store("loop", (loop.pk,), T0 + at, pumps_running=running)
+    store("loop", (loop.pk,), T0 + at, pumps_running=running, flow_lpm=215.0 * running)
 
 
 def texts(messages: list[Received]) -> list[str]:
@@ -122,13 +135,15 @@ def test_a_cooling_loop_failure_is_one_message_naming_its_racks_and_gpus_as_symp
     slack: SlackReceiver, site: None
 ) -> None:
     pump_rule()
+    flow_rule()
     slowdown_rule()
     pumps_at(0, 0)
     gpus_at(0, [])
-    evaluate(T0)  # the loop fails: its message names what it cools
+    evaluate(T0)  # the loop fails: one message with both its failures and what it cools
     (first,) = sent(slack)
-    assert first.body["text"].startswith("CRITICAL: CDU-1: no pump running (site Demo")
-    assert "CDU-1 cools A01–A02 (16 GPUs)." in text_of(first)
+    assert first.body["text"].startswith(
+        "CRITICAL: CDU-1: flow 0 L/min, no pump running; it cools A01–A02 (16 GPUs) (site Demo"
+    )
 
     hot = gpus_of("A01", "A02")
     for at in (20, 40):  # the GPUs it cools slow down: grouped under the loop, no message yet
@@ -143,21 +158,21 @@ def test_a_cooling_loop_failure_is_one_message_naming_its_racks_and_gpus_as_symp
     gpus_at(60, hot)
     evaluate(T0 + 60)  # a group interval after the first message: one update
     update = sent(slack)[1]
-    assert update.body["text"].startswith(
-        "CRITICAL update: CDU-1: no pump running → 16 GPUs in A01–A02 in thermal slowdown"
-    )
+    story = "CDU-1: flow 0 L/min, no pump running → 16 GPUs in A01–A02 in thermal slowdown"
+    assert update.body["text"].startswith(f"CRITICAL update: {story}")
 
-    for at in (70, 80):  # pumps back, GPUs recover: one resolved message for all of it
-        pumps_at(at, 2)
-        gpus_at(at, [])
-        evaluate(T0 + at)
-    messages = sent(slack)
-    assert len(messages) == 3
-    assert (
-        messages[2]
-        .body["text"]
-        .startswith("Resolved: CDU-1: no pump running → 16 GPUs in A01–A02 in thermal slowdown")
-    )
+    pumps_at(70, 2)
+    gpus_at(70, hot)
+    evaluate(T0 + 70)  # pumps back, the GPUs still hot: the incident goes on
+    pumps_at(130, 2)
+    gpus_at(130, [*hot, gpus_of("A04")[0]])  # another rack's GPU: its own message
+    evaluate(T0 + 130)
+    assert texts(sent(slack))[2].startswith("CRITICAL: gpu-a04-01 GPU 0")  # A04 is air-cooled
+    pumps_at(140, 2)
+    gpus_at(140, [])
+    evaluate(T0 + 140)  # the GPUs recover: one resolved message, as announced
+    resolved = [t for t in texts(sent(slack)) if "CDU-1" in t and t.startswith("Resolved")]
+    assert len(resolved) == 1 and resolved[0].startswith(f"Resolved: {story}")
 
 
 def test_thermal_alerts_of_a_rack_on_a_healthy_loop_are_their_own_message(

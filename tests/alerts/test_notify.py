@@ -128,7 +128,9 @@ def test_resolving_sends_one_resolved_message_with_how_long_it_fired(
     assert gpu_at(node, 750, 80.0)["notified"] == 1  # 7 °C: past the clear threshold
     assert gpu_at(node, 760, 80.0)["notified"] == 0
     _, resolved = sent(slack)
-    assert resolved.body["text"].startswith(f"Resolved: {node.name} GPU 0 (H200) 7 °C")
+    # the headline as announced; the value it resolved at in the fields
+    assert resolved.body["text"].startswith(f"Resolved: {node.name} GPU 0 (H200) 2 °C from")
+    assert "7 °C (threshold 3 °C)" in text_of(resolved)
     assert resolved.body["text"].endswith("lasted 12 min")
     assert "*Lasted*\\n12 min" in text_of(resolved)
     assert AlertInstance.objects.get().notified_resolved_at is not None
