@@ -16,7 +16,10 @@ from celery import Celery
 from django.conf import settings
 from kombu import Queue
 
+from fleetwatch import broker
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "fleetwatch.settings")
+broker.register()  # the embedded tier's filesystem broker, with atomic writes
 
 app = Celery("fleetwatch")
 app.config_from_object("django.conf:settings", namespace="CELERY")
