@@ -240,6 +240,7 @@ def group_notice(
         dashboard_url=dashboard_url(group.site_id),
         duration=duration,
         members=() if single else _members(by_entity, places),
+        thread=f"alert-group:{group.pk}",
     )
 
 

@@ -43,6 +43,7 @@ LEASE = timedelta(seconds=getattr(settings, "DELIVERY_LEASE_S", 30))  # past the
 MAX_TRANSIENT = 6  # 5xx / no answer: 2+4+8+16+32 s of backoff (×1–1.5), then failed
 MAX_ATTEMPTS = 30  # every try counted, 429s included: nothing retries for ever
 DEFAULT_RETRY_AFTER = 5.0  # a 429 without a usable Retry-After header
+THREAD_WAIT = timedelta(seconds=2)  # look again for an earlier message of the thread
 
 
 class Transport(Protocol):
@@ -111,6 +112,7 @@ def create_test_delivery(route: Route) -> Delivery:
 def _new_delivery(route: Route, notice: Notice, message: dict[str, object]) -> Delivery:
     return Delivery.objects.create(
         route=route,
+        thread=notice.thread[:64],
         kind=notice.kind,
         severity=notice.severity,
         title=notice.title[:300],
@@ -161,6 +163,11 @@ def attempt(delivery_id: int, transport: Transport, now: datetime | None = None)
     if route is None or not route.enabled:
         _finish(delivery, Delivery.FAILED, error="route deleted or disabled")
         return Step()
+    if _earlier_unsent(delivery):
+        # A resolved message must not overtake its firing one held back by a 429 or a
+        # backoff: wait for it (it is delivered, or fails for good, within bounded tries).
+        _release(delivery, now + THREAD_WAIT)
+        return Step(retry_in=THREAD_WAIT.total_seconds())
     wait = claim_send_slot(route.pk, now)
     if wait:
         _release(delivery, now + timedelta(seconds=wait))
@@ -168,6 +175,21 @@ def attempt(delivery_id: int, transport: Transport, now: datetime | None = None)
     started = timezone.now()
     result = transport.send(route.webhook_url, delivery.message)
     return _record(delivery, route, result, started)
+
+
+def _earlier_unsent(delivery: Delivery) -> bool:
+    """An earlier message of the same thread to the same route still waiting or sending."""
+    if not delivery.thread:
+        return False
+    return (
+        Delivery.objects.filter(
+            route_id=delivery.route_id,
+            thread=delivery.thread,
+            pk__lt=delivery.pk,
+            state__in=(Delivery.PENDING, Delivery.SENDING),
+        )
+        .exists()
+    )
 
 
 def _not_claimed(delivery_id: int, now: datetime) -> Step:

@@ -107,6 +107,9 @@ class Delivery(models.Model):
         related_name="deliveries",
     )
     kind = models.CharField(verbose_name="kind", max_length=10, choices=KIND_CHOICES)
+    # Messages of one thread (an alert group's firing, updates, resolved) go to a route in
+    # the order they were written: a later one waits while an earlier one is unsent.
+    thread = models.CharField(verbose_name="thread", max_length=64, blank=True)
     severity = models.CharField(verbose_name="severity", max_length=10, choices=SEVERITY_CHOICES)
     title = models.CharField(verbose_name="what", max_length=300)
     message = models.JSONField(verbose_name="Slack message")

@@ -92,3 +92,4 @@ class Notice:
     dashboard_url: str = ""
     duration: timedelta | None = None  # how long it fired (resolved notices)
     members: tuple[Member, ...] = ()
+    thread: str = ""  # messages of one thread are delivered in order (an alert group)

@@ -276,3 +276,46 @@ def test_admin_shows_deliveries_and_their_tries_read_only(
     assert "rate_limited" in page and "429" in page
     assert 'name="_save"' not in page  # view only
     assert admin_client_logged_in.get("/admin/notifications/delivery/add/").status_code == 403
+
+
+def test_a_later_message_of_a_thread_waits_for_an_earlier_one_held_by_a_429(
+    slack: SlackReceiver,
+) -> None:
+    ops = route("ops", slack.url("/ops"))
+    slack.script("/ops", rate_limited(3))
+    firing, resolved = (
+        Delivery.objects.create(
+            route=ops,
+            thread="alert-group:7",
+            kind=kind,
+            severity="critical",
+            title=kind,
+            message={"text": kind},
+        )
+        for kind in ("firing", "resolved")
+    )
+    assert attempt(firing.pk, SlackWebhook()).retry_in == 3  # Slack said 429
+    step = attempt(resolved.pk, SlackWebhook(), now=later(5))  # the slot is free again
+    assert step.retry_in is not None  # but its firing message is not sent yet: it waits
+    assert [r.body["text"] for r in slack.received("/ops")] == ["firing"]
+    assert attempt(firing.pk, SlackWebhook(), now=later(5)).retry_in is None
+    assert attempt(resolved.pk, SlackWebhook(), now=later(8)).retry_in is None
+    assert [r.body["text"] for r in slack.received("/ops")] == ["firing", "firing", "resolved"]
+
+
+def test_messages_of_other_threads_do_not_wait_for_each_other(slack: SlackReceiver) -> None:
+    ops = route("ops", slack.url("/ops"))
+    slack.script("/ops", rate_limited(3))
+    first, other = (
+        Delivery.objects.create(
+            route=ops,
+            thread=thread,
+            kind="firing",
+            severity="critical",
+            title=thread,
+            message={"text": thread},
+        )
+        for thread in ("alert-group:1", "alert-group:2")
+    )
+    attempt(first.pk, SlackWebhook())
+    assert attempt(other.pk, SlackWebhook(), now=later(5)).retry_in is None
