@@ -179,17 +179,14 @@ def attempt(delivery_id: int, transport: Transport, now: datetime | None = None)
 
 def _earlier_unsent(delivery: Delivery) -> bool:
     """An earlier message of the same thread to the same route still waiting or sending."""
-    if not delivery.thread:
+    if not delivery.thread or delivery.route_id is None:
         return False
-    return (
-        Delivery.objects.filter(
-            route_id=delivery.route_id,
-            thread=delivery.thread,
-            pk__lt=delivery.pk,
-            state__in=(Delivery.PENDING, Delivery.SENDING),
-        )
-        .exists()
-    )
+    return Delivery.objects.filter(
+        route_id=delivery.route_id,
+        thread=delivery.thread,
+        pk__lt=delivery.pk,
+        state__in=(Delivery.PENDING, Delivery.SENDING),
+    ).exists()
 
 
 def _not_claimed(delivery_id: int, now: datetime) -> Step:

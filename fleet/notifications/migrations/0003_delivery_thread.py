@@ -4,15 +4,14 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('notifications', '0002_delivery_kind_update_repeat'),
+        ("notifications", "0002_delivery_kind_update_repeat"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='delivery',
-            name='thread',
-            field=models.CharField(blank=True, max_length=64, verbose_name='thread'),
+            model_name="delivery",
+            name="thread",
+            field=models.CharField(blank=True, max_length=64, verbose_name="thread"),
         ),
     ]
