@@ -16,7 +16,11 @@ BODY = "x" * 200_000  # large, so a write takes long enough to be caught half-do
 
 
 def connection(folder: Path) -> Connection:
-    options = {"data_folder_in": str(folder), "data_folder_out": str(folder)}
+    options = {
+        "data_folder_in": str(folder),
+        "data_folder_out": str(folder),
+        "control_folder": str(folder / "control"),  # not the working directory's
+    }
     return Connection("filesystem://", transport_options=options)
 
 
