@@ -278,8 +278,10 @@ def _loop_story(
     symptoms = [m for m in ordered if m.scope != "loop"]
     served = places.racks_of_loop(loop_id)
     cooled = f"{rack_span(served) or 'no rack'} ({places.gpus_of_loop(loop_id)} GPUs)"
-    if causes:
-        base = _cause_text(loop_name, causes, places)
+    parts = _cause_parts(loop_name, causes, places)
+    if parts:  # the first two in the title, all of them in the cause line
+        more = [f"{len(parts) - 2} more"] if len(parts) > 2 else []
+        base = f"{loop_name}: {', '.join(parts[:2] + more)}"
     else:  # the loop has recovered, its GPUs not yet: the cause as last announced
         base = group.title.split(" → ")[0].split("; it cools")[0] or f"{loop_name} alert"
     title = f"{base}; it cools {cooled}"
@@ -287,16 +289,19 @@ def _loop_story(
         gpus = {m.entity for m in symptoms if m.scope == "gpu"}
         racks = {places.of(m.scope, m.entity).names.get("rack", "") for m in symptoms}
         if gpus:
-            title = f"{base} → {len(gpus)} GPUs in {rack_span(racks)} {_symptom(symptoms)}"
+            title = f"{base} → {_gpus(len(gpus))} in {rack_span(racks)} {_symptom(symptoms)}"
         else:
             title = f"{base} → racks {rack_span(racks)} running hot"
     site = places.sites.get(site_id) if site_id is not None else None
-    return title, Where(site=site, loop=loop_name), f"{loop_name} cools {cooled}."
+    cause = f"{loop_name} cools {cooled}."
+    if len(parts) > 2:
+        cause += f" Its alerts: {'; '.join(parts)}."
+    return title, Where(site=site, loop=loop_name), cause
 
 
-def _cause_text(loop_name: str, causes: list[AlertInstance], places: Places) -> str:
-    """Every distinct failure of the loop, most severe first: 'CDU-1: no pump running,
-    flow 0 L/min' (each rule's summary, the loop's name said once)."""
+def _cause_parts(loop_name: str, causes: list[AlertInstance], places: Places) -> list[str]:
+    """The loop's failures, most severe first, each rule's summary with the loop's name
+    said once: ['no pump running', 'flow 0 L/min']."""
     parts: list[str] = []
     for inst in causes:
         names = _names(inst, places.of("loop", inst.entity))
@@ -306,8 +311,11 @@ def _cause_text(loop_name: str, causes: list[AlertInstance], places: Places) -> 
         text = text.removeprefix(loop_name).lstrip(": ").strip() or inst.rule.name
         if text not in parts:
             parts.append(text)
-    shown = parts[:3] + ([f"{len(parts) - 3} more"] if len(parts) > 3 else [])
-    return f"{loop_name}: {', '.join(shown)}"
+    return parts
+
+
+def _gpus(count: int) -> str:
+    return "1 GPU" if count == 1 else f"{count} GPUs"
 
 
 def _symptom(symptoms: list[AlertInstance]) -> str:

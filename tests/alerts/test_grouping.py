@@ -314,3 +314,28 @@ def test_a_maintenance_window_names_exactly_one_place(site: None) -> None:
     )
     with pytest.raises(ValidationError, match="exactly one of site, rack or node"):
         window.full_clean()
+
+
+def test_a_loop_failing_many_ways_names_two_in_the_title_and_all_in_the_message(
+    slack: SlackReceiver, site: None
+) -> None:
+    pump_rule()
+    flow_rule()
+    AlertRule.objects.create(
+        key="pumps-failed",
+        name="CDU pump failed",
+        scope="loop",
+        signal="pumps_failed",
+        comparison="ge",
+        threshold=1,
+        severity="warning",
+        summary="{loop}: {value:.0f} pump(s) failed",
+    )
+    loop = CoolingLoop.objects.get(name="CDU-1")
+    store("loop", (loop.pk,), T0, pumps_running=0, flow_lpm=0.0, pumps_failed=3)
+    evaluate(T0)
+    (message,) = sent(slack)
+    assert message.body["text"].startswith(
+        "CRITICAL: CDU-1: flow 0 L/min, no pump running, 1 more; it cools A01–A02"
+    )
+    assert "Its alerts: flow 0 L/min; no pump running; 3 pump(s) failed." in text_of(message)
