@@ -509,20 +509,18 @@ class PhaseTimer:
     def install(self) -> None:
         """Wrap whichever of the engine's helpers exist (the engine is being worked on:
         a helper that is gone is simply not timed on its own)."""
-        from fleet.alerts import engine
+        from fleet.alerts import engine, evaluate_state
 
-        self._patch(engine.Snapshot, "readings", "read latest state")
-        for attr, name in (
-            ("gpu_limits", "read GPU limits"),
-            ("rack_states", "rack states (rack power)"),
-            ("values_for", "compute signal values"),
-            ("assign_groups", "assign groups"),
-            ("_write", "write instances + history"),
-            ("notify", "notify (claims, deliveries)"),
-            ("notify_groups", "notify groups (claims, deliveries)"),
+        self._patch(evaluate_state.Snapshot, "readings", "read latest state")
+        for module, attr, name in (
+            (evaluate_state, "gpu_limits", "read GPU limits"),
+            (engine, "values_for", "compute signal values"),
+            (engine, "assign_groups", "assign groups"),
+            (engine, "_write", "write instances + history"),
+            (engine, "notify_groups", "notify groups (claims, deliveries)"),
         ):
-            if callable(getattr(engine, attr, None)):
-                self._patch(engine, attr, name)
+            if callable(getattr(module, attr, None)):
+                self._patch(module, attr, name)
 
     def _patch(self, owner: Any, attr: str, name: str) -> None:
         original = getattr(owner, attr)

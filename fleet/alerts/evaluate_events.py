@@ -12,7 +12,7 @@ from fleet.alerts.evaluate_source import gpu_inventory
 from fleet.models import Event
 
 if TYPE_CHECKING:
-    from fleet.alerts.engine import Params, Snapshot, Values
+    from fleet.alerts.evaluate_state import Params, Snapshot, Values
 
 
 def event_count(kind: str) -> Callable[[Snapshot, Params], Values]:

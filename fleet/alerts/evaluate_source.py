@@ -12,7 +12,7 @@ from fleet.alerts.signals import SCOPE_SAMPLE_KIND
 from fleet.models import GPU, CoolingLoop, Node, Rack, SourceToken
 
 if TYPE_CHECKING:
-    from fleet.alerts.engine import Params, Snapshot, Values
+    from fleet.alerts.evaluate_state import Params, Snapshot, Values
 
 Key = tuple[int, ...]
 

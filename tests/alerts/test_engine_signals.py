@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from fleet.alerts.engine import Snapshot, evaluate, values_for
+from fleet.alerts.engine import evaluate
+from fleet.alerts.evaluate_state import Snapshot, values_for
 from fleet.alerts.models import AlertInstance, AlertRule
 from fleet.alerts.signals import get
 from fleet.demo import DEMO_RACKS, seed_demo_site
