@@ -257,7 +257,21 @@ class AlertGroup(models.Model):
         return self.title or self.key
 
 
-class Silence(models.Model):
+class Mute(models.Model):
+    """A time span in which some alerts are not notified, who set it and why."""
+
+    starts_at = models.DateTimeField()
+    ends_at = models.DateTimeField()
+    created_by = models.CharField(max_length=150)
+    comment = models.CharField(max_length=300)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        abstract = True
+        ordering = ("-ends_at",)
+
+
+class Silence(Mute):
     """Mutes the notifications of every alert whose labels match all its matchers, from
     `starts_at` to `ends_at` (Alertmanager's silences). Instances still change state and
     keep history; a silence that ends while they fire lets them be announced then."""
@@ -266,14 +280,6 @@ class Silence(models.Model):
         help_text='all must match, e.g. [{"label": "rack", "op": "=", "value": "A01"},'
         ' {"label": "alertname", "op": "=~", "value": "gpu-.*"}]; ops: = != =~ !~'
     )
-    starts_at = models.DateTimeField()
-    ends_at = models.DateTimeField()
-    created_by = models.CharField(max_length=150)
-    comment = models.CharField(max_length=300)
-    created_at = models.DateTimeField(auto_now_add=True)
-
-    class Meta:
-        ordering = ("-ends_at",)
 
     def __str__(self) -> str:
         from fleet.alerts.muting import matchers_text
@@ -288,20 +294,12 @@ class Silence(models.Model):
             raise ValidationError(errors)
 
 
-class MaintenanceWindow(models.Model):
+class MaintenanceWindow(Mute):
     """Planned work on one site, rack or node: its alerts are not notified meanwhile."""
 
     site = models.ForeignKey("fleet.Site", null=True, blank=True, on_delete=models.CASCADE)
     rack = models.ForeignKey("fleet.Rack", null=True, blank=True, on_delete=models.CASCADE)
     node = models.ForeignKey("fleet.Node", null=True, blank=True, on_delete=models.CASCADE)
-    starts_at = models.DateTimeField()
-    ends_at = models.DateTimeField()
-    created_by = models.CharField(max_length=150)
-    comment = models.CharField(max_length=300)
-    created_at = models.DateTimeField(auto_now_add=True)
-
-    class Meta:
-        ordering = ("-ends_at",)
 
     def __str__(self) -> str:
         target = self.node or self.rack or self.site

@@ -8,7 +8,6 @@ like Slack (as in tests/alerts/test_notify.py)."""
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -33,13 +32,6 @@ def only_our_rules(settings: Any) -> None:
     AlertRule.objects.update(enabled=False)  # the built-in pack is installed by migration
     settings.ALERT_GROUP_INTERVAL_S = 60
     settings.ALERT_REPEAT_S = 4 * 3600
-
-
-@pytest.fixture
-def slack(settings: Any) -> Iterator[SlackReceiver]:
-    with SlackReceiver() as receiver:
-        settings.SLACK_WEBHOOK_URL = receiver.url("/alerts")
-        yield receiver
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ from __future__ import annotations
 import datetime as dt
 import itertools
 import json
-from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -33,13 +32,6 @@ _tries = itertools.count(1)
 @pytest.fixture(autouse=True)
 def only_our_rules() -> None:
     AlertRule.objects.update(enabled=False)  # the built-in pack is installed by migration
-
-
-@pytest.fixture
-def slack(settings: Any) -> Iterator[SlackReceiver]:
-    with SlackReceiver() as receiver:
-        settings.SLACK_WEBHOOK_URL = receiver.url("/alerts")
-        yield receiver
 
 
 @pytest.fixture

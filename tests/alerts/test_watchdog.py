@@ -4,7 +4,6 @@ mistaken for a stall."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -23,13 +22,6 @@ pytestmark = pytest.mark.django_db
 def only_our_rules(settings: Any) -> None:
     AlertRule.objects.update(enabled=False)
     settings.ALERT_EVAL_S = 10
-
-
-@pytest.fixture
-def slack(settings: Any) -> Iterator[SlackReceiver]:
-    with SlackReceiver() as receiver:
-        settings.SLACK_WEBHOOK_URL = receiver.url("/alerts")
-        yield receiver
 
 
 def watch_while_evaluating(until: float, every: float = 10) -> None:
