@@ -69,8 +69,9 @@ def validate_batch(obj: Any, now: float) -> Batch:
     for key in obj:
         if key not in _TOP_KEYS:
             raise ProtocolError(400, key, "unknown top-level field")
-    if obj.get("protocol") != PROTOCOL_VERSION:
-        raise ProtocolError(400, "protocol", f"must be {PROTOCOL_VERSION}")
+    protocol = obj.get("protocol")
+    if type(protocol) is not int or protocol != PROTOCOL_VERSION:  # not True, not 1.0
+        raise ProtocolError(400, "protocol", f"must be {PROTOCOL_VERSION} (an integer)")
     source = obj.get("source")
     if type(source) is not str:
         raise ProtocolError(400, "source", "required string 'kind:name'")
@@ -81,6 +82,11 @@ def validate_batch(obj: Any, now: float) -> Batch:
     seq = obj.get("seq")
     if type(seq) is not int or seq < 0:
         raise ProtocolError(400, "seq", "required non-negative integer")
+    if seq > _INT64_MAX:  # the database's BIGINT: a larger seq could never be saved
+        raise ProtocolError(400, "seq", f"must be at most {_INT64_MAX} (a 64-bit integer)")
+    sent_at = obj.get("sent_at")
+    if sent_at is not None:
+        _sent_at(sent_at)
     batch = Batch(source=source, seq=seq)
     # Every timestamp must lie in [oldest, newest]: one chained comparison per sample.
     oldest, newest = now - MAX_PAST_S, now + MAX_FUTURE_S
@@ -96,6 +102,7 @@ def validate_batch(obj: Any, now: float) -> Batch:
             batch.samples[kind] = [
                 _sample(kind, i, s, oldest, newest) for i, s in enumerate(samples)
             ]
+        _check_unique(kind, batch.samples[kind])
     batch.gpu_info = _list_of_objects(obj, "gpu_info")
     events = _list_of_objects(obj, "events")
     batch.events = [_event(i, e, oldest, newest) for i, e in enumerate(events)]
@@ -150,7 +157,7 @@ def _plan(kind: str, keys: tuple[str, ...]) -> _Plan | None:
         if key == "ts":
             lo.append(1_000_000_000)
             hi.append(math.inf)
-        elif key == "gpu":
+        elif key == "gpu" and kind == "gpu":  # a node/facility sample has no `gpu` key
             lo.append(0)
             hi.append(1023)
             ints.append(pos)
@@ -236,6 +243,46 @@ def _sample(kind: SampleKind, i: int, sample: Any, oldest: float, newest: float)
             ):
                 return sample
     return _slow_sample(kind, i, sample, oldest, newest)
+
+
+# A sample's identity: its entity keys and its time. Two alike in one batch would be
+# stored once in raw storage and the other way round in latest state, so both are refused.
+_IDENTITY: dict[str, Callable[[dict[str, Any]], Any]] = {
+    kind: operator.itemgetter(*ENTITY_KEYS[kind], "ts") for kind in SAMPLE_KINDS
+}
+
+
+def _check_unique(kind: str, samples: list[dict[str, Any]]) -> None:
+    """One C-level pass (a set of identities) in the usual case; names both on a clash."""
+    if len(samples) < 2:
+        return
+    identify = _IDENTITY[kind]
+    if len(set(map(identify, samples))) == len(samples):
+        return
+    first: dict[Any, int] = {}
+    for i, identity in enumerate(map(identify, samples)):
+        j = first.setdefault(identity, i)
+        if j != i:
+            keys = ENTITY_KEYS[kind]
+            what = " ".join(
+                f"{key.upper() if key == 'gpu' else key} {samples[i][key]}" for key in keys
+            )
+            entity = f"the same {what}" if what else f"the same {kind}"
+            raise ProtocolError(
+                400,
+                f"{kind}[{i}]",
+                f"{kind}[{j}] and {kind}[{i}]: {entity} at ts {samples[i]['ts']} twice "
+                "in one batch (send one sample per entity and time)",
+            )
+
+
+def _sent_at(value: Any) -> None:
+    t = type(value)
+    if t is int:
+        if not _INT64_MIN <= value <= _INT64_MAX:
+            raise ProtocolError(400, "sent_at", "must be a Unix time in seconds")
+    elif t is not float or not math.isfinite(value):
+        raise ProtocolError(400, "sent_at", "must be a number (Unix time in seconds)")
 
 
 def _slow_sample(

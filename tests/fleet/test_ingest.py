@@ -101,6 +101,10 @@ GOOD_TS = time.time() - 600
         (lambda b: b["gpu"][0].update(ts=time.time() + 3600), "gpu[0].ts", "future"),
         (lambda b: b["gpu"][0].update(ts=time.time() - 3 * 86400), "gpu[0].ts", "up to 24 h old"),
         (lambda b: b.update(protocol=2), "protocol", "must be 1"),
+        (lambda b: b.update(protocol=True), "protocol", "must be 1"),
+        (lambda b: b.update(sent_at="now"), "sent_at", "number"),
+        (lambda b: b.update(node=[{"ts": GOOD_TS, "gpu": 0}]), "node[0].gpu", "unknown node"),
+        (lambda b: b["gpu"][7].update(gpu=2), "gpu[7]", "gpu[2] and gpu[7]: the same GPU 2"),
     ],
 )
 def test_malformed_batch_is_refused_naming_the_field_and_stores_nothing(
