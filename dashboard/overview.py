@@ -23,6 +23,7 @@ class RackTile:
     name: str
     cooling: str
     cooling_label: str
+    loop_id: int | None  # the tile links its loop to the cooling page
     data: dict[str, Any]
 
 
@@ -34,6 +35,7 @@ def fleet_overview(now: float) -> tuple[dict[str, list[RackTile]], dict[str, Any
         data = rack_payload(state)
         racks[str(rack_id)] = data
         cooling = state.info.cooling
-        tile = RackTile(rack_id, state.info.name, cooling, COOLING_LABELS.get(cooling, ""), data)
+        label = COOLING_LABELS.get(cooling, "")
+        tile = RackTile(rack_id, state.info.name, cooling, label, state.info.loop_id, data)
         halls.setdefault(state.info.hall, []).append(tile)
     return halls, {"now": now, "racks": racks, "stale_after_s": STALE_AFTER_S}

@@ -6,14 +6,16 @@ import time
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
 from django.shortcuts import render
 from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
 from dashboard.alerts import alerts_page, can_acknowledge
+from dashboard.cooling import cooling_page
 from dashboard.overview import fleet_overview as build_overview
+from dashboard.rack import rack_page
 from fleet.alerts.acks import acknowledge
 
 
@@ -26,6 +28,23 @@ def fleet_overview(request: HttpRequest) -> HttpResponse:
         "rack_count": sum(len(racks) for racks in halls.values()),
     }
     return render(request, "dashboard/fleet.html", context)
+
+
+@login_required
+@require_GET
+def rack(request: HttpRequest, rack_id: int) -> HttpResponse:
+    """One rack, rendered on the server with the moment it describes (not live yet)."""
+    page = rack_page(rack_id, time.time())
+    if page is None:
+        raise Http404("no such rack")
+    return render(request, "dashboard/rack.html", {"rack": page})
+
+
+@login_required
+@require_GET
+def cooling(request: HttpRequest) -> HttpResponse:
+    """Every CDU loop and the racks it serves, rendered on the server (not live yet)."""
+    return render(request, "dashboard/cooling.html", {"page": cooling_page(time.time())})
 
 
 @login_required

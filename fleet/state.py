@@ -20,6 +20,7 @@ from fleet import health
 from fleet.choices import LiquidClassChoices
 from fleet.live import fleet_group, rack_group, site_group
 from fleet.storage.latest import rows_to_latest, select_latest_sql
+from fleet.storage.schema import ENTITY_COLUMNS
 
 Payload = dict[str, Any]
 
@@ -91,6 +92,13 @@ def _readings(kind: str, column: str, ids: Iterable[int]) -> dict[tuple[int, ...
         key: health.Reading(row.values, row.ts, row.newest)
         for key, row in rows_to_latest(kind, records).items()
     }
+
+
+def latest_readings(kind: str, ids: Iterable[int]) -> dict[tuple[int, ...], health.Reading]:
+    """The latest reading of each entity of `kind` whose first key is in `ids` (GPUs: by
+    node id), for pages that show figures the summaries do not carry (a feed's power, a
+    loop's pressure and heat removed, a rack's liquid supply)."""
+    return _readings(kind, ENTITY_COLUMNS[kind][0], ids)
 
 
 def gpu_limits(node_ids: Iterable[int] | None) -> dict[tuple[int, int], health.GpuLimits]:

@@ -1,0 +1,301 @@
+"""The rack page's content: an elevation of its nodes with a tile per GPU, its power
+against budget and per feed (with the N+1 view), and the loop that cools it.
+
+Every figure and level comes from `fleet.state` / `fleet.health`; this module only
+puts them in order and in words (units on every number, a level always as a word,
+a stale figure as its age). The page is rendered on the server and says when.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from agents.protocol import reasons as nvml
+from dashboard.words import SOURCE_WORDS, as_of, level_word, no_data_words
+from fleet import health
+from fleet.models import GPU, Node, PowerFeed, Rack
+from fleet.state import RackState, gpu_limits, latest_readings, rack_reasons, rack_states
+
+COOLING_WORDS = dict(Rack._meta.get_field("cooling").choices or [])
+FEED_TYPE_WORDS = dict(PowerFeed._meta.get_field("type").choices or [])
+REASON_WORDS = {name: meaning for _, name, meaning in nvml.REASONS}
+
+
+@dataclass
+class GpuTile:
+    index: int
+    model: str
+    level: str
+    level_word: str
+    temp: str
+    headroom: str
+    power: str
+    reasons: list[str]  # decoded clock-event reasons, "name: meaning"
+    throttling: bool
+    stale: str | None  # "no data for 14 s" when nothing of it is fresh
+
+
+@dataclass
+class NodeRow:
+    id: int
+    name: str
+    position: int
+    model: str
+    level: str
+    level_word: str
+    power: str
+    inlet: str | None
+    stale: str | None
+    gpus: list[GpuTile] = field(default_factory=list)
+
+
+@dataclass
+class FeedRow:
+    id: int
+    name: str
+    type: str
+    power: str
+    available_kw: float
+    load: str
+    carries_alone: bool | None  # would this feed alone carry the rack's measured power
+
+
+@dataclass
+class Liquid:
+    loop_id: int | None
+    loop_name: str | None
+    loop_level: str
+    loop_level_word: str
+    supply: str
+    return_: str
+    flow: str
+
+
+@dataclass
+class RackPage:
+    id: int
+    name: str
+    hall: str
+    cooling: str
+    level: str
+    level_word: str
+    reasons: list[str]
+    power: str
+    budget_kw: float
+    power_pct: float | None
+    power_level: str
+    source: str
+    stale: str | None
+    feeds: list[FeedRow]
+    redundancy: list[str]
+    redundancy_holds: bool | None
+    liquid: Liquid | None
+    nodes: list[NodeRow]
+    as_of: str
+
+
+def kw_words(kw: float | None, ts: float | None, now: float) -> str:
+    return no_data_words(ts, now) if kw is None else f"{kw:.1f} kW"
+
+
+def headroom_words(headroom_c: float | None) -> str:
+    """Headroom to the GPU's own slowdown limit, never a fleet-wide temperature."""
+    if headroom_c is None:
+        return "headroom unknown"
+    if headroom_c < 0:
+        return f"{-headroom_c:.0f} °C past slowdown"
+    return f"{headroom_c:.0f} °C to slowdown"
+
+
+def throttle_words(throttle: health.Throttle) -> list[str]:
+    """Each clock-event reason set, as NVML names it and what it means."""
+    return [f"{name}: {REASON_WORDS.get(name, 'unknown reason bit')}" for name in throttle.reasons]
+
+
+def gpu_tile(
+    gpu: GPU, reading: health.Reading, limits: health.GpuLimits | None, now: float
+) -> GpuTile:
+    s = health.gpu_summary(reading, limits, now)
+    stale = no_data_words(s.ts, now) if s.stale else None
+    temp = (stale or "no temperature") if s.temp_c is None else f"{s.temp_c:.0f} °C"
+    if s.power_w is None:
+        power = stale or "no power reading"
+    elif s.power_frac is None:
+        power = f"{s.power_w:.0f} W"
+    else:
+        power = f"{s.power_w:.0f} W ({100 * s.power_frac:.0f} % of cap)"
+    return GpuTile(
+        index=gpu.index,
+        model=gpu.model,
+        level=s.level.value,
+        level_word=level_word(s.level),
+        temp=temp,
+        headroom=headroom_words(s.headroom.slowdown_c) if not s.stale else "headroom unknown",
+        power=power,
+        reasons=throttle_words(s.throttle),
+        throttling=s.throttle.throttling,
+        stale=stale,
+    )
+
+
+def node_row(node: Node, summary: health.NodeSummary | None, now: float) -> NodeRow:
+    if summary is None:
+        return NodeRow(
+            node.id,
+            node.name,
+            node.position,
+            node.model,
+            "unknown",
+            "No data",
+            "",
+            None,
+            "no data yet",
+        )
+    if summary.power_w is not None:
+        power = f"{summary.power_w / 1000:.2f} kW (node meter)"
+    elif summary.gpu_power_w is not None:
+        power = f"{summary.gpu_power_w / 1000:.2f} kW (GPUs only)"
+    else:
+        power = "no power reading"
+    return NodeRow(
+        id=node.id,
+        name=node.name,
+        position=node.position,
+        model=node.model,
+        level=summary.level.value,
+        level_word=level_word(summary.level),
+        power=power,
+        inlet=None if summary.inlet_c is None else f"{summary.inlet_c:.1f} °C inlet",
+        stale=no_data_words(summary.ts, now) if summary.stale else None,
+    )
+
+
+def elevation(state: RackState, now: float) -> list[NodeRow]:
+    """Nodes top of the rack first (highest U), each with its GPUs in index order."""
+    nodes = list(Node.objects.filter(rack_id=state.info.id).order_by("-position", "name"))
+    ids = [n.id for n in nodes]
+    readings = latest_readings("gpu", ids)
+    limits = gpu_limits(ids)
+    gpus: dict[int, list[GPU]] = {}
+    for gpu in GPU.objects.filter(node_id__in=ids).order_by("node_id", "index"):
+        gpus.setdefault(gpu.node_id, []).append(gpu)
+    rows = []
+    for node in nodes:
+        row = node_row(node, state.nodes.get(node.id), now)
+        for gpu in gpus.get(node.id, []):
+            reading = readings.get((node.id, gpu.index), health.EMPTY)
+            row.gpus.append(gpu_tile(gpu, reading, limits.get((node.id, gpu.index)), now))
+        rows.append(row)
+    return rows
+
+
+def feed_rows(rack_id: int, rack_kw: float | None, now: float) -> list[FeedRow]:
+    feeds = list(PowerFeed.objects.filter(rack_id=rack_id).order_by("name"))
+    readings = latest_readings("feed", [f.id for f in feeds])
+    rows = []
+    for feed in feeds:
+        reading = readings.get((feed.id,), health.EMPTY)
+        watts = reading.fresh("power_w", now, health.STALE_AFTER_S)
+        fraction = health.feed_load_fraction(reading, feed.available_kw, now)
+        rows.append(
+            FeedRow(
+                id=feed.id,
+                name=feed.name,
+                type=FEED_TYPE_WORDS.get(feed.type, feed.type),
+                power=kw_words(
+                    None if watts is None else watts / 1000, health.newest_ts(reading), now
+                ),
+                available_kw=feed.available_kw,
+                load="–" if fraction is None else f"{100 * fraction:.0f} % of rating",
+                carries_alone=None if rack_kw is None else rack_kw <= feed.available_kw,
+            )
+        )
+    return rows
+
+
+def redundancy(
+    feeds: list[FeedRow], rack_kw: float | None, budget_kw: float
+) -> tuple[list[str], bool | None]:
+    """N+1: if any one feed fails, do the others carry the whole rack? Judged on the power
+    measured now and, separately, on the budget the rack may draw (a fact, no threshold)."""
+    if len(feeds) < 2:
+        return ["One feed only: losing it loses the rack (no N+1)."], False if feeds else None
+    lines: list[str] = []
+    holds: bool | None = None if rack_kw is None else True
+    for lost in feeds:
+        left = sum(f.available_kw for f in feeds if f is not lost)
+        others = ", ".join(f.name for f in feeds if f is not lost)
+        if rack_kw is None:
+            now_words = "rack power unknown now"
+        else:
+            carries = rack_kw <= left
+            holds = holds and carries
+            now_words = (
+                f"{'carries' if carries else 'does NOT carry'} the {rack_kw:.1f} kW drawn now"
+            )
+        budget_words = "fits" if budget_kw <= left else "does not fit"
+        lines.append(
+            f"If feed {lost.name} fails, {others} can carry {left:.1f} kW: {now_words};"
+            f" the {budget_kw:.0f} kW budget {budget_words}."
+        )
+    return lines, holds
+
+
+def liquid(state: RackState, now: float) -> Liquid | None:
+    """The loop that cools a liquid rack and the rack's own liquid figures (its manifold
+    sensors when it has them, else the loop's)."""
+    info = state.info
+    if info.loop_id is None:
+        return None
+    reading = latest_readings("rack", [info.id]).get((info.id,), health.EMPTY)
+    loop = state.loop
+
+    def figure(rack_metric: str, loop_value: float | None, unit: str, fmt: str) -> str:
+        value = reading.fresh(rack_metric, now, health.STALE_AFTER_S)
+        if value is not None:
+            return f"{value:{fmt}} {unit} (rack)"
+        if loop_value is not None:
+            return f"{loop_value:{fmt}} {unit} (loop)"
+        return no_data_words(None if loop is None else loop.ts, now)
+
+    level = health.Level.UNKNOWN if loop is None else loop.level
+    return Liquid(
+        loop_id=info.loop_id,
+        loop_name=info.loop_name,
+        loop_level=level.value,
+        loop_level_word=level_word(level),
+        supply=figure("liquid_supply_c", None if loop is None else loop.supply_c, "°C", ".1f"),
+        return_=figure("liquid_return_c", None if loop is None else loop.return_c, "°C", ".1f"),
+        flow=figure("liquid_flow_lpm", None if loop is None else loop.flow_lpm, "L/min", ".0f"),
+    )
+
+
+def rack_page(rack_id: int, now: float) -> RackPage | None:
+    """The rack page's content, None for a rack that does not exist."""
+    state = rack_states([rack_id], now).get(rack_id)
+    if state is None:
+        return None
+    s, info = state.summary, state.info
+    feeds = feed_rows(rack_id, s.power_kw, now)
+    lines, holds = redundancy(feeds, s.power_kw, info.budget_kw)
+    return RackPage(
+        id=info.id,
+        name=info.name,
+        hall=info.hall,
+        cooling=COOLING_WORDS.get(info.cooling, info.cooling),
+        level=state.level.value,
+        level_word=level_word(state.level),
+        reasons=rack_reasons(state),
+        power=kw_words(s.power_kw, s.ts, now),
+        budget_kw=info.budget_kw,
+        power_pct=s.power_pct,
+        power_level=s.power_level.value,
+        source=SOURCE_WORDS.get(s.power_source, s.power_source),
+        stale=no_data_words(s.ts, now) if s.stale else None,
+        feeds=feeds,
+        redundancy=lines,
+        redundancy_holds=holds,
+        liquid=liquid(state, now),
+        nodes=elevation(state, now),
+        as_of=as_of(now),
+    )
