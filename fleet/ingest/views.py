@@ -11,7 +11,6 @@ from channels.db import database_sync_to_async
 from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
-from django.views.decorators.http import require_GET, require_POST
 
 from agents.protocol import MAX_BATCH_BYTES
 from fleet.ingest.auth import SourceIdentity, authenticate_source, bearer_from_meta
@@ -35,6 +34,33 @@ def _error(status: int, field: str, reason: str) -> JsonResponse:
     )
 
 
+def _method_not_allowed(allowed: str) -> JsonResponse:
+    response = _error(405, "$", f"method not allowed: use {allowed}")
+    response["Allow"] = allowed
+    return response
+
+
+# The longest source a token can be stored for (SourceToken.source).
+MAX_SOURCE_CHARS = 220
+
+
+def _enrol_fields(body: object) -> tuple[object, str] | JsonResponse:
+    """The enrolment token and source, or the 400 that names the field at fault."""
+    if not isinstance(body, dict):
+        return _error(400, "$", "body must be a JSON object")
+    source = body.get("source")
+    if not isinstance(source, str):
+        return _error(400, "source", "required string: the source to enrol, e.g. node:<hostname>")
+    if "\x00" in source:
+        return _error(400, "source", "must not contain NUL characters")
+    if len(source) > MAX_SOURCE_CHARS:
+        return _error(400, "source", f"longer than {MAX_SOURCE_CHARS} characters")
+    token = body.get("enroll_token")
+    if token is not None and not isinstance(token, str):
+        return _error(400, "enroll_token", f"must be a string, got {type(token).__name__}")
+    return token, source
+
+
 def _retry_later(reason: str) -> JsonResponse:
     response = _error(503, "$", reason)
     response["Retry-After"] = "1"
@@ -42,25 +68,32 @@ def _retry_later(reason: str) -> JsonResponse:
 
 
 @csrf_exempt
-@require_POST
 def enroll(request: HttpRequest) -> HttpResponse:
+    if request.method != "POST":
+        return _method_not_allowed("POST")
     try:
         body = orjson.loads(request.body)
     except orjson.JSONDecodeError:
         return _error(400, "$", "body must be JSON")
-    if not isinstance(body, dict) or not isinstance(body.get("source"), str):
-        return _error(400, "source", "required: the source to enrol, e.g. node:<hostname>")
+    fields = _enrol_fields(body)
+    if isinstance(fields, JsonResponse):
+        return fields
+    token, source = fields
     try:
-        enrolled = enroll_source(body.get("enroll_token"), body["source"])
+        enrolled = enroll_source(token if isinstance(token, str) else None, source)
     except EnrollmentError as exc:
         return _error(exc.status, "enroll_token" if exc.status == 401 else "source", exc.reason)
+    except DatabaseError:
+        return _retry_later("the database is unavailable; retry")
     return JsonResponse({"source": enrolled.source, "token": enrolled.token}, status=201)
 
 
-@require_GET
+@csrf_exempt  # token-authenticated, never by cookie: a POST gets the JSON 405
 def inventory(request: HttpRequest) -> HttpResponse:
     """The site's inventory, for a site enrolment token or a `site:` source token (a
     facility agent checks its targets' entities against it before it polls)."""
+    if request.method not in ("GET", "HEAD"):
+        return _method_not_allowed("GET, HEAD")
     token = bearer_from_meta(request.META)
     identity = authenticate_source(token)
     if identity is not None and identity.kind == "site":
@@ -118,7 +151,7 @@ async def submit_over_http(identity: SourceIdentity, body: bytes) -> JsonRespons
 @csrf_exempt
 async def ingest(request: HttpRequest) -> HttpResponse:
     if request.method != "POST":
-        return _error(405, "$", "POST a batch")
+        return _method_not_allowed("POST")
     try:
         identity = await database_sync_to_async(authenticate_source)(bearer_from_meta(request.META))
     except DatabaseError:

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
+
 from tests.support.agent import enroll, gpu_batch, post_json
 from tests.support.server import FleetServer
 
@@ -105,3 +109,74 @@ def test_a_site_source_token_reads_its_sites_inventory_but_a_node_token_does_not
     status, body = get(enroll(fleet_server, "site:demo"))
     assert status == 200 and body["site"] == {"slug": "demo", "name": "Demo datacentre"}
     assert get(enroll(fleet_server, "node:gpu-a01-15"))[0] == 401
+
+
+def _request(url: str, method: str, data: bytes | None = None) -> tuple[int, dict[str, str], Any]:
+    import json
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(url, data=data, method=method)
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return (
+                response.status,
+                {k.lower(): v for k, v in response.headers.items()},
+                json.loads(response.read()),
+            )
+    except urllib.error.HTTPError as exc:
+        return exc.code, {k.lower(): v for k, v in exc.headers.items()}, json.loads(exc.read())
+
+
+@pytest.mark.parametrize(
+    ("body", "field", "reason"),
+    [
+        ({"enroll_token": 123, "source": "node:gpu-a01-11"}, "enroll_token", "must be a string"),
+        ({"enroll_token": ["x"], "source": "node:gpu-a01-11"}, "enroll_token", "got list"),
+        ({"enroll_token": {"a": 1}, "source": "node:gpu-a01-11"}, "enroll_token", "got dict"),
+        ({"enroll_token": "fwe_x", "source": 7}, "source", "required string"),
+        ({"enroll_token": "fwe_x", "source": None}, "source", "required string"),
+        ({"enroll_token": "fwe_x", "source": "node:gpu-a01\x00-11"}, "source", "NUL"),
+        ({"enroll_token": "fwe_x", "source": "node:" + "a" * 300}, "source", "longer than"),
+        ([1, 2], "$", "JSON object"),
+        ("node:gpu-a01-11", "$", "JSON object"),
+    ],
+)
+def test_enrolment_with_wrong_types_or_nul_is_a_400_naming_the_field(
+    fleet_server: FleetServer, body: Any, field: str, reason: str
+) -> None:
+    """On both tiers: PostgreSQL refuses NUL in text, which answered 500 before."""
+    status, payload = post_json(fleet_server.url + "/api/v1/enroll", body)
+    assert status == 400, payload
+    assert payload["error"]["field"] == field
+    assert reason in payload["error"]["reason"]
+    # A NUL with a good enrolment token reaches the database lookups: still a 400.
+    status, payload = post_json(
+        fleet_server.url + "/api/v1/enroll",
+        {"enroll_token": fleet_server.enroll_token, "source": "node:gpu\x00-a01-11"},
+    )
+    assert status == 400 and payload["error"]["field"] == "source"
+
+
+@pytest.mark.parametrize(
+    ("path", "method", "allow"),
+    [
+        ("/api/v1/enroll", "GET", "POST"),
+        ("/api/v1/enroll", "PUT", "POST"),
+        ("/api/v1/enroll", "DELETE", "POST"),
+        ("/api/v1/ingest", "GET", "POST"),
+        ("/api/v1/ingest", "PATCH", "POST"),
+        ("/api/v1/inventory", "POST", "GET, HEAD"),
+    ],
+)
+def test_a_wrong_method_is_a_json_405_with_allow(
+    fleet_server: FleetServer, path: str, method: str, allow: str
+) -> None:
+    data = b"{}" if method in ("PUT", "PATCH", "POST") else None
+    status, headers, body = _request(fleet_server.url + path, method, data)
+    assert status == 405
+    assert headers["allow"] == allow
+    assert headers["content-type"] == "application/json"
+    assert body == {
+        "error": {"code": 405, "field": "$", "reason": f"method not allowed: use {allow}"}
+    }
