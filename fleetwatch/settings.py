@@ -39,6 +39,30 @@ if not SECRET_KEY:
 ALLOWED_HOSTS = [h for h in env_str("ALLOWED_HOSTS", "127.0.0.1,localhost").split(",") if h]
 CSRF_TRUSTED_ORIGINS = [o for o in env_str("CSRF_TRUSTED_ORIGINS").split(",") if o]
 
+
+def _proxy_ssl_header(raw: str) -> tuple[str, str] | None:
+    """`X-Forwarded-Proto: https` (the header the TLS proxy sets, and its value for
+    HTTPS) as Django's SECURE_PROXY_SSL_HEADER; unset: requests are taken as they come."""
+    if not raw.strip():
+        return None
+    name, sep, value = raw.partition(":")
+    if not sep or not name.strip() or not value.strip():
+        raise ImproperlyConfigured(
+            f"FLEETWATCH_PROXY_SSL_HEADER={raw!r}: use 'Header-Name: value', "
+            "e.g. 'X-Forwarded-Proto: https'"
+        )
+    return "HTTP_" + name.strip().upper().replace("-", "_"), value.strip()
+
+
+# Production behind a TLS proxy (docs/operations.md, "Security"). The defaults suit
+# `make demo`: plain http on 127.0.0.1, where Secure cookies would never be sent back.
+SECURE_PROXY_SSL_HEADER = _proxy_ssl_header(env_str("FLEETWATCH_PROXY_SSL_HEADER"))
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = env_bool("FLEETWATCH_SECURE_COOKIES", False)
+SECURE_SSL_REDIRECT = env_bool("FLEETWATCH_SSL_REDIRECT", False)
+SECURE_HSTS_SECONDS = env_int("FLEETWATCH_HSTS_SECONDS", 0, minimum=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("FLEETWATCH_HSTS_INCLUDE_SUBDOMAINS", False)
+SECURE_HSTS_PRELOAD = env_bool("FLEETWATCH_HSTS_PRELOAD", False)
+
 INSTALLED_APPS = [
     "django.contrib.admin",
     "django.contrib.auth",

@@ -99,3 +99,83 @@ def test_an_ingest_child_setting_that_is_not_a_number_stops_the_server_naming_it
 ) -> None:
     out = _load_settings({"FLEETWATCH_VAR_DIR": str(tmp_path), "FLEETWATCH_DEMO": "1", name: "x"})
     assert out.returncode != 0 and name in out.stderr
+
+
+def _production_env() -> dict[str, str]:
+    """The server environment docs/operations.md documents, as written there."""
+    text = (ROOT / "docs" / "operations.md").read_text()
+    block = text.split("<!-- production-env -->", 1)[1].split("<!-- /production-env -->", 1)[0]
+    env = {}
+    for line in block.splitlines():
+        if "=" in line and not line.startswith(("```", "#")):
+            name, _, value = line.partition("=")
+            env[name] = value.strip('"')
+    assert {"FLEETWATCH_SECURE_COOKIES", "FLEETWATCH_HSTS_SECONDS"} <= env.keys()
+    return env
+
+
+def _manage(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    clean = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("FLEETWATCH_", "SECRET", "DEBUG", "ALLOWED_HOSTS", "CSRF_"))
+    }
+    clean.update(env)
+    return subprocess.run(
+        [sys.executable, "manage.py", *args],
+        env=clean,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_the_documented_production_settings_pass_the_deploy_check_with_no_warnings(
+    tmp_path: Path,
+) -> None:
+    env = _production_env()
+    key = tmp_path / "secret_key"
+    key.write_text(os.urandom(48).hex())
+    env["SECRET_KEY_FILE"] = str(key)  # the documented path, made here
+    env["FLEETWATCH_VAR_DIR"] = str(tmp_path / "var")
+    done = _manage(env, "check", "--deploy", "--fail-level", "WARNING")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "System check identified no issues (0 silenced)." in done.stdout
+
+
+def test_without_the_production_variables_the_deploy_check_names_what_is_missing(
+    tmp_path: Path,
+) -> None:
+    """The same check does find the gaps, so the clean run above means something; and the
+    defaults are the demo's: no Secure cookies, no redirect, no HSTS on plain http."""
+    env = {k: v for k, v in _production_env().items() if not k.startswith("FLEETWATCH_")}
+    key = tmp_path / "secret_key"
+    key.write_text(os.urandom(48).hex())
+    env.update(SECRET_KEY_FILE=str(key), FLEETWATCH_VAR_DIR=str(tmp_path / "var"))
+    done = _manage(env, "check", "--deploy")
+    for code in ("W004", "W008", "W012", "W016"):
+        assert f"security.{code}" in done.stderr + done.stdout, code
+
+
+def test_the_proxy_ssl_header_is_read_as_name_and_value(tmp_path: Path) -> None:
+    code = (
+        "from django.conf import settings; import django; django.setup();"
+        "print(settings.SECURE_PROXY_SSL_HEADER, settings.SESSION_COOKIE_SECURE,"
+        " settings.CSRF_COOKIE_SECURE, settings.SECURE_SSL_REDIRECT)"
+    )
+    env = {
+        "FLEETWATCH_TESTING": "1",
+        "FLEETWATCH_VAR_DIR": str(tmp_path),
+        "DJANGO_SETTINGS_MODULE": "fleetwatch.settings",
+    }
+    run = [sys.executable, "-c", code]
+    base = {k: v for k, v in os.environ.items() if not k.startswith("FLEETWATCH_")}
+    demo = subprocess.run(run, env={**base, **env}, cwd=ROOT, capture_output=True, text=True)
+    assert demo.stdout.split() == ["None", "False", "False", "False"], demo.stderr
+    env.update(FLEETWATCH_PROXY_SSL_HEADER="X-Forwarded-Proto: https")
+    proxied = subprocess.run(run, env={**base, **env}, cwd=ROOT, capture_output=True, text=True)
+    assert proxied.stdout.startswith("('HTTP_X_FORWARDED_PROTO', 'https')"), proxied.stderr
+    env.update(FLEETWATCH_PROXY_SSL_HEADER="https")
+    bad = subprocess.run(run, env={**base, **env}, cwd=ROOT, capture_output=True, text=True)
+    assert bad.returncode != 0 and "FLEETWATCH_PROXY_SSL_HEADER" in bad.stderr
