@@ -30,6 +30,7 @@ from agents.protocol import CLOSE_FORBIDDEN, CLOSE_UNAUTHORIZED, MAX_BATCH_BYTES
 from fleet.ingest.auth import SourceIdentity, authenticate_source, bearer_from_headers
 from fleet.ingest.eager import run_eagerly
 from fleet.ingest.link import IngestLink, get_pool
+from fleet.ingest.rejections import client_from_scope, log_rejection
 
 log = logging.getLogger("fleet.ingest")
 
@@ -73,6 +74,8 @@ class IngestConsumer(LeanDispatchMixin, AsyncWebsocketConsumer):
             return
         await self.accept()
         if self.identity is None:
+            reason = "unknown or revoked source token"
+            log_rejection("WebSocket ingest", self._client(), None, 401, "authorization", reason)
             # Close after accepting so the agent sees 4401, not a bare HTTP 403.
             await self.close(code=CLOSE_UNAUTHORIZED)
             return
@@ -97,6 +100,7 @@ class IngestConsumer(LeanDispatchMixin, AsyncWebsocketConsumer):
         payload = text_data.encode() if text_data is not None else (bytes_data or b"")
         if len(payload) > MAX_BATCH_BYTES:
             error = {"code": 413, "field": "$", "reason": "batch larger than 1 MiB"}
+            self._log_refusal(413, error)
             self._queue(orjson.dumps({"nack": None, "error": error}).decode())
             return
         while (
@@ -129,7 +133,10 @@ class IngestConsumer(LeanDispatchMixin, AsyncWebsocketConsumer):
             return
         if code == 0:
             self._queue(ack_frame(seq))
-        elif code == 403:
+            return
+        if code < 500:
+            self._log_refusal(code, error)
+        if code == 403:
             self._queue(orjson.dumps({"nack": seq, "error": error}).decode())
             self._close_after(CLOSE_FORBIDDEN)
         elif code == 401:  # the token was revoked (re-enrolled, or by an admin)
@@ -139,6 +146,16 @@ class IngestConsumer(LeanDispatchMixin, AsyncWebsocketConsumer):
             self._close_after(CLOSE_RETRY)
         else:
             self._queue(orjson.dumps({"nack": seq, "error": error}).decode())
+
+    def _client(self) -> str:
+        return client_from_scope(self.scope)
+
+    def _log_refusal(self, code: int, error: dict[str, Any] | None) -> None:
+        source = self.identity.source if self.identity is not None else None
+        field, reason = (error or {}).get("field", "$"), (error or {}).get("reason", "")
+        if code == 401:
+            reason = reason or "the source token was revoked"
+        log_rejection("WebSocket ingest", self._client(), source, code, field, reason)
 
     def link_lost(self) -> None:
         self.link = None

@@ -23,6 +23,7 @@ from fleet.ingest.enrollment import (
     enroll as enroll_source,
 )
 from fleet.ingest.link import get_pool
+from fleet.ingest.rejections import client_from_meta, log_rejection
 from fleet.models import Site
 
 HTTP_WAIT_S = 30.0
@@ -67,8 +68,38 @@ def _retry_later(reason: str) -> JsonResponse:
     return response
 
 
+def _logged(request: HttpRequest, transport: str, source: object, response: HttpResponse) -> None:
+    """Log a refusal (any 4xx) with the client and the source attempted."""
+    if 400 <= response.status_code < 500:
+        try:
+            error = orjson.loads(response.content)["error"]
+        except (orjson.JSONDecodeError, KeyError, TypeError):
+            error = {"field": "$", "reason": "?"}
+        client = client_from_meta(request.META)
+        log_rejection(
+            transport, client, source, response.status_code, error["field"], error["reason"]
+        )
+
+
+def _attempted_source(body: bytes) -> object:
+    """The `source` a refused body claims, for the log (None when it cannot be read)."""
+    try:
+        obj = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    return obj.get("source") if isinstance(obj, dict) else None
+
+
 @csrf_exempt
 def enroll(request: HttpRequest) -> HttpResponse:
+    response = _enroll(request)
+    if response.status_code >= 400:
+        source = _attempted_source(request.body) if request.method == "POST" else None
+        _logged(request, "enrolment", source, response)
+    return response
+
+
+def _enroll(request: HttpRequest) -> HttpResponse:
     if request.method != "POST":
         return _method_not_allowed("POST")
     try:
@@ -92,6 +123,13 @@ def enroll(request: HttpRequest) -> HttpResponse:
 def inventory(request: HttpRequest) -> HttpResponse:
     """The site's inventory, for a site enrolment token or a `site:` source token (a
     facility agent checks its targets' entities against it before it polls)."""
+    response = _inventory(request)
+    if response.status_code >= 400:
+        _logged(request, "inventory", None, response)
+    return response
+
+
+def _inventory(request: HttpRequest) -> HttpResponse:
     if request.method not in ("GET", "HEAD"):
         return _method_not_allowed("GET, HEAD")
     token = bearer_from_meta(request.META)
@@ -150,18 +188,31 @@ async def submit_over_http(identity: SourceIdentity, body: bytes) -> JsonRespons
 
 @csrf_exempt
 async def ingest(request: HttpRequest) -> HttpResponse:
+    response, known = await _ingest(request)
+    if response.status_code >= 400:
+        source: object = known
+        if source is None and request.method == "POST":
+            declared = request.META.get("CONTENT_LENGTH") or "0"
+            if declared.isdigit() and int(declared) <= MAX_BATCH_BYTES:
+                source = _attempted_source(request.body)
+        _logged(request, "HTTP ingest", source, response)
+    return response
+
+
+async def _ingest(request: HttpRequest) -> tuple[HttpResponse, str | None]:
+    """The answer, and the token's source when the token was good."""
     if request.method != "POST":
-        return _method_not_allowed("POST")
+        return _method_not_allowed("POST"), None
     try:
         identity = await database_sync_to_async(authenticate_source)(bearer_from_meta(request.META))
     except DatabaseError:
-        return _retry_later("the database is unavailable; resend")
+        return _retry_later("the database is unavailable; resend"), None
     if identity is None:
-        return _error(401, "authorization", "unknown or revoked source token")
+        return _error(401, "authorization", "unknown or revoked source token"), None
     declared = request.META.get("CONTENT_LENGTH") or "0"
     if not declared.isdigit() or int(declared) > MAX_BATCH_BYTES:
-        return _error(413, "$", "batch larger than 1 MiB")
+        return _error(413, "$", "batch larger than 1 MiB"), identity.source
     body = request.body
     if len(body) > MAX_BATCH_BYTES:
-        return _error(413, "$", "batch larger than 1 MiB")
-    return await submit_over_http(identity, body)
+        return _error(413, "$", "batch larger than 1 MiB"), identity.source
+    return await submit_over_http(identity, body), identity.source
