@@ -20,6 +20,12 @@ MAX_FUTURE_S = 300.0
 # Samples older than this are refused (400). A day, so that the spool backlog of an
 # agent cut off for a day-long outage still goes in; anything older is a broken clock.
 MAX_PAST_S = 86_400.0
+# What one node may grow and one batch may carry (docs/protocol.md, "Limits"); past any of
+# them the batch is refused (400) naming the limit.
+MAX_GPUS_PER_NODE = 64  # GPU rows a node may have, inventory's and agent-described together
+MAX_EVENTS_PER_BATCH = 1000
+MAX_INFO_BYTES = 64 * 1024  # node_info, agent, and gpu_info (all entries), each as JSON
+MAX_INFO_DEPTH = 16  # nesting of objects and lists in those blocks
 
 # WebSocket close codes (4000 + the HTTP status they mirror).
 CLOSE_UNAUTHORIZED = 4401

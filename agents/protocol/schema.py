@@ -14,7 +14,9 @@ from typing import Any
 
 from agents.protocol import (
     MAX_BATCH_BYTES,
+    MAX_EVENTS_PER_BATCH,
     MAX_FUTURE_S,
+    MAX_GPUS_PER_NODE,
     MAX_PAST_S,
     PROTOCOL_VERSION,
     SOURCE_KINDS,
@@ -79,6 +81,7 @@ def batch_schema() -> dict[str, Any]:
         },
         "gpu_info": {
             "type": "array",
+            "maxItems": MAX_GPUS_PER_NODE,
             "items": {
                 "type": "object",
                 "properties": {"gpu": {"type": "integer", "minimum": 0, "maximum": 1023}},
@@ -89,6 +92,7 @@ def batch_schema() -> dict[str, Any]:
         "agent": {"type": "object"},
         "events": {
             "type": "array",
+            "maxItems": MAX_EVENTS_PER_BATCH,
             "items": {
                 "type": "object",
                 "properties": {

@@ -16,7 +16,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from agents.protocol import MAX_FUTURE_S, MAX_PAST_S, PROTOCOL_VERSION, parse_source
+from agents.protocol import (
+    MAX_EVENTS_PER_BATCH,
+    MAX_FUTURE_S,
+    MAX_GPUS_PER_NODE,
+    MAX_INFO_BYTES,
+    MAX_INFO_DEPTH,
+    MAX_PAST_S,
+    PROTOCOL_VERSION,
+    parse_source,
+)
 from agents.protocol.metrics import ENTITY_KEYS, METRICS, SAMPLE_KINDS, SampleKind
 
 _NUM = (int, float)
@@ -105,6 +114,10 @@ def validate_batch(obj: Any, now: float) -> Batch:
         _check_unique(kind, batch.samples[kind])
     batch.gpu_info = _list_of_objects(obj, "gpu_info")
     events = _list_of_objects(obj, "events")
+    if len(events) > MAX_EVENTS_PER_BATCH:
+        raise ProtocolError(
+            400, "events", f"{len(events)} events; at most {MAX_EVENTS_PER_BATCH} per batch"
+        )
     batch.events = [_event(i, e, oldest, newest) for i, e in enumerate(events)]
     batch.node_info = _object(obj, "node_info")
     batch.agent = _object(obj, "agent")
@@ -406,15 +419,59 @@ def _event(i: int, event: dict[str, Any], oldest: float, newest: float) -> dict[
 
 def _check_info(batch: Batch) -> None:
     """gpu_info/node_info/agent are free-form, but stored: indices in range, no NUL
-    characters (PostgreSQL text and jsonb refuse them, which would fail the commit)."""
+    characters (PostgreSQL text and jsonb refuse them, which would fail the commit), and
+    within the limits on GPUs per node, size and depth."""
+    if len(batch.gpu_info) > MAX_GPUS_PER_NODE:
+        raise ProtocolError(
+            400,
+            "gpu_info",
+            f"{len(batch.gpu_info)} GPUs; a node has at most {MAX_GPUS_PER_NODE}",
+        )
+    seen: dict[int, int] = {}
     for i, info in enumerate(batch.gpu_info):
         index = info.get("gpu")
         if type(index) is not int or not 0 <= index <= 1023:
             raise ProtocolError(400, f"gpu_info[{i}].gpu", "required GPU index 0..1023")
+        j = seen.setdefault(index, i)
+        if j != i:
+            raise ProtocolError(
+                400,
+                f"gpu_info[{i}].gpu",
+                f"gpu_info[{j}] and gpu_info[{i}] both describe GPU {index}",
+            )
     for name, value in (
         ("gpu_info", batch.gpu_info),
         ("node_info", batch.node_info),
         ("agent", batch.agent),
     ):
-        if value and "\\u0000" in json.dumps(value):
+        if not value:
+            continue
+        try:
+            text = json.dumps(value)
+        except RecursionError:
+            raise ProtocolError(400, name, f"nested deeper than {MAX_INFO_DEPTH} levels") from None
+        if "\\u0000" in text:
             raise ProtocolError(400, name, "text must not contain NUL characters")
+        if len(text) > MAX_INFO_BYTES:
+            raise ProtocolError(400, name, f"{len(text)} bytes as JSON; at most {MAX_INFO_BYTES}")
+        if _depth(value, MAX_INFO_DEPTH + 1) > MAX_INFO_DEPTH:
+            raise ProtocolError(400, name, f"nested deeper than {MAX_INFO_DEPTH} levels")
+
+
+def _depth(value: Any, stop: int) -> int:
+    """Levels of objects and lists in `value` (a scalar is 0), counting no further than `stop`."""
+    if stop <= 0:
+        return 0
+    if type(value) is dict:
+        children: Any = value.values()
+    elif type(value) is list:
+        children = value
+    else:
+        return 0
+    deepest = 0
+    for child in children:
+        if type(child) is dict or type(child) is list:
+            deepest = max(deepest, _depth(child, stop - 1))
+            if deepest >= stop - 1:
+                break
+    return deepest + 1

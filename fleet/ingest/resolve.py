@@ -13,6 +13,7 @@ from typing import Any
 
 import orjson
 
+from agents.protocol import MAX_GPUS_PER_NODE
 from agents.protocol.validate import Batch, ProtocolError
 from fleet.ingest.inventory import Inventory
 from fleet.storage.db import Database, Row
@@ -137,9 +138,26 @@ class Resolver:
                     (to_json(batch.node_info, "node_info"), node_id),
                 )
             )
+        if batch.gpu_info:
+            self._check_gpu_count(node_id, batch)
         for i, info in enumerate(batch.gpu_info):
             statements.append(_gpu_upsert(node_id, info, jp, f"gpu_info[{i}]"))
         return statements
+
+    def _check_gpu_count(self, node_id: int, batch: Batch) -> None:
+        """A node's GPU rows (the inventory's and those agents described) stay within
+        MAX_GPUS_PER_NODE: a node token cannot grow the inventory without bound. Only
+        batches that carry gpu_info (an agent's start, or a change) pay for the query."""
+        rows = self.db.query('SELECT "index" FROM fleet_gpu WHERE node_id = %s', (node_id,))
+        known = {index for (index,) in rows}
+        new = {info["gpu"] for info in batch.gpu_info} - known
+        if len(known) + len(new) > MAX_GPUS_PER_NODE:
+            raise ProtocolError(
+                400,
+                "gpu_info",
+                f"the node has {len(known)} GPUs and this batch adds {len(new)}; a node has "
+                f"at most {MAX_GPUS_PER_NODE} (remove stale GPUs in the admin)",
+            )
 
 
 _GPU_UPDATE = (

@@ -227,3 +227,44 @@ def test_the_clock_offset_an_agent_reports_is_kept_with_its_source(
             break
         time.sleep(0.05)
     assert isinstance(stats, dict) and stats["clock_offset_s"] == -2.0
+
+
+def test_a_node_token_cannot_grow_the_inventory_past_the_gpu_limit(
+    fleet_server: FleetServer,
+) -> None:
+    """One batch describing 1,016 GPUs is refused; so is growing there a batch at a time."""
+    from agents.protocol import MAX_GPUS_PER_NODE
+
+    node = "gpu-a02-13"
+    token = enroll(fleet_server, f"node:{node}")
+    url = fleet_server.url + "/api/v1/ingest"
+
+    def gpus() -> int:
+        return int(
+            fleet_server.query(
+                "SELECT COUNT(*) FROM fleet_gpu g JOIN fleet_node n ON n.id = g.node_id"
+                " WHERE n.name = ?",
+                (node,),
+            )[0][0]
+        )
+
+    before = gpus()
+    huge = {"protocol": 1, "source": f"node:{node}", "seq": 1}
+    huge["gpu_info"] = [{"gpu": i, "model": "X"} for i in range(1016)]
+    status, body = post_json(url, huge, token)
+    assert status == 400 and body["error"]["field"] == "gpu_info"
+    assert f"at most {MAX_GPUS_PER_NODE}" in body["error"]["reason"]
+    seq = 2
+    grown = 0
+    for start in range(0, 1024, 40):
+        part = {"protocol": 1, "source": f"node:{node}", "seq": seq}
+        part["gpu_info"] = [{"gpu": i, "model": "X"} for i in range(start, start + 40)]
+        status, body = post_json(url, part, token)
+        seq += 1
+        if status != 200:
+            assert status == 400 and "a node has at most" in body["error"]["reason"]
+            break
+        grown += 1
+    assert grown >= 1
+    assert gpus() <= MAX_GPUS_PER_NODE
+    assert gpus() >= before
