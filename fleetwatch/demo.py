@@ -15,6 +15,8 @@ import sys
 import time
 from pathlib import Path
 
+from fleetwatch.serve import UVICORN_LIMITS
+
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 
@@ -81,6 +83,7 @@ def main() -> int:
             port,
             "--lifespan",
             "off",
+            *UVICORN_LIMITS,
             "--log-level",
             "warning",
         ],

@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from fleetwatch.serve import UVICORN_LIMITS
 from tests.support import services
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -115,6 +116,7 @@ class FleetServer:
                 str(self.port),
                 "--lifespan",
                 "off",
+                *UVICORN_LIMITS,
                 "--log-level",
                 "warning",
             ],
