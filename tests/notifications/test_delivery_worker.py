@@ -196,8 +196,11 @@ def test_two_workers_send_each_delivery_once_a_second_apart(
     assert sorted(r.body["text"] for r in arrived) == sorted(
         f"CRITICAL: alert {n} (the whole fleet)" for n in range(4)
     )
+    # Send slots are claimed 1 s apart; a POST then takes from a few ms to a few hundred on
+    # a loaded box, so arrivals may come a little closer (Slack allows short bursts).
     gaps = [b.at - a.at for a, b in itertools.pairwise(arrived)]
-    assert min(gaps) >= 0.95, gaps
+    assert min(gaps) >= 0.7, gaps
+    assert arrived[-1].at - arrived[0].at >= 2.9, gaps  # 4 messages: at least 3 slots
 
 
 def test_worker_logs_never_contain_a_webhook_url(workers: Workers, slack: SlackReceiver) -> None:
