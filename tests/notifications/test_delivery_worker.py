@@ -200,7 +200,7 @@ def test_two_workers_send_each_delivery_once_a_second_apart(
     # a loaded box, so arrivals may come a little closer (Slack allows short bursts).
     gaps = [b.at - a.at for a, b in itertools.pairwise(arrived)]
     assert min(gaps) >= 0.7, gaps
-    assert arrived[-1].at - arrived[0].at >= 2.9, gaps  # 4 messages: at least 3 slots
+    assert arrived[-1].at - arrived[0].at >= 2.5, gaps  # 4 messages: 3 slots apart, less jitter
 
 
 def test_worker_logs_never_contain_a_webhook_url(workers: Workers, slack: SlackReceiver) -> None:
