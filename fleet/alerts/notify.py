@@ -16,7 +16,7 @@ import datetime as dt
 import logging
 from collections import defaultdict
 from collections.abc import Iterable
-from typing import Any, Literal
+from typing import Any
 
 from django.conf import settings
 from django.db import transaction
@@ -38,8 +38,6 @@ from fleet.notifications.notice import (
 from fleet.notifications.tasks import send_notice
 
 __all__ = (
-    "Transition",
-    "claim",
     "dashboard_url",
     "group_notice",
     "notify_groups",
@@ -48,23 +46,8 @@ __all__ = (
 
 log = logging.getLogger(__name__)
 
-Transition = Literal["firing", "resolved"]
-_CLAIM_FIELD: dict[Transition, str] = {
-    "firing": "notified_firing_at",
-    "resolved": "notified_resolved_at",
-}
 FIRING = AlertState.FIRING
 _SLOWDOWN_SIGNALS = frozenset({"hw_thermal_slowdown", "sw_thermal_slowdown"})
-
-
-def claim(instance_id: int, kind: Transition, at: dt.datetime) -> bool:
-    """Mark one instance announced (`firing`) or announced resolved: True for exactly one
-    caller, ever. A resolved claim only holds for an instance whose firing was announced."""
-    field = _CLAIM_FIELD[kind]
-    rows = AlertInstance.objects.filter(pk=instance_id, **{f"{field}__isnull": True})
-    if kind == "resolved":
-        rows = rows.filter(notified_firing_at__isnull=False)
-    return rows.update(**{field: at}) == 1
 
 
 def group_interval() -> dt.timedelta:

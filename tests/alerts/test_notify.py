@@ -14,8 +14,9 @@ import pytest
 from django.utils import timezone
 
 from fleet.alerts.engine import evaluate
+from fleet.alerts.grouping import Places
 from fleet.alerts.models import AlertInstance, AlertRule
-from fleet.alerts.notify import claim
+from fleet.alerts.notify import notify_groups
 from fleet.demo import DEMO_RACKS, seed_demo_site
 from fleet.models import GPU, Node
 from fleet.notifications.delivery import attempt
@@ -150,14 +151,18 @@ def test_a_rule_held_for_its_for_duration_notifies_when_it_fires_not_when_pendin
     assert message.body["text"].startswith("CRITICAL:")
 
 
-def test_two_claims_on_one_transition_never_both_win(node: Node) -> None:
-    headroom_rule(for_duration=dt.timedelta(seconds=60))
-    gpu_at(node, 0, 85.0)  # pending: nothing claimed yet
+def test_a_group_message_is_claimed_once_however_often_it_is_settled(
+    slack: SlackReceiver, node: Node
+) -> None:
+    headroom_rule()
+    gpu_at(node, 0, 85.0)  # fires and is announced
+    at = dt.datetime.fromtimestamp(T0, dt.UTC)
+    assert notify_groups(at, Places()) == 0  # a second settling (another evaluation): nothing
+    gpu_at(node, 10, 80.0)  # resolves and is announced
+    assert notify_groups(dt.datetime.fromtimestamp(T0 + 10, dt.UTC), Places()) == 0
+    assert [d.kind for d in Delivery.objects.order_by("pk")] == ["firing", "resolved"]
     inst = AlertInstance.objects.get()
-    at = timezone.now()
-    assert claim(inst.pk, "resolved", at) is False  # never announced firing: no resolved
-    assert [claim(inst.pk, "firing", at), claim(inst.pk, "firing", at)] == [True, False]
-    assert [claim(inst.pk, "resolved", at), claim(inst.pk, "resolved", at)] == [True, False]
+    assert inst.notified_firing_at is not None and inst.notified_resolved_at is not None
 
 
 def test_a_summary_that_does_not_render_falls_back_to_the_rule_name(
