@@ -178,14 +178,17 @@ def attempt(delivery_id: int, transport: Transport, now: datetime | None = None)
 
 
 def _earlier_unsent(delivery: Delivery) -> bool:
-    """An earlier message of the same thread to the same route still waiting or sending."""
+    """An earlier message of the same thread to the same route still waiting (a 429, a
+    backoff). One being sent right now is not waited for: it holds the route's send slot,
+    so this one goes a slot later anyway — and if its sender died, waiting would hold this
+    one until the sweep, for a message Slack has most likely already shown."""
     if not delivery.thread or delivery.route_id is None:
         return False
     return Delivery.objects.filter(
         route_id=delivery.route_id,
         thread=delivery.thread,
         pk__lt=delivery.pk,
-        state__in=(Delivery.PENDING, Delivery.SENDING),
+        state=Delivery.PENDING,
     ).exists()
 
 
