@@ -4,25 +4,12 @@ the database stores, and no two samples for one entity and time."""
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import pytest
 
-from agents.protocol.validate import ProtocolError, validate_batch
-
-NOW = time.time()
-
-
-def batch(**extra: Any) -> dict[str, Any]:
-    return {"protocol": 1, "source": "node:n1", "seq": 1, **extra}
-
-
-def refused(obj: dict[str, Any]) -> ProtocolError:
-    with pytest.raises(ProtocolError) as caught:
-        validate_batch(obj, NOW)
-    assert caught.value.code == 400
-    return caught.value
+from agents.protocol.validate import validate_batch
+from tests.protocol.batches import NOW, batch, refused
 
 
 @pytest.mark.parametrize("value", [True, 1.0, "1", None])

@@ -3,7 +3,6 @@ the free-form blocks; past each, a 400 naming the limit."""
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import pytest
@@ -14,20 +13,8 @@ from agents.protocol import (
     MAX_INFO_BYTES,
     MAX_INFO_DEPTH,
 )
-from agents.protocol.validate import ProtocolError, validate_batch
-
-NOW = time.time()
-
-
-def batch(**extra: Any) -> dict[str, Any]:
-    return {"protocol": 1, "source": "node:n1", "seq": 1, **extra}
-
-
-def refused(obj: dict[str, Any]) -> ProtocolError:
-    with pytest.raises(ProtocolError) as caught:
-        validate_batch(obj, NOW)
-    assert caught.value.code == 400
-    return caught.value
+from agents.protocol.validate import validate_batch
+from tests.protocol.batches import NOW, batch, refused
 
 
 def nested(depth: int) -> Any:
