@@ -30,9 +30,6 @@ app.autodiscover_tasks()
 app.conf.beat_schedule = {
     "rollup": {"task": "fleet.rollup", "schedule": 30.0, "options": {"expires": 25}},
     "retention": {"task": "fleet.retention", "schedule": 600.0, "options": {"expires": 550}},
-    # The alert pipeline watching itself (fleet/alerts/watchdog.py): on the default queue,
-    # so a stuck "rules" worker is noticed by another.
-    "alerts-watchdog": {"task": "alerts.watchdog", "schedule": 30.0, "options": {"expires": 25}},
     # Re-queues Slack deliveries whose task was lost (a broker restart): nothing is dropped.
     "notifications-sweep": {
         "task": "notifications.sweep",
@@ -54,6 +51,14 @@ def schedule_alert_evaluation(sender: Celery, **kwargs: Any) -> None:
         "task": "alerts.evaluate",
         "schedule": every,
         "options": {"expires": every * 0.9},
+    }
+    # The alert pipeline watching itself (fleet/alerts/watchdog.py): on the default queue,
+    # so a stuck "rules" worker is noticed by another.
+    watch = float(settings.ALERT_WATCHDOG_S)
+    sender.conf.beat_schedule["alerts-watchdog"] = {
+        "task": "alerts.watchdog",
+        "schedule": watch,
+        "options": {"expires": watch * 0.8},
     }
 
 

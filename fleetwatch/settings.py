@@ -189,6 +189,8 @@ LIVE_REAUTH_S = env_float("FLEETWATCH_LIVE_REAUTH_S", 300, minimum=1)
 
 # Alerts: how often the rules are evaluated (s); each tick expires before the next.
 ALERT_EVAL_S = env_float("FLEETWATCH_ALERT_EVAL_S", 10, minimum=1)
+# How often the alert pipeline checks itself (fleet/alerts/watchdog.py; the beat reads it).
+ALERT_WATCHDOG_S = 30.0
 # A group's new places are announced at most this often after its first message (s).
 ALERT_GROUP_INTERVAL_S = env_float("FLEETWATCH_ALERT_GROUP_INTERVAL_S", 60, minimum=0)
 # A group firing unacknowledged is announced again this often, unless its rule says (s).

@@ -26,8 +26,6 @@ __all__ = ("STALL_INTERVALS", "check", "problem_of")
 
 STALL_INTERVALS = 3  # ticks missed before evaluation counts as stopped
 MIN_STALL_S = 30.0
-WATCH_EVERY_S = 30.0  # the beat's schedule for alerts.watchdog (fleetwatch/celery.py)
-WATCH_GAP_S = 3 * WATCH_EVERY_S  # the watchdog missed this long: everything was down
 
 
 def problem_of(row: AlertEvaluation, now: float, interval_s: float) -> str:
@@ -61,7 +59,8 @@ def check(now: float | None = None) -> str:
         AlertEvaluation.objects.bulk_create([AlertEvaluation(pk=1)], ignore_conflicts=True)
         row = AlertEvaluation.objects.select_for_update().get(pk=1)
         seen = row.watchdog_seen.timestamp() if row.watchdog_seen else None
-        if seen is None or now - seen > WATCH_GAP_S:
+        # The watchdog itself missed three runs: everything was down, a new watch begins.
+        if seen is None or now - seen > 3 * float(settings.ALERT_WATCHDOG_S):
             row.watchdog_since = at  # the watchdog itself was not running: a new watch
         row.watchdog_seen = at
         AlertEvaluation.objects.filter(pk=1).update(
