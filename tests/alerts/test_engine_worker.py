@@ -31,25 +31,37 @@ worker = test_celery_worker.worker  # the same module-scoped worker fixture
 Worker = test_celery_worker.Worker
 
 
-def test_worker_fires_an_instance_when_sent_alerts_evaluate(worker: Worker) -> None:
+def only_inlet_rule(
+    worker: Worker, key: str, threshold: float, severity: str, summary: str
+) -> None:
+    """Only one rule enabled: a node's inlet temperature over `threshold`."""
     alias = worker.db.alias
     AlertRule.objects.using(alias).update(enabled=False)
     AlertRule.objects.using(alias).create(
-        key="inlet-hot",
-        name="Inlet hot",
+        key=key,
+        name=key.replace("-", " ").capitalize(),
         scope="node",
         signal="temp_inlet_c",
         comparison="gt",
-        threshold=30.0,
-        severity="warning",
-        summary="{node} inlet {value:.1f} °C",
+        threshold=threshold,
+        severity=severity,
+        summary=summary,
     )
+
+
+def inlet_now(worker: Worker, node: int, celsius: float) -> None:
     now = time.time()
     worker.db.insert(
         "fw_node_latest",
         ("node_id", "ts", "temp_inlet_c", "temp_inlet_c_ts"),
-        [(41, now, 38.5, now)],
+        [(node, now, celsius, now)],
     )
+
+
+def test_worker_fires_an_instance_when_sent_alerts_evaluate(worker: Worker) -> None:
+    alias = worker.db.alias
+    only_inlet_rule(worker, "inlet-hot", 30.0, "warning", "{node} inlet {value:.1f} °C")
+    inlet_now(worker, 41, 38.5)
 
     worker.send("alerts.evaluate")
 
@@ -69,24 +81,9 @@ def test_worker_evaluation_sends_exactly_one_slack_message(
 ) -> None:
     alias = worker.db.alias
     AlertInstance.objects.using(alias).all().delete()  # the module's worker is shared
-    AlertRule.objects.using(alias).update(enabled=False)
     Route.objects.using(alias).create(name="ops", webhook_url=slack.url("/ops"))
-    AlertRule.objects.using(alias).create(
-        key="inlet-very-hot",
-        name="Inlet very hot",
-        scope="node",
-        signal="temp_inlet_c",
-        comparison="gt",
-        threshold=45.0,
-        severity="critical",
-        summary="inlet {value:.1f} °C",
-    )
-    now = time.time()
-    worker.db.insert(
-        "fw_node_latest",
-        ("node_id", "ts", "temp_inlet_c", "temp_inlet_c_ts"),
-        [(42, now, 50.5, now)],
-    )
+    only_inlet_rule(worker, "inlet-very-hot", 45.0, "critical", "inlet {value:.1f} °C")
+    inlet_now(worker, 42, 50.5)
 
     # The previous test's tick was moments ago, and a tick within half an interval of the
     # last one is skipped as a duplicate: evaluate as of just past that.
