@@ -5,8 +5,12 @@ missing service a failure instead of a skip."""
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import shutil
+import sys
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -54,6 +58,29 @@ def pytest_configure(config: pytest.Config) -> None:
             f"({services.services_database_url()}) or Redis ({services.services_redis_url()})"
             " does not answer"
         )
+
+
+EXIT_GRACE_S = 60.0
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """A test that leaves a non-daemon thread running keeps the interpreter from exiting
+    after the summary (a CI run hung 74 minutes on one). Daemon threads still run while
+    the interpreter waits for the others, so this one ends the process if the wait passes
+    the grace period: the run fails with the stuck threads' stacks instead of hanging."""
+    threading.Thread(target=_exit_if_stuck, name="exit-watchdog", daemon=True).start()
+
+
+def _exit_if_stuck() -> None:
+    time.sleep(EXIT_GRACE_S)
+    stuck = [t.name for t in threading.enumerate() if not t.daemon and t.is_alive()]
+    print(
+        f"\npytest finished but threads {stuck} still ran {EXIT_GRACE_S:.0f} s later;"
+        " a test left them running. Their stacks:",
+        file=sys.stderr,
+    )
+    faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+    os._exit(1)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
+from typing import cast
 
 from kombu import Connection
 
 import fleetwatch.celery  # noqa: F401  (registers the transport, as every process does)
-from fleetwatch.broker import AtomicFilesystemTransport
+from fleetwatch.broker import AtomicChannel, AtomicFilesystemTransport
 
 MESSAGES = 300
+EXCHANGES = 200
+QUEUES_PER_EXCHANGE = 5
 BODY = "x" * 200_000  # large, so a write takes long enough to be caught half-done
 
 
@@ -51,13 +54,55 @@ def test_a_burst_of_large_messages_read_while_written_arrives_whole(tmp_path: Pa
             except BaseException as exc:
                 errors.append(exc)
 
-    consumer = threading.Thread(target=consume)
+    # A daemon, and told to stop however the writing ends: a failed put must fail this
+    # test, not leave a thread that keeps pytest from exiting (a CI run hung on it).
+    consumer = threading.Thread(target=consume, daemon=True)
     consumer.start()
-    with connection(tmp_path) as conn:
-        queue = conn.SimpleQueue("burst")
-        for n in range(MESSAGES):
-            queue.put({"n": n, "body": BODY})
-    done_writing.set()
+    try:
+        with connection(tmp_path) as conn:
+            queue = conn.SimpleQueue("burst")
+            for n in range(MESSAGES):
+                queue.put({"n": n, "body": BODY})
+    finally:
+        done_writing.set()
     consumer.join(timeout=60)
     assert not errors, errors[0]
     assert sorted(received) == list(range(MESSAGES))
+
+
+def test_a_producer_never_reads_a_half_written_exchange_table(tmp_path: Path) -> None:
+    """Declaring a queue writes its exchange's table; a producer reading that table at the
+    same moment gets the old table or the new one, never an empty file."""
+    exchanges = [f"ex{n}" for n in range(EXCHANGES)]
+    errors: list[BaseException] = []
+    done = threading.Event()
+
+    def read_tables() -> None:
+        with connection(tmp_path) as conn:
+            channel = cast(AtomicChannel, conn.default_channel)
+            while not done.is_set():
+                for exchange in exchanges:
+                    try:
+                        channel.get_table(exchange)
+                    except BaseException as exc:
+                        errors.append(exc)
+                        return
+
+    reader = threading.Thread(target=read_tables, daemon=True)
+    reader.start()
+    try:
+        with connection(tmp_path) as conn:
+            channel = cast(AtomicChannel, conn.default_channel)
+            for exchange in exchanges:
+                channel.exchange_declare(exchange, "direct")
+                for queue in range(QUEUES_PER_EXCHANGE):
+                    channel.queue_bind(f"{exchange}-q{queue}", exchange, f"key{queue}")
+    finally:
+        done.set()
+        reader.join(timeout=30)
+    assert not errors, errors[0]
+    with connection(tmp_path) as conn:
+        table = cast(AtomicChannel, conn.default_channel).get_table("ex0")
+    assert sorted(binding.queue for binding in table) == [
+        f"ex0-q{n}" for n in range(QUEUES_PER_EXCHANGE)
+    ]
