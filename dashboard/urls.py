@@ -2,12 +2,18 @@ from __future__ import annotations
 
 from django.urls import URLPattern, path
 
-from dashboard import views
+from dashboard import gpu, history, muting, node, power, views
 
 urlpatterns: list[URLPattern] = [
     path("", views.fleet_overview, name="fleet-overview"),
     path("racks/<int:rack_id>/", views.rack, name="rack"),
+    path("nodes/<int:node_id>/", node.node_view, name="node"),
+    path("gpus/<int:gpu_id>/", gpu.gpu_view, name="gpu"),
     path("cooling/", views.cooling, name="cooling"),
+    path("power/", power.power_view, name="power"),
     path("alerts/", views.alerts, name="alerts"),
     path("alerts/acknowledge", views.acknowledge_alerts, name="alerts-acknowledge"),
+    path("alerts/silences/new", muting.silence_form, name="silence-new"),
+    path("alerts/maintenance/new", muting.maintenance_form, name="maintenance-new"),
+    path("api/v1/history", history.history_api, name="history"),
 ]

@@ -1,0 +1,9 @@
+"""Scaffold: the power_view page is being built (returns 404 until then)."""
+
+from __future__ import annotations
+
+from django.http import Http404, HttpRequest, HttpResponse
+
+
+def power_view(request: HttpRequest) -> HttpResponse:
+    raise Http404("not built yet")
