@@ -19,6 +19,7 @@ from django.db import connection
 from fleet import health
 from fleet.choices import LiquidClassChoices
 from fleet.live import fleet_group, rack_group, site_group
+from fleet.site_summary import site_payload
 from fleet.storage.latest import rows_to_latest, select_latest_sql
 from fleet.storage.schema import ENTITY_COLUMNS
 
@@ -238,19 +239,6 @@ def _headroom_words(headroom_c: float, prefix: str = "") -> str:
     if headroom_c < 0:
         return f"{prefix}{-headroom_c:.0f} °C past its slowdown limit"
     return f"{prefix}{headroom_c:.0f} °C from slowdown"
-
-
-def site_payload(site_id: int, now: float) -> Payload:
-    rows = _readings("facility", "site_id", [site_id])
-    reading = rows.get((site_id,), health.EMPTY)
-    value, category = health.facility_pue(reading, now)
-    return {
-        "pue": value,
-        "pue_category": category,
-        "total_power_w": reading.fresh("total_power_w", now, health.STALE_AFTER_S),
-        "it_power_w": reading.fresh("it_power_w", now, health.STALE_AFTER_S),
-        "ts": health.newest_ts(reading),
-    }
 
 
 @dataclass
