@@ -7,3 +7,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 
 def gpu_view(request: HttpRequest, gpu_id: int) -> HttpResponse:
     raise Http404("not built yet")
+
+
+def plotly_js(request: HttpRequest) -> HttpResponse:
+    raise Http404("not built yet")

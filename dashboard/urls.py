@@ -16,4 +16,5 @@ urlpatterns: list[URLPattern] = [
     path("alerts/silences/new", muting.silence_form, name="silence-new"),
     path("alerts/maintenance/new", muting.maintenance_form, name="maintenance-new"),
     path("api/v1/history", history.history_api, name="history"),
+    path("vendor/plotly.min.js", gpu.plotly_js, name="plotly-js"),
 ]
