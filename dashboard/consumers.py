@@ -1,47 +1,77 @@
-"""Live consumers for browsers: they join a group and forward what arrives.
+"""Live sockets for browsers: who may watch what is decided at connect, through
+`fleet.access`; group names come from `fleet.live` only.
 
-Group names come from `fleet.live` only; authorization happens at connect.
+- `/ws/live/fleet` (the overview): the groups of the sites the user sees; each push is
+  forwarded as it comes (the overview renders it in `static/dashboard/fleet.js`).
+- `/ws/live/rack/<id>` and `/ws/live/cooling`: pages the server renders. A group
+  message only says something changed; the page's HTML is rendered again by the
+  process's `PageHub` (once however many browsers watch it) and sent as
+  `{"ts", "as_of", "html"}` for `static/dashboard/live.js` to morph in.
+
+Close codes the pages understand: 4401 not signed in (back to the login), 4000 the
+routine session re-check (reconnect at once), 4404 no such page for this user.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Hashable
 from typing import Any
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 
-from fleet.live import site_group
-from fleet.models import Site
+from dashboard.live_pages import COOLING_EVERY_S, Payload, Render, cooling_live, get_hub, rack_live
+from fleet.access import can_view_site, visible_site_ids
+from fleet.live import rack_group, site_group
+from fleet.models import Rack, Site
 
 CLOSE_UNAUTHORIZED = 4401
 CLOSE_REAUTHENTICATE = 4000
+CLOSE_NOT_FOUND = 4404
 
 
-def _site_ids() -> list[int]:
-    return list(Site.objects.values_list("id", flat=True))
+def _visible_sites(user: Any) -> list[int]:
+    sites = visible_site_ids(user)
+    ids = Site.objects.values_list("id", flat=True).order_by("id")
+    return list(ids if sites is None else ids.filter(id__in=sites))
 
 
-class FleetConsumer(AsyncJsonWebsocketConsumer):
-    """The fleet overview: every site's rack states (per-site roles come with the views)."""
+class LiveConsumer(AsyncJsonWebsocketConsumer):
+    """A page's socket: refuses a visitor, joins the groups `groups_for` names, and ends
+    itself every `LIVE_REAUTH_S` so a user who logged out (or lost access) stops
+    receiving when the page reconnects."""
 
     _expiry: asyncio.TimerHandle | None = None
+
+    def groups_for(self, user: Any) -> list[str] | None:
+        """The groups this user may watch on this page; None: no such page for them.
+        Runs in a thread (it may read the inventory)."""
+        raise NotImplementedError
 
     async def websocket_connect(self, message: dict[str, Any]) -> None:
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
-            # Accept, then close with a code the page understands (back to the login).
-            await self.accept()
-            await self.close(code=CLOSE_UNAUTHORIZED)
+            await self._refuse(CLOSE_UNAUTHORIZED)  # accept, then a code the page reads
             return
-        self.groups = [site_group(site_id) for site_id in await database_sync_to_async(_site_ids)()]
+        groups = await database_sync_to_async(self.groups_for)(user)
+        if groups is None:
+            await self._refuse(CLOSE_NOT_FOUND)
+            return
+        self.groups = groups
         await super().websocket_connect(message)
-        # The session is checked only at connect: end the socket now and then so the
-        # page reconnects and a user who logged out (or was deactivated) stops receiving.
         self._expiry = asyncio.get_running_loop().call_later(
             settings.LIVE_REAUTH_S, lambda: asyncio.ensure_future(self._reauthenticate())
         )
+        await self.watching()
+
+    async def watching(self) -> None:
+        """Called once the socket is accepted and its groups joined."""
+
+    async def _refuse(self, code: int) -> None:
+        await self.accept()
+        await self.close(code=code)
 
     async def _reauthenticate(self) -> None:
         await self.close(code=CLOSE_REAUTHENTICATE)
@@ -51,5 +81,63 @@ class FleetConsumer(AsyncJsonWebsocketConsumer):
             self._expiry.cancel()
         await super().websocket_disconnect(message)
 
+
+class FleetConsumer(LiveConsumer):
+    """The fleet overview: the rack states of every site the user sees, as pushed."""
+
+    def groups_for(self, user: Any) -> list[str] | None:
+        return [site_group(site_id) for site_id in _visible_sites(user)]
+
     async def live_update(self, event: dict[str, Any]) -> None:
         await self.send_json(event["update"])
+
+
+class ServedPageConsumer(LiveConsumer):
+    """A page the server renders: group messages poke the hub, which renders the page
+    once for this process and sends it to every socket watching it."""
+
+    page_key: Hashable = None
+    renderer: Render | None = None
+    every_s: float = 0.0
+
+    async def watching(self) -> None:
+        assert self.renderer is not None
+        get_hub().join(self.page_key, self.renderer, self._send_page, self.every_s)
+
+    async def _send_page(self, payload: Payload) -> None:
+        await self.send_json(payload)
+
+    async def live_update(self, event: dict[str, Any]) -> None:
+        get_hub().poke(self.page_key)
+
+    async def websocket_disconnect(self, message: dict[str, Any]) -> None:
+        if self.renderer is not None:
+            get_hub().leave(self.page_key, self._send_page)
+        await super().websocket_disconnect(message)
+
+
+class RackConsumer(ServedPageConsumer):
+    """One rack's page, for a user who may see its site."""
+
+    def groups_for(self, user: Any) -> list[str] | None:
+        rack_id = int(self.scope["url_route"]["kwargs"]["rack_id"])
+        site_id = Rack.objects.filter(id=rack_id).values_list("hall__site_id", flat=True).first()
+        if site_id is None or not can_view_site(user, site_id):
+            return None
+        self.page_key = ("rack", rack_id)
+        self.renderer = lambda: rack_live(rack_id)
+        self.every_s = settings.LIVE_INTERVAL_S
+        return [rack_group(rack_id)]
+
+
+class CoolingConsumer(ServedPageConsumer):
+    """Every loop of the sites the user sees; any change in those sites (their racks,
+    loops, facility) pokes it."""
+
+    def groups_for(self, user: Any) -> list[str] | None:
+        sites = visible_site_ids(user)
+        seen = None if sites is None else frozenset(sites)
+        self.page_key = ("cooling", seen)
+        self.renderer = lambda: cooling_live(seen)
+        self.every_s = max(settings.LIVE_INTERVAL_S, COOLING_EVERY_S)
+        return [site_group(site_id) for site_id in _visible_sites(user)]

@@ -8,6 +8,7 @@ the reasons below name the figure behind each non-OK level the same way
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from dashboard.words import age_words, as_of, level_word, no_data_words
@@ -144,9 +145,13 @@ def loop_figures(
     ]
 
 
-def cooling_page(now: float) -> CoolingPage:
-    """Every loop (site, then name) with the racks it serves in floor order."""
-    loops = list(CoolingLoop.objects.select_related("site").order_by("site__name", "name"))
+def cooling_page(now: float, site_ids: Collection[int] | None = None) -> CoolingPage:
+    """Every loop (site, then name) of the given sites (None: every site) with the racks
+    it serves in floor order."""
+    query = CoolingLoop.objects.select_related("site").order_by("site__name", "name")
+    if site_ids is not None:
+        query = query.filter(site_id__in=site_ids)
+    loops = list(query)
     ids = [loop.id for loop in loops]
     summaries = loop_states(ids, now)
     readings = latest_readings("loop", ids)

@@ -2,6 +2,10 @@ from __future__ import annotations
 
 from django.urls import path
 
-from dashboard.consumers import FleetConsumer
+from dashboard.consumers import CoolingConsumer, FleetConsumer, RackConsumer
 
-websocket_urlpatterns = [path("ws/live/fleet", FleetConsumer.as_asgi())]
+websocket_urlpatterns = [
+    path("ws/live/fleet", FleetConsumer.as_asgi()),
+    path("ws/live/rack/<int:rack_id>", RackConsumer.as_asgi()),
+    path("ws/live/cooling", CoolingConsumer.as_asgi()),
+]

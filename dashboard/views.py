@@ -16,7 +16,9 @@ from dashboard.alerts import alerts_page, can_acknowledge
 from dashboard.cooling import cooling_page
 from dashboard.overview import fleet_overview as build_overview
 from dashboard.rack import rack_page
+from fleet.access import can_view_site, visible_site_ids
 from fleet.alerts.acks import acknowledge
+from fleet.models import Rack
 
 
 @login_required
@@ -33,7 +35,10 @@ def fleet_overview(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_GET
 def rack(request: HttpRequest, rack_id: int) -> HttpResponse:
-    """One rack, rendered on the server with the moment it describes (not live yet)."""
+    """One rack as of now; the page then follows it live (/ws/live/rack/<id>)."""
+    site_id = Rack.objects.filter(id=rack_id).values_list("hall__site_id", flat=True).first()
+    if site_id is None or not can_view_site(request.user, site_id):
+        raise Http404("no such rack")
     page = rack_page(rack_id, time.time())
     if page is None:
         raise Http404("no such rack")
@@ -43,8 +48,10 @@ def rack(request: HttpRequest, rack_id: int) -> HttpResponse:
 @login_required
 @require_GET
 def cooling(request: HttpRequest) -> HttpResponse:
-    """Every CDU loop and the racks it serves, rendered on the server (not live yet)."""
-    return render(request, "dashboard/cooling.html", {"page": cooling_page(time.time())})
+    """Every CDU loop the user may see and the racks it serves, as of now; the page then
+    follows them live (/ws/live/cooling)."""
+    page = cooling_page(time.time(), visible_site_ids(request.user))
+    return render(request, "dashboard/cooling.html", {"page": page})
 
 
 @login_required

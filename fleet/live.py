@@ -7,7 +7,7 @@ affected racks' latest state once per interval (`fleet.state.build_updates`, whi
 derives every figure and level through `fleet.health`) and sends them to:
 
 - `live.site.<site id>`: per rack summaries of that site, its loops and facility figures;
-- `live.rack.<rack id>`: that rack's summary and its nodes' summaries;
+- `live.rack.<rack id>`: that rack's summary (its page renders itself again on it);
 - `live.fleet`: a compact fleet summary (per site: racks by level, GPUs throttling).
 
 A publish that fails (Redis away, a slow layer) is logged, counted and dropped:

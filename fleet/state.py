@@ -271,7 +271,7 @@ def plan_updates(changed: dict[str, set[tuple[int, ...]]]) -> UpdatePlan:
 
 def build_updates(plan: UpdatePlan, wanted: set[str], now: float) -> list[tuple[str, Payload]]:
     """The group messages for what changed, only for groups someone watches: each rack
-    (with its nodes), each site (its racks, its facility figures), the fleet summary."""
+    (its summary), each site (its racks, its facility figures), the fleet summary."""
     fleet_wanted = fleet_group() in wanted
     needed = [
         rack_id
@@ -284,8 +284,9 @@ def build_updates(plan: UpdatePlan, wanted: set[str], now: float) -> list[tuple[
     for rack_id, state in states.items():
         payload = rack_payload(state)
         if rack_group(rack_id) in wanted:
-            nodes = {str(n): plain(s) for n, s in state.nodes.items()}
-            out.append((rack_group(rack_id), {"ts": now, "rack": payload, "nodes": nodes}))
+            # The rack page renders itself again from the latest state on this signal
+            # (dashboard/live_pages.py), so the message carries the rack's summary only.
+            out.append((rack_group(rack_id), {"ts": now, "rack": payload}))
         site = by_site.setdefault(state.info.site_id, {"ts": now, "racks": {}})
         site["racks"][str(rack_id)] = payload
     for site_id in plan.facility_sites:

@@ -94,7 +94,7 @@ def test_rack_page_shows_power_against_budget_with_its_source_and_each_feed(
     assert "Source: measured at the PDU" in page
     available = feeds["A"].available_kw  # 415 V × 125 A × 80 % × √3 ≈ 71.9 kW
     assert f"56.0 kW {available:.1f} kW 78 % of rating" in page
-    assert "as of" in page and "not live yet" in page
+    assert "as of" in page and "connecting…" in page  # then live: /ws/live/rack/<id>
 
 
 def test_n_plus_one_says_whether_one_feed_carries_the_rack(client: Client) -> None:
