@@ -1,0 +1,164 @@
+"""The browsers' live sockets, driven through Channels without a server: who may connect
+and to what, and what a rack or cooling page is sent when its group says something
+changed (the page's HTML, rendered from the latest state)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from typing import Any
+
+import pytest
+from asgiref.testing import ApplicationCommunicator
+from channels.layers import get_channel_layer
+from channels.routing import URLRouter
+from django.contrib.auth.models import AnonymousUser, User
+
+from agents.protocol import reasons as nvml
+from dashboard import consumers, live_pages
+from dashboard.routing import websocket_urlpatterns
+from fleet.demo import DEMO_RACKS, seed_demo_site
+from fleet.live import LIVE_UPDATE, rack_group, site_group
+from fleet.models import GPU, CoolingLoop, Node, Rack, Site
+from tests.dashboard.test_rack_and_cooling_pages import store
+
+pytestmark = pytest.mark.django_db(transaction=True)  # the sockets read from other threads
+
+WAIT_S = 10
+
+
+@pytest.fixture(autouse=True)
+def fresh_hub() -> Iterator[None]:
+    """Each test runs on its own event loop: its pages start on a hub of their own."""
+    live_pages._hub = None
+    yield
+    live_pages._hub = None
+
+
+@pytest.fixture
+def site() -> Site:
+    racks = (replace(DEMO_RACKS[0], nodes=1), replace(DEMO_RACKS[1], nodes=1))
+    site = seed_demo_site("demo", racks, gpus_per_node=2)  # A01, A02 on CDU-1
+    GPU.objects.update(slowdown_c=87.0, shutdown_c=92.0)
+    return site
+
+
+@pytest.fixture
+def ops(site: Site) -> User:
+    return User.objects.create_user("ops", password="not-used")
+
+
+class Socket(ApplicationCommunicator):  # type: ignore[misc]
+    """A browser's socket to the live routes (channels.testing needs daphne, not installed)."""
+
+    async def connect(self, timeout: float = WAIT_S) -> tuple[bool, int | None]:
+        await self.send_input({"type": "websocket.connect"})
+        message = await self.receive_output(timeout)
+        return message["type"] == "websocket.accept", None
+
+    async def receive_json_from(self, timeout: float = WAIT_S) -> Any:
+        message = await self.receive_output(timeout)
+        assert message["type"] == "websocket.send", message
+        return json.loads(message["text"])
+
+    async def disconnect(self) -> None:
+        await self.send_input({"type": "websocket.disconnect", "code": 1000})
+        await self.wait(WAIT_S)
+
+
+def socket(path: str, user: Any) -> Socket:
+    router = URLRouter(websocket_urlpatterns)
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> Any:
+        return await router({**scope, "user": user}, receive, send)
+
+    scope = {"type": "websocket", "path": path, "headers": [], "query_string": b""}
+    return Socket(app, {**scope, "subprotocols": []})
+
+
+async def closed_with(communicator: Socket) -> int:
+    connected, _ = await communicator.connect()
+    assert connected  # accepted, then closed with a code the page understands
+    message = await communicator.receive_output(WAIT_S)
+    assert message["type"] == "websocket.close"
+    return int(message["code"])
+
+
+async def nudge(group: str) -> None:
+    """What the live publisher sends when something in the group changed."""
+    await get_channel_layer().group_send(group, {"type": LIVE_UPDATE, "update": {"ts": 0}})
+
+
+async def test_a_visitor_without_a_session_is_refused_on_every_live_socket(site: Site) -> None:
+    rack_id = await Rack.objects.values_list("id", flat=True).afirst()
+    for path in ("/ws/live/fleet", f"/ws/live/rack/{rack_id}", "/ws/live/cooling"):
+        assert await closed_with(socket(path, AnonymousUser())) == consumers.CLOSE_UNAUTHORIZED
+
+
+async def test_a_rack_that_does_not_exist_is_not_found(ops: User) -> None:
+    assert await closed_with(socket("/ws/live/rack/999999", ops)) == consumers.CLOSE_NOT_FOUND
+
+
+async def test_a_rack_of_a_site_the_user_may_not_see_is_not_found(
+    ops: User, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(consumers, "can_view_site", lambda user, site_id: False)
+    rack_id = await Rack.objects.values_list("id", flat=True).afirst()
+    assert await closed_with(socket(f"/ws/live/rack/{rack_id}", ops)) == consumers.CLOSE_NOT_FOUND
+
+
+async def test_a_change_in_the_rack_pushes_its_page_again_with_the_new_figures(
+    ops: User,
+) -> None:
+    rack = await Rack.objects.aget(name="A01")
+    ws = socket(f"/ws/live/rack/{rack.id}", ops)
+    assert (await ws.connect(timeout=WAIT_S))[0]
+    node = await Node.objects.filter(rack=rack).afirst()
+    assert node is not None
+    now = time.time()
+    await store_async("gpu", (node.id, 0), now, temp_gpu_c=91.0, power_w=300.0,
+                      clock_event_reasons=nvml.HW_THERMAL_SLOWDOWN)  # fmt: skip
+    await nudge(rack_group(rack.id))
+    update = await ws.receive_json_from(timeout=WAIT_S)
+    assert set(update) >= {"ts", "as_of", "html"}
+    assert "4 °C past slowdown" in update["html"]  # 91 °C against its own 87 °C limit
+    assert "hw_thermal: " in update["html"]
+    assert 'data-level="crit"' in update["html"]
+    await ws.disconnect()
+
+
+async def test_a_failed_cdu_reaches_the_cooling_page_through_its_site(
+    site: Site, ops: User
+) -> None:
+    ws = socket("/ws/live/cooling", ops)
+    assert (await ws.connect(timeout=WAIT_S))[0]
+    loop = await CoolingLoop.objects.aget(name="CDU-1")
+    await store_async("loop", (loop.id,), time.time(), supply_c=30.0, flow_lpm=0.0,
+                      pumps_running=0, pumps_failed=3)  # fmt: skip
+    await nudge(site_group(site.id))
+    update = await ws.receive_json_from(timeout=WAIT_S)
+    assert "3 pump(s) failed" in update["html"] and "no pump running" in update["html"]
+    await ws.disconnect()
+
+
+async def test_the_overview_socket_joins_only_the_sites_the_user_sees(
+    site: Site, ops: User, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    other = await Site.objects.acreate(name="Elsewhere", slug="elsewhere")
+    monkeypatch.setattr(consumers, "visible_site_ids", lambda user: {site.id})
+    ws = socket("/ws/live/fleet", ops)
+    assert (await ws.connect(timeout=WAIT_S))[0]
+    layer = get_channel_layer()
+    await layer.group_send(site_group(other.id), {"type": LIVE_UPDATE, "update": {"x": "hidden"}})
+    await layer.group_send(site_group(site.id), {"type": LIVE_UPDATE, "update": {"x": "seen"}})
+    assert await ws.receive_json_from(timeout=WAIT_S) == {"x": "seen"}
+    assert await ws.receive_nothing(timeout=0.2)
+    await ws.disconnect()
+
+
+async def store_async(kind: str, key: tuple[int, ...], at: float, **values: Any) -> None:
+    from channels.db import database_sync_to_async
+
+    await database_sync_to_async(store)(kind, key, at, **values)
