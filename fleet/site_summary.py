@@ -1,24 +1,140 @@
 """A site's own figures for its live strip: facility power, IT power, PUE with its
-category (and, as they are built, GPUs throttling, alerts firing, agents stale)."""
+ISO/IEC 30134-2 category, alerts firing (per rack and loop too, for the overview's alert
+mode) and node agents gone quiet.
+
+`site_payload` is what `fleet.state.build_updates` pushes to a site's group whenever the
+site's facility data changes, so the alert and agent counts, which move with other
+entities, are refreshed with every facility push. `site_payloads` builds the same for
+many sites with one query per figure (the overview page renders every site at once).
+GPUs throttling are not here: they are in the rack payloads, and the page adds them up.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
+
+from django.db import connection
 
 from fleet import health
 
 Payload = dict[str, Any]
 
+# Worst first: a rack's alert-mode level is that of its worst firing alert.
+SEVERITY_RANK = {"critical": 2, "warning": 1, "info": 0}
+
 
 def site_payload(site_id: int, now: float) -> Payload:
+    """One site's strip figures (the live push calls this for each site whose facility
+    data changed)."""
+    return site_payloads([site_id], now)[site_id]
+
+
+def site_payloads(site_ids: Iterable[int], now: float) -> dict[int, Payload]:
+    """The strip figures of each site in `site_ids`: three queries whatever their number."""
     from fleet.state import latest_readings  # state imports this module
 
-    reading = latest_readings("facility", [site_id]).get((site_id,), health.EMPTY)
+    ids = sorted(set(site_ids))
+    readings = latest_readings("facility", ids)
+    alerts = firing_alerts(ids)
+    agents = agent_freshness(ids, now)
+    return {
+        site_id: {
+            **facility_figures(readings.get((site_id,), health.EMPTY), now),
+            "alerts": alerts.get(site_id, empty_alerts()),
+            "agents": agents.get(site_id, {"nodes": 0, "stale": 0, "never": 0}),
+            "computed_at": now,
+        }
+        for site_id in ids
+    }
+
+
+def facility_figures(reading: health.Reading, now: float) -> Payload:
+    """Facility, IT and cooling power now and the live PUE with its category. Cooling is
+    the plant's own meter when it reports one, else facility − IT (which then holds every
+    other overhead too: UPS losses, lighting), and says which."""
     value, category = health.facility_pue(reading, now)
+    total = reading.fresh("total_power_w", now, health.STALE_AFTER_S)
+    it = reading.fresh("it_power_w", now, health.STALE_AFTER_S)
+    cooling = reading.fresh("cooling_power_w", now, health.STALE_AFTER_S)
+    cooling_source = "meter" if cooling is not None else None
+    if cooling is None and total is not None and it is not None:
+        cooling, cooling_source = max(0.0, float(total) - float(it)), "derived"
     return {
         "pue": value,
         "pue_category": category,
-        "total_power_w": reading.fresh("total_power_w", now, health.STALE_AFTER_S),
-        "it_power_w": reading.fresh("it_power_w", now, health.STALE_AFTER_S),
+        "pue_category_words": health.pue_category(category),
+        "total_power_w": total,
+        "it_power_w": it,
+        "cooling_power_w": cooling,
+        "cooling_source": cooling_source,
         "ts": health.newest_ts(reading),
     }
+
+
+def empty_alerts() -> Payload:
+    return {"firing": 0, "critical": 0, "racks": {}, "loops": {}}
+
+
+def firing_alerts(site_ids: list[int]) -> dict[int, Payload]:
+    """Alerts firing now per site, and per rack (an instance on the rack, its nodes, GPUs
+    or feeds carries the rack's id) and per loop (an instance on the loop itself): each
+    with its count and worst severity. One grouped query."""
+    if not site_ids:
+        return {}
+    marks = ", ".join(["%s"] * len(site_ids))
+    sql = (
+        "SELECT i.site_id, i.rack_id, i.loop_id, r.severity, COUNT(*)"
+        " FROM alerts_alertinstance i JOIN alerts_alertrule r ON r.id = i.rule_id"
+        f" WHERE i.state = 'firing' AND i.site_id IN ({marks})"
+        " GROUP BY i.site_id, i.rack_id, i.loop_id, r.severity"
+    )
+    out: dict[int, Payload] = {}
+    for site_id, rack_id, loop_id, severity, count in _select(sql, site_ids):
+        site = out.setdefault(site_id, empty_alerts())
+        site["firing"] += count
+        site["critical"] += count if severity == "critical" else 0
+        if rack_id is not None:
+            _add_alerts(site["racks"], rack_id, severity, count)
+        elif loop_id is not None:
+            _add_alerts(site["loops"], loop_id, severity, count)
+    return out
+
+
+def _add_alerts(place: dict[str, Payload], entity_id: int, severity: str, count: int) -> None:
+    entry = place.setdefault(str(entity_id), {"n": 0, "severity": severity})
+    entry["n"] += count
+    if SEVERITY_RANK.get(severity, 0) > SEVERITY_RANK.get(entry["severity"], 0):
+        entry["severity"] = severity
+
+
+def agent_freshness(site_ids: list[int], now: float) -> dict[int, Payload]:
+    """Per site: nodes in the inventory, those whose newest data (node or GPU sample) is
+    older than `health.STALE_AFTER_S`, and those that never sent any. One grouped query
+    over the latest-state tables (no per-node work)."""
+    if not site_ids:
+        return {}
+    marks = ", ".join(["%s"] * len(site_ids))
+    sql = (
+        "WITH newest AS (SELECT node_id, MAX(ts) AS ts FROM ("
+        " SELECT node_id, ts FROM fw_node_latest"
+        " UNION ALL SELECT node_id, MAX(ts) FROM fw_gpu_latest GROUP BY node_id"
+        ") t GROUP BY node_id)"
+        " SELECT h.site_id, COUNT(*),"
+        " SUM(CASE WHEN w.ts IS NOT NULL AND w.ts <= %s THEN 1 ELSE 0 END),"
+        " SUM(CASE WHEN w.ts IS NULL THEN 1 ELSE 0 END)"
+        " FROM fleet_node n JOIN fleet_rack r ON r.id = n.rack_id"
+        " JOIN fleet_hall h ON h.id = r.hall_id LEFT JOIN newest w ON w.node_id = n.id"
+        f" WHERE h.site_id IN ({marks}) GROUP BY h.site_id"
+    )
+    rows = _select(sql, [now - health.STALE_AFTER_S, *site_ids])
+    return {
+        site_id: {"nodes": int(nodes), "stale": int(stale or 0), "never": int(never or 0)}
+        for site_id, nodes, stale, never in rows
+    }
+
+
+def _select(sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
+    with connection.cursor() as cur:
+        cur.execute(sql, params)
+        return list(cur.fetchall())
