@@ -1,9 +1,9 @@
 """The cooling page's content: each CDU's loop with its figures, level and why, and the
 racks it serves with their state.
 
-Levels come from `fleet.health` (through `fleet.state.loop_states` and `rack_states`);
-the reasons below name the figure behind each non-OK level the same way
-`health.loop_summary` judges it, so the words can never disagree with the level.
+Levels come from `fleet.health` (through `fleet.state.loop_views` and `rack_states`);
+the reasons (`fleet.state.loop_reasons`, shared with the live payload) name the figure
+behind each non-OK level the same way `health.loop_summary` judges it.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from dashboard.words import age_words, as_of, level_word, no_data_words
 from fleet import health
 from fleet.models import CoolingLoop, Rack
-from fleet.state import latest_readings, loop_states, rack_states
+from fleet.state import loop_reasons, loop_views, rack_states
 
 
 @dataclass
@@ -46,44 +46,6 @@ class LoopCard:
 class CoolingPage:
     loops: list[LoopCard]
     as_of: str
-
-
-def loop_reasons(
-    summary: health.LoopSummary,
-    reading: health.Reading,
-    limit_c: float | None,
-    rated: float | None,
-    now: float,
-) -> list[str]:
-    """Why a loop is not OK, one phrase per judged figure that is not OK."""
-    out: list[str] = []
-    if summary.stale:
-        return [no_data_words(summary.ts, now)]
-    supply = summary.supply_c
-    if (
-        supply is not None
-        and limit_c is not None
-        and health.supply_level(supply, limit_c) != health.Level.OK
-    ):
-        out.append(f"supply {supply:.1f} °C against its {limit_c:.0f} °C limit")
-    if (
-        summary.flow_lpm is not None
-        and health.flow_level(summary.flow_lpm, rated) != health.Level.OK
-    ):
-        of_rated = (
-            "" if summary.flow_frac is None else f" ({100 * summary.flow_frac:.0f} % of rated)"
-        )
-        out.append(f"flow {summary.flow_lpm:.0f} L/min{of_rated}")
-    if summary.pumps_failed:
-        out.append(f"{summary.pumps_failed} pump(s) failed")
-    running = reading.fresh("pumps_running", now, health.STALE_AFTER_S)
-    if running is not None and running <= 0:
-        out.append("no pump running")
-    if summary.leak:
-        out.append(f"leak detected ({level_word(health.leak_level(summary.leak))})")
-    if reading.fresh("reservoir_low", now, health.STALE_AFTER_S):
-        out.append("reservoir low")
-    return out
 
 
 def loop_figures(
@@ -153,8 +115,7 @@ def cooling_page(now: float, site_ids: Collection[int] | None = None) -> Cooling
         query = query.filter(site_id__in=site_ids)
     loops = list(query)
     ids = [loop.id for loop in loops]
-    summaries = loop_states(ids, now)
-    readings = latest_readings("loop", ids)
+    views = loop_views(ids, now)
     served: dict[int, list[ServedRack]] = {}
     for rack_id, state in rack_states(_racks_on(ids), now).items():
         s = state.summary
@@ -171,9 +132,8 @@ def cooling_page(now: float, site_ids: Collection[int] | None = None) -> Cooling
         )
     cards = []
     for loop in loops:
-        summary = summaries[loop.id]
-        reading = readings.get((loop.id,), health.EMPTY)
-        limit = loop.effective_supply_limit_c()
+        view = views[loop.id]
+        summary, reading, limit = view.summary, view.reading, view.supply_limit_c
         cards.append(
             LoopCard(
                 id=loop.id,
@@ -182,7 +142,7 @@ def cooling_page(now: float, site_ids: Collection[int] | None = None) -> Cooling
                 liquid_class=loop.liquid_class,
                 level=summary.level.value,
                 level_word=level_word(summary.level),
-                reasons=loop_reasons(summary, reading, limit, loop.rated_flow_lpm, now),
+                reasons=loop_reasons(view, now),  # shared with the live payload
                 stale=no_data_words(summary.ts, now) if summary.stale else None,
                 figures=loop_figures(loop, summary, reading, limit, now),
                 racks=served.get(loop.id, []),

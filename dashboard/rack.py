@@ -10,15 +10,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from agents.protocol import reasons as nvml
 from dashboard.words import SOURCE_WORDS, as_of, level_word, no_data_words
 from fleet import health
 from fleet.models import GPU, Node, PowerFeed, Rack
-from fleet.state import RackState, gpu_limits, latest_readings, rack_reasons, rack_states
+from fleet.payloads import gpu_entry, liquid_entry
+from fleet.state import (  # REASON_WORDS and throttle_words: imported from here by others
+    REASON_WORDS,
+    Payload,
+    RackState,
+    latest_readings,
+    rack_reasons,
+    rack_states,
+    throttle_words,
+)
 
 COOLING_WORDS = dict(Rack._meta.get_field("cooling").choices or [])
 FEED_TYPE_WORDS = dict(PowerFeed._meta.get_field("type").choices or [])
-REASON_WORDS = {name: meaning for _, name, meaning in nvml.REASONS}
+__all__ = ("REASON_WORDS", "gpu_tile", "rack_page", "throttle_words")
 
 
 @dataclass
@@ -107,33 +115,35 @@ def headroom_words(headroom_c: float | None) -> str:
     return f"{headroom_c:.0f} °C to slowdown"
 
 
-def throttle_words(throttle: health.Throttle) -> list[str]:
-    """Each clock-event reason set, as NVML names it and what it means."""
-    return [f"{name}: {REASON_WORDS.get(name, 'unknown reason bit')}" for name in throttle.reasons]
-
-
 def gpu_tile(
     gpu: GPU, reading: health.Reading, limits: health.GpuLimits | None, now: float
 ) -> GpuTile:
-    s = health.gpu_summary(reading, limits, now)
-    stale = no_data_words(s.ts, now) if s.stale else None
-    temp = (stale or "no temperature") if s.temp_c is None else f"{s.temp_c:.0f} °C"
-    if s.power_w is None:
+    """A GPU tile in words (the rack page's elevation and the GPU page)."""
+    return tile_from_entry(gpu, gpu_entry(gpu.node_id, gpu.index, reading, limits, now), now)
+
+
+def tile_from_entry(gpu: GPU, entry: Payload, now: float) -> GpuTile:
+    """A GPU tile in words, from the same entry the live rack message carries
+    (`fleet.payloads.gpu_entry`), so the page and a live GPU view never disagree."""
+    stale = no_data_words(entry["ts"], now) if entry["stale"] else None
+    temp_c, power_w, frac = entry["temp_c"], entry["power_w"], entry["power_frac"]
+    temp = (stale or "no temperature") if temp_c is None else f"{temp_c:.0f} °C"
+    if power_w is None:
         power = stale or "no power reading"
-    elif s.power_frac is None:
-        power = f"{s.power_w:.0f} W"
+    elif frac is None:
+        power = f"{power_w:.0f} W"
     else:
-        power = f"{s.power_w:.0f} W ({100 * s.power_frac:.0f} % of cap)"
+        power = f"{power_w:.0f} W ({100 * frac:.0f} % of cap)"
     return GpuTile(
         index=gpu.index,
         model=gpu.model,
-        level=s.level.value,
-        level_word=level_word(s.level),
+        level=entry["level"],
+        level_word=entry["level_word"],
         temp=temp,
-        headroom=headroom_words(s.headroom.slowdown_c) if not s.stale else "headroom unknown",
+        headroom=headroom_words(entry["headroom_c"]),
         power=power,
-        reasons=throttle_words(s.throttle),
-        throttling=s.throttle.throttling,
+        reasons=entry["reasons"],
+        throttling=entry["throttling"],
         stale=stale,
     )
 
@@ -173,18 +183,15 @@ def node_row(node: Node, summary: health.NodeSummary | None, now: float) -> Node
 def elevation(state: RackState, now: float) -> list[NodeRow]:
     """Nodes top of the rack first (highest U), each with its GPUs in index order."""
     nodes = list(Node.objects.filter(rack_id=state.info.id).order_by("-position", "name"))
-    ids = [n.id for n in nodes]
-    readings = latest_readings("gpu", ids)
-    limits = gpu_limits(ids)
     gpus: dict[int, list[GPU]] = {}
-    for gpu in GPU.objects.filter(node_id__in=ids).order_by("node_id", "index"):
+    for gpu in GPU.objects.filter(node_id__in=[n.id for n in nodes]).order_by("node_id", "index"):
         gpus.setdefault(gpu.node_id, []).append(gpu)
     rows = []
     for node in nodes:
         row = node_row(node, state.nodes.get(node.id), now)
         for gpu in gpus.get(node.id, []):
-            reading = readings.get((node.id, gpu.index), health.EMPTY)
-            row.gpus.append(gpu_tile(gpu, reading, limits.get((node.id, gpu.index)), now))
+            reading, limits = state.gpus.get((node.id, gpu.index), (health.EMPTY, None))
+            row.gpus.append(gpu_tile(gpu, reading, limits, now))
         rows.append(row)
     return rows
 
@@ -243,30 +250,25 @@ def redundancy(
 
 def liquid(state: RackState, now: float) -> Liquid | None:
     """The loop that cools a liquid rack and the rack's own liquid figures (its manifold
-    sensors when it has them, else the loop's)."""
-    info = state.info
-    if info.loop_id is None:
+    sensors when it has them, else the loop's), from `fleet.payloads.liquid_entry`."""
+    entry = liquid_entry(state, now)
+    if entry is None:
         return None
-    reading = latest_readings("rack", [info.id]).get((info.id,), health.EMPTY)
-    loop = state.loop
 
-    def figure(rack_metric: str, loop_value: float | None, unit: str, fmt: str) -> str:
-        value = reading.fresh(rack_metric, now, health.STALE_AFTER_S)
-        if value is not None:
-            return f"{value:{fmt}} {unit} (rack)"
-        if loop_value is not None:
-            return f"{loop_value:{fmt}} {unit} (loop)"
-        return no_data_words(None if loop is None else loop.ts, now)
+    def figure(key: str, unit: str, fmt: str) -> str:
+        value, source = entry[key], entry[key.rsplit("_", 1)[0] + "_from"]
+        if value is None:
+            return no_data_words(entry["ts"], now)
+        return f"{value:{fmt}} {unit} ({source})"
 
-    level = health.Level.UNKNOWN if loop is None else loop.level
     return Liquid(
-        loop_id=info.loop_id,
-        loop_name=info.loop_name,
-        loop_level=level.value,
-        loop_level_word=level_word(level),
-        supply=figure("liquid_supply_c", None if loop is None else loop.supply_c, "°C", ".1f"),
-        return_=figure("liquid_return_c", None if loop is None else loop.return_c, "°C", ".1f"),
-        flow=figure("liquid_flow_lpm", None if loop is None else loop.flow_lpm, "L/min", ".0f"),
+        loop_id=entry["loop_id"],
+        loop_name=entry["loop_name"],
+        loop_level=entry["loop_level"],
+        loop_level_word=entry["loop_level_word"],
+        supply=figure("supply_c", "°C", ".1f"),
+        return_=figure("return_c", "°C", ".1f"),
+        flow=figure("flow_lpm", "L/min", ".0f"),
     )
 
 

@@ -3,7 +3,7 @@ publisher that feeds them.
 
 Each ingest child reports which entities' latest state it saved (CHANGED frames);
 the `LivePublisher` of the server process coalesces those reports, reads the
-affected racks' latest state once per interval (`fleet.state.build_updates`, which
+affected racks' latest state once per interval (`fleet.payloads.build_updates`, which
 derives every figure and level through `fleet.health`) and sends them to:
 
 - `live.site.<site id>`: per rack summaries of that site, its loops and facility figures;
@@ -127,7 +127,7 @@ def _plan(changed: Changed) -> Any:
     open between publishes (reopening it twice a second cost ~3 % of the server's CPU)."""
     from django.db import connection
 
-    from fleet.state import plan_updates
+    from fleet.payloads import plan_updates
 
     if connection.connection is not None and not connection.is_usable():
         connection.close()  # the database dropped it (a restart): the next query reopens
@@ -139,7 +139,7 @@ def _plan(changed: Changed) -> Any:
 
 
 def _build(plan: Any, wanted: set[str]) -> list[tuple[str, dict[str, Any]]]:
-    from fleet.state import build_updates
+    from fleet.payloads import build_updates
 
     return build_updates(plan, wanted, time.time())
 

@@ -3,8 +3,25 @@ latest-state tables read once, every figure and level derived by `fleet.health`.
 
 Nothing here computes a threshold of its own; nothing else reads the latest-state
 tables for display. `rack_states` is the workhorse (the overview page reads every
-rack, the live publisher the racks that changed); `plan_updates` and `build_updates`
-turn the entities an ingest child saved into the group payloads `fleet.live` sends.
+rack, the live publisher the racks that changed); `loop_views` does the same for
+cooling loops. `fleet.payloads` turns these into what pages show per GPU, feed and
+loop, and into the live group messages.
+
+The live contract, in short (details in `fleet.payloads`):
+
+- `live.rack.<id>`: `{"ts", "rack", "nodes", "gpus", "feeds", "liquid"}`, where
+  `gpus` is `{"<GPU inventory pk>": {"node_id", "index", "level", "level_word",
+  "temp_c", "headroom_c", "power_w", "power_limit_w", "power_frac", "sm_clock_mhz"
+  (metric clock_sm_mhz), "util_pct" (metric util_gpu_pct), "reasons": [decoded words],
+  "throttling", "stale", "stale_s": seconds since its newest sample or null, "ts": that
+  sample (epoch s)}}`; `temp_c` is the metric temp_gpu_c, `headroom_c` the headroom to
+  the GPU's own slowdown limit. Figures are null when absent or stale.
+- `live.site.<id>`: `{"ts", "racks": {"<rack id>": rack_payload}, "loops": {"<loop id>":
+  {"level", "level_word", "reasons", "stale", "ts", "supply_c", "supply_limit_c",
+  "return_c", "delta_c", "flow_lpm", "flow_frac", "rated_flow_lpm", "supply_kpa",
+  "return_kpa", "dp_kpa", "pumps_running", "pumps_failed", "leak", "reservoir_low",
+  "heat_removed_kw", "capacity_kw", "reported"}}, "site": facility figures}`.
+- `live.fleet`: compact, `{"ts", "racks": {"<rack id>": {"level", "throttling"}}, "sites"}`.
 """
 
 from __future__ import annotations
@@ -16,14 +33,17 @@ from typing import Any
 import orjson
 from django.db import connection
 
+from agents.protocol import reasons as nvml
+from dashboard.words import level_word, no_data_words
 from fleet import health
 from fleet.choices import LiquidClassChoices
-from fleet.live import fleet_group, rack_group, site_group
-from fleet.site_summary import site_payload
 from fleet.storage.latest import rows_to_latest, select_latest_sql
 from fleet.storage.schema import ENTITY_COLUMNS
 
 Payload = dict[str, Any]
+GpuKey = tuple[int, int]  # (node id, GPU index)
+STALE = health.STALE_AFTER_S
+REASON_WORDS = {name: meaning for _, name, meaning in nvml.REASONS}
 
 
 @dataclass
@@ -46,15 +66,17 @@ class RackState:
     nodes: dict[int, health.NodeSummary]
     loop: health.LoopSummary | None
     level: health.Level  # the worst of the rack's own signals and its cooling loop's
+    reading: health.Reading = health.EMPTY  # the rack's own sensors (PDU, manifold)
+    gpus: dict[GpuKey, tuple[health.Reading, health.GpuLimits | None]] = field(default_factory=dict)
 
 
-def _select(sql: str, params: Iterable[Any] = ()) -> list[tuple[Any, ...]]:
+def select_rows(sql: str, params: Iterable[Any] = ()) -> list[tuple[Any, ...]]:
     with connection.cursor() as cur:
         cur.execute(sql, list(params))
         return list(cur.fetchall())
 
 
-def _in(ids: Iterable[int]) -> tuple[str, list[int]]:
+def in_list(ids: Iterable[int]) -> tuple[str, list[int]]:
     values = sorted(set(ids))
     return ", ".join(["%s"] * len(values)) or "NULL", values
 
@@ -67,16 +89,16 @@ def rack_infos(rack_ids: Iterable[int] | None = None) -> dict[int, RackInfo]:
     )
     params: list[int] = []
     if rack_ids is not None:
-        marks, params = _in(rack_ids)
+        marks, params = in_list(rack_ids)
         sql += f" WHERE r.id IN ({marks})"
     sql += " ORDER BY h.name, r.position, r.name"
     racks = {
         row[0]: RackInfo(row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7])
-        for row in _select(sql, params)
+        for row in select_rows(sql, params)
     }
     if racks:
-        marks, params = _in(racks)
-        for node_id, name, rack_id in _select(
+        marks, params = in_list(racks)
+        for node_id, name, rack_id in select_rows(
             f"SELECT id, name, rack_id FROM fleet_node WHERE rack_id IN ({marks}) ORDER BY name",
             params,
         ):
@@ -85,10 +107,10 @@ def rack_infos(rack_ids: Iterable[int] | None = None) -> dict[int, RackInfo]:
 
 
 def _readings(kind: str, column: str, ids: Iterable[int]) -> dict[tuple[int, ...], Any]:
-    marks, params = _in(ids)
+    marks, params = in_list(ids)
     if not params:
         return {}
-    records = _select(select_latest_sql(kind, f"{column} IN ({marks})"), params)
+    records = select_rows(select_latest_sql(kind, f"{column} IN ({marks})"), params)
     return {
         key: health.Reading(row.values, row.ts, row.newest)
         for key, row in rows_to_latest(kind, records).items()
@@ -110,12 +132,12 @@ def gpu_limits(node_ids: Iterable[int] | None) -> dict[tuple[int, int], health.G
         " tlimit_slowdown_c, power_limit_max_w FROM fleet_gpu"
     )
     if node_ids is None:
-        rows = _select(sql, [])
+        rows = select_rows(sql, [])
     else:
-        marks, params = _in(node_ids)
+        marks, params = in_list(node_ids)
         if not params:
             return {}
-        rows = _select(f"{sql} WHERE node_id IN ({marks})", params)
+        rows = select_rows(f"{sql} WHERE node_id IN ({marks})", params)
     return {
         (r[0], r[1]): health.GpuLimits(
             slowdown_c=r[2],
@@ -129,24 +151,51 @@ def gpu_limits(node_ids: Iterable[int] | None) -> dict[tuple[int, int], health.G
     }
 
 
-def loop_states(loop_ids: Iterable[int], now: float) -> dict[int, health.LoopSummary]:
-    marks, params = _in(loop_ids)
+def gpu_ids(node_ids: Iterable[int]) -> dict[GpuKey, int]:
+    """The inventory pk of each GPU of the given nodes, by (node id, index)."""
+    marks, params = in_list(node_ids)
     if not params:
         return {}
-    ratings = {
-        lid: (limit if limit is not None else LiquidClassChoices.supply_limit_c(cls), flow)
-        for lid, limit, cls, flow in _select(
-            "SELECT id, supply_limit_c, liquid_class, rated_flow_lpm FROM fleet_coolingloop"
-            f" WHERE id IN ({marks})",
-            params,
-        )
-    }
-    readings = _readings("loop", "loop_id", ratings)
-    out: dict[int, health.LoopSummary] = {}
-    for lid, (limit, flow) in ratings.items():
+    sql = f'SELECT node_id, "index", id FROM fleet_gpu WHERE node_id IN ({marks})'
+    return {(node, index): pk for node, index, pk in select_rows(sql, params)}
+
+
+@dataclass
+class LoopState:
+    """A loop's summary with the reading and ratings behind it (pressure, pumps running,
+    heat removed and reservoir are figures the summary does not carry)."""
+
+    id: int
+    site_id: int
+    name: str
+    supply_limit_c: float | None
+    rated_flow_lpm: float | None
+    capacity_kw: float | None
+    reading: health.Reading
+    summary: health.LoopSummary
+
+
+def loop_views(loop_ids: Iterable[int], now: float) -> dict[int, LoopState]:
+    marks, params = in_list(loop_ids)
+    if not params:
+        return {}
+    rows = select_rows(
+        "SELECT id, site_id, name, supply_limit_c, liquid_class, rated_flow_lpm, capacity_kw"
+        f" FROM fleet_coolingloop WHERE id IN ({marks})",
+        params,
+    )
+    readings = _readings("loop", "loop_id", [row[0] for row in rows])
+    out: dict[int, LoopState] = {}
+    for lid, site_id, name, limit, cls, flow, capacity in rows:
+        limit = limit if limit is not None else LiquidClassChoices.supply_limit_c(cls)
         reading = readings.get((lid,), health.EMPTY)
-        out[lid] = health.loop_summary(reading, now, supply_limit_c=limit, rated_flow_lpm=flow)
+        summary = health.loop_summary(reading, now, supply_limit_c=limit, rated_flow_lpm=flow)
+        out[lid] = LoopState(lid, site_id, name, limit, flow, capacity, reading, summary)
     return out
+
+
+def loop_states(loop_ids: Iterable[int], now: float) -> dict[int, health.LoopSummary]:
+    return {lid: view.summary for lid, view in loop_views(loop_ids, now).items()}
 
 
 @dataclass
@@ -175,21 +224,24 @@ def rack_states(
         )
     gpus, nodes, racks, limits = preread.gpus, preread.nodes, preread.racks, preread.limits
     loops = loop_states({i.loop_id for i in infos.values() if i.loop_id is not None}, now)
-    per_node: dict[int, list[tuple[health.Reading, health.GpuLimits | None]]] = {}
+    per_node: dict[int, dict[GpuKey, tuple[health.Reading, health.GpuLimits | None]]] = {}
     for key in sorted(gpus):
-        per_node.setdefault(key[0], []).append((gpus[key], limits.get((key[0], key[1]))))
+        gpu_key = (key[0], key[1])
+        per_node.setdefault(key[0], {})[gpu_key] = (gpus[key], limits.get(gpu_key))
     out: dict[int, RackState] = {}
     for rack_id, info in infos.items():
         summaries = {
-            node_id: health.node_summary(per_node.get(node_id, []), nodes.get((node_id,)), now)
+            node_id: health.node_summary(
+                per_node.get(node_id, {}).values(), nodes.get((node_id,)), now
+            )
             for node_id in info.nodes
         }
-        summary = health.rack_summary(
-            racks.get((rack_id,)), list(summaries.values()), info.budget_kw, now
-        )
+        reading = racks.get((rack_id,)) or health.EMPTY
+        summary = health.rack_summary(reading, list(summaries.values()), info.budget_kw, now)
         loop = loops.get(info.loop_id) if info.loop_id is not None else None
         level = summary.level if loop is None else health.worst(summary.level, loop.level)
-        out[rack_id] = RackState(info, summary, summaries, loop, level)
+        rack_gpus = {k: v for n in info.nodes for k, v in per_node.get(n, {}).items()}
+        out[rack_id] = RackState(info, summary, summaries, loop, level, reading, rack_gpus)
     return out
 
 
@@ -241,88 +293,37 @@ def _headroom_words(headroom_c: float, prefix: str = "") -> str:
     return f"{prefix}{headroom_c:.0f} °C from slowdown"
 
 
-@dataclass
-class UpdatePlan:
-    """What changed, resolved to the racks (with their sites) and sites it touches."""
-
-    racks: dict[int, int]  # rack id -> site id
-    facility_sites: set[int]
-
-    def groups(self) -> set[str]:
-        out = {rack_group(r) for r in self.racks} | {site_group(s) for s in self.racks.values()}
-        out |= {site_group(s) for s in self.facility_sites}
-        return out | {fleet_group()} if out else out
+def throttle_words(throttle: health.Throttle) -> list[str]:
+    """Each clock-event reason set, as NVML names it and what it means."""
+    return [f"{name}: {REASON_WORDS.get(name, 'unknown reason bit')}" for name in throttle.reasons]
 
 
-def plan_updates(changed: dict[str, set[tuple[int, ...]]]) -> UpdatePlan:
-    rack_ids = _racks_touched(changed)
-    racks: dict[int, int] = {}
-    if rack_ids:
-        marks, params = _in(rack_ids)
-        racks = dict(
-            _select(
-                "SELECT r.id, h.site_id FROM fleet_rack r JOIN fleet_hall h ON h.id = r.hall_id"
-                f" WHERE r.id IN ({marks})",
-                params,
-            )
-        )
-    return UpdatePlan(racks, {key[0] for key in changed.get("facility", ())})
+def fresh_value(reading: health.Reading, name: str, now: float) -> float | None:
+    value = reading.fresh(name, now, STALE)
+    return None if value is None else float(value)
 
 
-def build_updates(plan: UpdatePlan, wanted: set[str], now: float) -> list[tuple[str, Payload]]:
-    """The group messages for what changed, only for groups someone watches: each rack
-    (its summary), each site (its racks, its facility figures), the fleet summary."""
-    fleet_wanted = fleet_group() in wanted
-    needed = [
-        rack_id
-        for rack_id, site_id in plan.racks.items()
-        if fleet_wanted or rack_group(rack_id) in wanted or site_group(site_id) in wanted
-    ]
-    states = rack_states(needed, now) if needed else {}
-    by_site: dict[int, Payload] = {}
-    out: list[tuple[str, Payload]] = []
-    for rack_id, state in states.items():
-        payload = rack_payload(state)
-        if rack_group(rack_id) in wanted:
-            # The rack page renders itself again from the latest state on this signal
-            # (dashboard/live_pages.py), so the message carries the rack's summary only.
-            out.append((rack_group(rack_id), {"ts": now, "rack": payload}))
-        site = by_site.setdefault(state.info.site_id, {"ts": now, "racks": {}})
-        site["racks"][str(rack_id)] = payload
-    for site_id in plan.facility_sites:
-        site = by_site.setdefault(site_id, {"ts": now, "racks": {}})
-        site["site"] = site_payload(site_id, now)
-    fleet: Payload = {"ts": now, "racks": {}, "sites": {}}
-    for site_id, site in by_site.items():
-        if site_group(site_id) in wanted:
-            out.append((site_group(site_id), site))
-        for rack_id, rack in site["racks"].items():
-            fleet["racks"][rack_id] = {
-                "level": rack["level"],
-                "throttling": rack["throttling_thermal"] + rack["throttling_power"],
-            }
-        if "site" in site:
-            fleet["sites"][str(site_id)] = site["site"]
-    if fleet_wanted and by_site:
-        out.append((fleet_group(), fleet))
+def loop_reasons(view: LoopState, now: float) -> list[str]:
+    """Why a loop is not OK, one phrase per judged figure that is not OK (named the way
+    `health.loop_summary` judges it, so the words never disagree with the level)."""
+    s, reading = view.summary, view.reading
+    if s.stale:
+        return [no_data_words(s.ts, now)]
+    out: list[str] = []
+    limit = view.supply_limit_c
+    supply = s.supply_c
+    if supply is not None and limit is not None and health.supply_level(supply, limit) != "ok":
+        out.append(f"supply {supply:.1f} °C against its {limit:.0f} °C limit")
+    if s.flow_lpm is not None and health.flow_level(s.flow_lpm, view.rated_flow_lpm) != "ok":
+        of_rated = "" if s.flow_frac is None else f" ({100 * s.flow_frac:.0f} % of rated)"
+        out.append(f"flow {s.flow_lpm:.0f} L/min{of_rated}")
+    if s.pumps_failed:
+        out.append(f"{s.pumps_failed} pump(s) failed")
+    running = fresh_value(reading, "pumps_running", now)
+    if running is not None and running <= 0:
+        out.append("no pump running")
+    if s.leak:
+        out.append(f"leak detected ({level_word(health.leak_level(s.leak))})")
+    if fresh_value(reading, "reservoir_low", now):
+        out.append("reservoir low")
     return out
-
-
-def _racks_touched(changed: dict[str, set[tuple[int, ...]]]) -> set[int]:
-    """The racks whose state an entity change can move: their nodes, feeds and loops."""
-    racks = {key[0] for key in changed.get("rack", ())}
-    lookups = (
-        ({key[0] for kind in ("gpu", "node") for key in changed.get(kind, ())}, _NODE_RACKS),
-        ({key[0] for key in changed.get("feed", ())}, _FEED_RACKS),
-        ({key[0] for key in changed.get("loop", ())}, _LOOP_RACKS),
-    )
-    for ids, sql in lookups:
-        if ids:
-            marks, params = _in(ids)
-            racks |= {r for (r,) in _select(sql.format(marks), params)}
-    return racks
-
-
-_NODE_RACKS = "SELECT rack_id FROM fleet_node WHERE id IN ({})"
-_FEED_RACKS = "SELECT rack_id FROM fleet_powerfeed WHERE id IN ({})"
-_LOOP_RACKS = "SELECT id FROM fleet_rack WHERE loop_id IN ({})"
