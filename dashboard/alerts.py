@@ -1,15 +1,22 @@
 """The alerts page's content: active alerts with whether they are acknowledged or muted,
 the silences and maintenance windows in force, recent notifications, Slack routes and the
-delivery log. Plain data for the template; every query bounded."""
+delivery log. Plain data for the template; every query bounded.
+
+Someone who sees only some sites (fleet/access.py) gets only those sites' alerts, windows,
+notifications and deliveries, the routes of those sites and of every site, and the
+silences pinned to those sites with `site=<name>`."""
 
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
-from django.db.models import Count, Prefetch
+from django.db.models import Count, Prefetch, Q, QuerySet
 
+from dashboard.muting import silence_sites
+from fleet.access import can_operate
 from fleet.alerts.models import (
     ACTIVE_STATES,
     AlertGroup,
@@ -18,6 +25,7 @@ from fleet.alerts.models import (
     Silence,
 )
 from fleet.alerts.muting import Mutes, matchers_text
+from fleet.models import Site
 from fleet.notifications.models import Delivery, DeliveryAttempt, Route
 from fleet.notifications.slack import redact_url
 
@@ -42,21 +50,31 @@ class ActiveAlert:
     acknowledged: str  # "dana: on it" or ""
     muted: str  # "silence 3", "rack in maintenance" or ""
     runbook_url: str
+    site_id: int | None = None
+    operable: bool = False  # the viewer may acknowledge it (operator at its site)
 
 
 def can_acknowledge(user: Any) -> bool:
-    """Operators: whoever may change alert instances (admin: a group or the permission)."""
-    return bool(user.is_authenticated and user.has_perm("alerts.change_alertinstance"))
+    """Operators at one site or more (fleet/access.py): the page offers them the controls,
+    and each acknowledgement is checked against its alert's site."""
+    return can_operate(user)
 
 
-def alerts_page(now: dt.datetime, *, show_urls: bool) -> dict[str, Any]:
+def alerts_page(
+    now: dt.datetime,
+    *,
+    show_urls: bool,
+    sites: Collection[int] | None = None,
+    operated: Collection[int] | None = (),
+) -> dict[str, Any]:
+    """The page for someone who sees `sites` and operates at `operated` (None: every site)."""
     mutes = Mutes.at(now)
     active = (
-        AlertInstance.objects.filter(state__in=ACTIVE_STATES)
+        _at_sites(AlertInstance.objects.filter(state__in=ACTIVE_STATES), sites, "site")
         .select_related("rule")
         .order_by("state", "-started_at")[:MAX_ACTIVE]
     )
-    rows = [_active(inst, mutes) for inst in active]
+    rows = [_active(inst, mutes, operated) for inst in active]
     rows.sort(key=lambda a: (a.state != "firing", _rank(a.severity), a.since))
     return {
         "now": now,
@@ -65,23 +83,25 @@ def alerts_page(now: dt.datetime, *, show_urls: bool) -> dict[str, Any]:
         "pending": sum(1 for a in rows if a.state == "pending"),
         "acknowledged": sum(1 for a in rows if a.acknowledged),
         "muted": sum(1 for a in rows if a.muted),
-        "silences": [
-            {"pk": s.pk, "matchers": matchers_text(s.matchers), "silence": s}
-            for s in Silence.objects.filter(ends_at__gt=now).order_by("starts_at")[:MAX_RECENT]
-        ],
+        "silences": _silences(now, sites),
         "windows": list(
             MaintenanceWindow.objects.filter(ends_at__gt=now)
-            .select_related("site", "rack", "node")
+            .filter(_window_at_sites(sites))
+            .select_related("site", "rack__hall__site", "node")
             .order_by("starts_at")[:MAX_RECENT]
         ),
         "groups": list(
-            AlertGroup.objects.filter(messages__gt=0)
+            _at_sites(AlertGroup.objects.filter(messages__gt=0), sites, "site")
             .annotate(size=Count("members"))
             .order_by("-last_sent_at")[:MAX_RECENT]
         ),
-        "routes": [_route(r, show_urls) for r in Route.objects.all()],
+        "routes": [
+            _route(r, show_urls)
+            for r in Route.objects.filter(_every_or(sites, "site")).select_related("site")
+        ],
         "deliveries": list(
-            Delivery.objects.select_related("route")
+            _at_sites(Delivery.objects.all(), sites, "route__site")
+            .select_related("route")
             .prefetch_related(
                 Prefetch("tries", queryset=DeliveryAttempt.objects.order_by("started_at"))
             )
@@ -90,11 +110,49 @@ def alerts_page(now: dt.datetime, *, show_urls: bool) -> dict[str, Any]:
     }
 
 
+def _at_sites(queryset: QuerySet[Any], sites: Collection[int] | None, path: str) -> Any:
+    return queryset if sites is None else queryset.filter(**{f"{path}__in": sites})
+
+
+def _every_or(sites: Collection[int] | None, path: str) -> Q:
+    # Rows for every site (no site set) are everyone's; the rest only their sites'.
+    return Q() if sites is None else Q(**{f"{path}__isnull": True}) | Q(**{f"{path}__in": sites})
+
+
+def _window_at_sites(sites: Collection[int] | None) -> Q:
+    if sites is None:
+        return Q()
+    return Q(site__in=sites) | Q(rack__hall__site__in=sites) | Q(node__rack__hall__site__in=sites)
+
+
+def _silences(now: dt.datetime, sites: Collection[int] | None) -> list[dict[str, Any]]:
+    found = Silence.objects.filter(ends_at__gt=now).order_by("starts_at")[: MAX_RECENT * 4]
+    names = (
+        None
+        if sites is None
+        else set(Site.objects.filter(pk__in=sites).values_list("name", flat=True))
+    )
+    rows = [
+        {
+            "pk": s.pk,
+            "matchers": matchers_text(s.matchers),
+            "silence": s,
+            "in_force": s.starts_at <= now,
+            "sites": silence_sites(s.matchers),
+        }
+        for s in found
+        if names is None or silence_sites(s.matchers) & names
+    ]
+    return rows[:MAX_RECENT]
+
+
 def _rank(severity: str) -> int:
     return {"critical": 0, "warning": 1, "info": 2}.get(severity, 3)
 
 
-def _active(inst: AlertInstance, mutes: Mutes) -> ActiveAlert:
+def _active(
+    inst: AlertInstance, mutes: Mutes, operated: Collection[int] | None = ()
+) -> ActiveAlert:
     labels = inst.labels or {}
     where = " / ".join(
         f"{'GPU ' if k == 'gpu' else ''}{labels[k]}" for k in _PLACE if labels.get(k)
@@ -117,6 +175,8 @@ def _active(inst: AlertInstance, mutes: Mutes) -> ActiveAlert:
         acknowledged=ack,
         muted=mutes.reason(labels, inst.site_id, inst.rack_id, inst.node_id),
         runbook_url=inst.rule.runbook_url,
+        site_id=inst.site_id,
+        operable=operated is None or inst.site_id in operated,
     )
 
 

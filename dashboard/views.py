@@ -14,10 +14,12 @@ from django.views.decorators.http import require_GET, require_POST
 
 from dashboard.alerts import alerts_page, can_acknowledge
 from dashboard.cooling import cooling_page
+from dashboard.muting import operated_site_names
 from dashboard.overview import fleet_overview as build_overview
 from dashboard.rack import rack_page
-from fleet.access import can_view_site, visible_site_ids
+from fleet.access import can_view_site, operated_site_ids, visible_site_ids
 from fleet.alerts.acks import acknowledge
+from fleet.alerts.models import AlertInstance
 from fleet.models import Rack
 
 
@@ -57,8 +59,18 @@ def cooling(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_GET
 def alerts(request: HttpRequest) -> HttpResponse:
+    """Alerts of the sites the person sees; acknowledge and mute controls for operators,
+    on the alerts of the sites they operate."""
     operator = can_acknowledge(request.user)
-    context = alerts_page(timezone.now(), show_urls=operator)
+    context = alerts_page(
+        timezone.now(),
+        show_urls=operator,
+        sites=visible_site_ids(request.user),
+        operated=operated_site_ids(request.user),
+    )
+    names = operated_site_names(request.user)
+    for row in context["silences"]:
+        row["endable"] = operator and (names is None or bool(row["sites"] & names))
     context["can_acknowledge"] = operator
     return render(request, "dashboard/alerts.html", context)
 
@@ -76,6 +88,11 @@ def acknowledge_alerts(request: HttpRequest) -> HttpResponse:
     if not ids:
         messages.error(request, "Tick the alerts to acknowledge.")
         return HttpResponseRedirect(reverse("alerts"))
+    refused = _not_operated(request, ids)
+    if refused:
+        return JsonResponse(
+            {"error": f"alert {refused[0]}: you do not operate its site"}, status=403
+        )
     try:
         done = acknowledge(ids, request.user.get_username(), request.POST.get("comment", ""))
     except ValueError as exc:
@@ -83,3 +100,13 @@ def acknowledge_alerts(request: HttpRequest) -> HttpResponse:
         return HttpResponseRedirect(reverse("alerts"))
     messages.success(request, f"{done} alert(s) acknowledged: repeats stop, they still resolve.")
     return HttpResponseRedirect(reverse("alerts"))
+
+
+def _not_operated(request: HttpRequest, ids: list[int]) -> list[int]:
+    """The alerts among `ids` at a site the person does not operate (an unknown id is left
+    to acknowledge(), which names it)."""
+    sites = operated_site_ids(request.user)
+    if sites is None:
+        return []
+    found = AlertInstance.objects.filter(pk__in=ids).values_list("pk", "site_id")
+    return sorted(pk for pk, site in found if site not in sites)

@@ -17,6 +17,7 @@ from django.forms import BaseInlineFormSet
 from django.http import HttpRequest
 from django.utils.html import format_html
 
+from fleet import admin_access  # noqa: F401  (site roles; Fleetwatch's name on the admin)
 from fleet.choices import PowerFeedTypeChoices
 from fleet.models import (
     GPU,
@@ -64,6 +65,11 @@ def _pretty_json(value: object) -> str:
 
 def _kw(value: float) -> str:
     return f"{value:.1f} kW"
+
+
+def _number(value: float | None) -> str:
+    # For a column whose header carries the unit; a figure never entered is not a zero.
+    return "—" if value is None else f"{value:g}"
 
 
 @admin.action(description="Revoke the selected tokens")
@@ -176,7 +182,7 @@ class PowerFeedInline(TabularInline):
     readonly_fields = ("available",)
     extra = 0
 
-    @admin.display(description="available")
+    @admin.display(description="Available")
     def available(self, feed: PowerFeed) -> str:
         return _kw(feed.available_kw) if feed.pk else "—"
 
@@ -209,11 +215,11 @@ class RackAdmin(ModelAdmin):
         # Prefetched so each row's feed capacity costs no query of its own.
         return qs.prefetch_related("feeds").annotate(_nodes=Count("nodes"))
 
-    @admin.display(description="budget", ordering="power_budget_kw")
+    @admin.display(description="Budget", ordering="power_budget_kw")
     def budget(self, rack: Rack) -> str:
         return _kw(rack.power_budget_kw)
 
-    @admin.display(description="primary feeds")
+    @admin.display(description="Primary feeds can carry")
     def feed_capacity(self, rack: Rack) -> str:
         return _kw(rack.feed_capacity_kw())
 
@@ -229,9 +235,9 @@ class PowerFeedAdmin(ModelAdmin):
         "rack",
         "type",
         "phase",
-        "voltage",
-        "amperage",
-        "max_utilization",
+        "volts",
+        "amps",
+        "utilisation_cap",
         "available",
     )
     list_filter = ("type", "phase", "rack__hall__site")
@@ -239,9 +245,21 @@ class PowerFeedAdmin(ModelAdmin):
     list_select_related = ("rack__hall__site",)
     readonly_fields = ("available",)
 
-    @admin.display(description="available")
+    @admin.display(description="Available")
     def available(self, feed: PowerFeed) -> str:
         return _kw(feed.available_kw)
+
+    @admin.display(description="Voltage (V)", ordering="voltage")
+    def volts(self, feed: PowerFeed) -> int:
+        return feed.voltage
+
+    @admin.display(description="Breaker (A)", ordering="amperage")
+    def amps(self, feed: PowerFeed) -> int:
+        return feed.amperage
+
+    @admin.display(description="Max utilisation (%)", ordering="max_utilization")
+    def utilisation_cap(self, feed: PowerFeed) -> int:
+        return feed.max_utilization
 
 
 # Cooling and facility ---------------------------------------------------------------------
@@ -254,8 +272,8 @@ class CoolingLoopAdmin(ModelAdmin):
         "site",
         "liquid_class",
         "supply_limit",
-        "capacity_kw",
-        "rated_flow_lpm",
+        "capacity",
+        "rated_flow",
         "rack_count",
     )
     list_filter = ("site", "liquid_class")
@@ -266,10 +284,18 @@ class CoolingLoopAdmin(ModelAdmin):
         qs: QuerySet[CoolingLoop] = super().get_queryset(request)
         return qs.annotate(_racks=Count("racks"))
 
-    @admin.display(description="supply limit")
+    @admin.display(description="Supply limit")
     def supply_limit(self, loop: CoolingLoop) -> str:
         limit = loop.effective_supply_limit_c()
         return "—" if limit is None else f"{limit:g} °C"
+
+    @admin.display(description="Capacity (kW)", ordering="capacity_kw")
+    def capacity(self, loop: CoolingLoop) -> str:
+        return _number(loop.capacity_kw)
+
+    @admin.display(description="Rated flow (L/min)", ordering="rated_flow_lpm")
+    def rated_flow(self, loop: CoolingLoop) -> str:
+        return _number(loop.rated_flow_lpm)
 
     @admin.display(description="racks", ordering="_racks")
     def rack_count(self, loop: CoolingLoop) -> int:
@@ -320,7 +346,7 @@ class NodeAdmin(ModelAdmin):
 
 @admin.register(GPU)
 class GPUAdmin(ModelAdmin):
-    list_display = ("__str__", "model", "uuid", "slowdown_c", "shutdown_c", "power_limit_max_w")
+    list_display = ("__str__", "model", "uuid", "slowdown", "shutdown", "power_limit")
     list_filter = ("model", "node__rack__hall__site")
     search_fields = ("node__name", "uuid", "model")
     list_select_related = ("node",)
@@ -330,6 +356,18 @@ class GPUAdmin(ModelAdmin):
     @admin.display(description="reported by the agent")
     def reported_info(self, gpu: GPU) -> str:
         return _pretty_json(gpu.info)
+
+    @admin.display(description="Slowdown at (°C)", ordering="slowdown_c")
+    def slowdown(self, gpu: GPU) -> str:
+        return _number(gpu.slowdown_c)
+
+    @admin.display(description="Shutdown at (°C)", ordering="shutdown_c")
+    def shutdown(self, gpu: GPU) -> str:
+        return _number(gpu.shutdown_c)
+
+    @admin.display(description="Power limit (W)", ordering="power_limit_max_w")
+    def power_limit(self, gpu: GPU) -> str:
+        return _number(gpu.power_limit_max_w)
 
 
 def clock_offset_text(stats: Any) -> str:
@@ -389,7 +427,7 @@ class SourceTokenAdmin(ModelAdmin):
         "source",
         "kind",
         "site",
-        "revoked",
+        "status",
         "last_seq",
         "last_heard",
         "clock_offset",
@@ -429,6 +467,12 @@ class SourceTokenAdmin(ModelAdmin):
     @admin.display(description="hash")
     def fingerprint(self, token: SourceToken) -> str:
         return _fingerprint(token.token_hash)
+
+    @admin.display(description="Status", ordering="revoked")
+    def status(self, token: SourceToken) -> str:
+        # A word, not Django's boolean icons: a "revoked" column drew a red cross on every
+        # healthy token.
+        return "revoked" if token.revoked else "in use"
 
     @admin.display(description="last heard", ordering="last_seen")
     def last_heard(self, token: SourceToken) -> str:

@@ -270,13 +270,17 @@ class MaintenanceWindowAdmin(ModelAdmin):
 class AlertEvaluationAdmin(ModelAdmin):
     """The engine's heartbeat: when it last ran, how long that took, what the watchdog said."""
 
-    list_display = ("last_pass", "last_duration_s", "watchdog_problem", "watchdog_seen")
+    list_display = ("last_pass", "last_took", "watchdog_problem", "watchdog_seen")
 
     @admin.display(description="last pass")
     def last_pass(self, row: AlertEvaluation) -> str:
         if not row.tick:
             return "never"
         return f"{dt.datetime.fromtimestamp(row.tick, dt.UTC):%Y-%m-%d %H:%M:%S} UTC"
+
+    @admin.display(description="Last pass took (s)", ordering="last_duration_s")
+    def last_took(self, row: AlertEvaluation) -> str:
+        return f"{row.last_duration_s:.3f}"
 
     def get_readonly_fields(self, request: Any, obj: Any = None) -> list[str]:
         return [f.name for f in AlertEvaluation._meta.fields]

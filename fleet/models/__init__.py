@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from fleet.models.access import SiteRole, SiteRoleChoices
 from fleet.models.agents import EnrollmentToken, SourceToken, hash_token, new_secret
 from fleet.models.cooling import CoolingLoop
 from fleet.models.events import Event
@@ -21,6 +22,8 @@ __all__ = (
     "PowerFeed",
     "Rack",
     "Site",
+    "SiteRole",
+    "SiteRoleChoices",
     "SourceToken",
     "hash_token",
     "new_secret",

@@ -1,0 +1,52 @@
+"""Roles in the admin, and the admin site itself: Fleetwatch's name on it, one sign-in
+page for everyone, and the "Admins" group let in (fleet/access.py)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from django.contrib import admin
+from django.contrib.auth.forms import AuthenticationForm
+from django.http import HttpRequest
+
+from fleet.access import can_administer
+from fleet.models import SiteRole
+
+if TYPE_CHECKING:
+    ModelAdmin = admin.ModelAdmin[Any]
+else:
+    ModelAdmin = admin.ModelAdmin
+
+
+def brand_admin_site(site: admin.AdminSite) -> None:
+    """Fleetwatch's name where Django's would be, and the dashboard's sign-in page.
+
+    The admin's login is the project's only one (settings.LOGIN_URL). It takes any active
+    account, not only staff, so viewers and operators sign in there too; the admin pages
+    themselves still let in only those who may administer."""
+    site.site_header = "Fleetwatch inventory"
+    site.site_title = "Fleetwatch"
+    site.index_title = "Sites, racks, rules and routes"
+    site.site_url = "/"
+    site.login_form = AuthenticationForm
+    site.login_template = "registration/login.html"
+    site.has_permission = _may_administer  # type: ignore[method-assign]
+
+
+def _may_administer(request: HttpRequest) -> bool:
+    return can_administer(request.user)
+
+
+brand_admin_site(admin.site)
+
+
+@admin.register(SiteRole)
+class SiteRoleAdmin(ModelAdmin):
+    """Who sees or operates which site. Fleet-wide roles are the groups "Viewers",
+    "Operators" and "Admins" (Authentication and authorization → Groups)."""
+
+    list_display = ("user", "site", "role")
+    list_filter = ("site", "role")
+    search_fields = ("user__username", "site__slug", "site__name")
+    list_select_related = ("user", "site")
+    autocomplete_fields = ("user",)
