@@ -1,0 +1,504 @@
+"""Freshness benchmark (issue 9, live views): `.venv/bin/python bench/freshness.py
+[--db sqlite|postgres] [--seconds N] [--gpus N] [--requests N] [--skip-browser] [--profile]`.
+
+1. Sample → DOM. A real server (uvicorn + its ingest child, production live interval
+   0.5 s) over the demo inventory (8 racks, 64 nodes × 8 GPUs), the 64 nodes driven at
+   1 Hz over the ingest WebSocket by bench/freshness_agents.py (every node samples at the
+   same instant, as the simulator does), and Debian chromium (Playwright) logged in on the
+   fleet page, and on a GPU page when /gpus/<id>/ is built. Each tick's GPU power is one
+   step of a triangle wave, so the rack power a tile shows names the tick it comes from
+   (a tile whose nodes straddle two ticks shows a sum between two levels, which is
+   recognised and passed over). A MutationObserver stamps `Date.now()` whenever a tile's
+   power text changes; an init script also stamps each pushed message on arrival.
+   For every sample: the time from its `ts` (the agent's wall clock, same machine) until
+   the tile first shows its whole rack at that tick or a newer one: `sample_to_dom`, an
+   upper bound per sample (its own node may have been in a mixed sum earlier). A sample
+   whose tick the tile never showed counts as never shown (+inf). Beside it, per rack and
+   tick, when the first push carrying that tick (rack `ts`) arrived: a lower bound.
+2. The fleet page for a 10,000-GPU inventory (bench/rules.py's plan: 500 racks, 1,250
+   nodes × 8, every entity's latest state fresh), in this process through Django's test
+   client with a logged-in user: median and p95 server time of GET / over N requests after
+   a warm-up, its body size (raw; gzipped for reference, the server does not compress),
+   and a cProfile of one request when it is over the 300 ms target.
+
+Prints progress and tables and, last, one line:
+  p95_sample_to_dom_s=X fleet_page_ms=X fleet_page_kb=X gpus=10000
+Targets (the issue): p95_sample_to_dom_s ≤ 1, fleet_page_ms ≤ 300, fleet_page_kb ≤ 1024.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import cProfile
+import gzip
+import io
+import json
+import math
+import os
+import platform
+import pstats
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("FLEETWATCH_TESTING", "1")
+
+from bench.freshness_agents import BASE_W, GPUS_PER_NODE, STEP_W  # noqa: E402
+from tests.support.agent import enroll  # noqa: E402
+from tests.support.server import FleetServer  # noqa: E402
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+]
+USER, PASSWORD = "bench", "bench-password-1"
+WARMUP_S = 5  # ticks before the window: connections, first latest-state saves, first pushes
+SETTLE_S = 3.0  # watched after the last tick, so its samples can still appear
+TARGET_DOM_S, TARGET_PAGE_MS, TARGET_PAGE_KB = 1.0, 300.0, 1024.0
+
+# Runs before the page's own scripts. Pushes: every message on a /ws/live/ socket, stamped
+# on arrival (listeners added in the constructor run before the page's onmessage), with the
+# `ts` of each rack it carries. DOM: every change of a watched element's text, stamped in
+# the MutationObserver callback (a microtask right after the script task that changed it).
+INIT_SCRIPT = """
+(() => {
+  const rec = { pushes: [], dom: [] };
+  window.__fwBench = rec;
+  const Native = window.WebSocket;
+  window.WebSocket = class extends Native {
+    constructor(...args) {
+      super(...args);
+      if (!String(args[0]).includes("/ws/live/")) return;
+      this.addEventListener("message", (e) => {
+        const at = Date.now();
+        let msg;
+        try { msg = JSON.parse(e.data); } catch (_) { return; }
+        const racks = {};
+        for (const [id, r] of Object.entries(msg.racks || {})) if (r && r.ts) racks[id] = r.ts;
+        if (msg.rack && msg.rack.id && msg.rack.ts) racks[String(msg.rack.id)] = msg.rack.ts;
+        rec.pushes.push({ at, ts: msg.ts || null, racks, bytes: e.data.length });
+      });
+    }
+  };
+  const last = new Map();
+  const observer = new MutationObserver((mutations) => {
+    const at = Date.now();
+    for (const m of mutations) {
+      let el = m.target.nodeType === 1 ? m.target : m.target.parentElement;
+      el = el && el.closest("[data-bench-watch]");
+      if (!el) continue;
+      const key = el.dataset.benchWatch, text = el.textContent.trim();
+      if (last.get(key) === text) continue;
+      last.set(key, text);
+      rec.dom.push({ key, text, at });
+    }
+  });
+  document.addEventListener("DOMContentLoaded", () => {
+    observer.observe(document.body, { subtree: true, childList: true, characterData: true });
+  });
+})();
+"""
+# Marks each rack tile's power figure as watched (key: the rack id).
+WATCH_FLEET = """
+() => {
+  const els = document.querySelectorAll("[data-rack] [data-field=power]");
+  els.forEach((el) => { el.dataset.benchWatch = el.closest("[data-rack]").dataset.rack; });
+  return els.length;
+}
+"""
+
+
+# ---------------------------------------------------------------------------
+# figures
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile (inf when a value is inf: a sample never shown)."""
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)]
+
+
+def fmt_s(value: float) -> str:
+    return "never" if math.isinf(value) else "n/a" if math.isnan(value) else f"{value:.3f}"
+
+
+@dataclass
+class Tick:
+    tick: int
+    ts: float
+    level: int
+    ack_s: float | None
+
+
+@dataclass
+class PageLatency:
+    """Per (watched element, tick): when it first showed that tick or a newer one."""
+
+    page: str
+    samples_per_key: dict[str, int]  # GPU samples one tick of the element stands for
+    sample_to_dom: list[float] = field(default_factory=list)  # one per GPU sample
+    per_key_tick: list[float] = field(default_factory=list)  # one per (element, tick)
+    push_first: list[float] = field(default_factory=list)  # first push carrying the tick
+    mixed: int = 0  # DOM texts between two levels (nodes straddling ticks)
+    never: int = 0  # (element, tick) pairs never shown
+    pushes: int = 0
+    push_bytes: int = 0
+
+
+def decode_level(text: str, gpus: int) -> int | None:
+    """The tick level a power text shows for `gpus` GPUs all at that level, else None.
+    One node one step off moves the sum by 0.16 kW, more than the 0.1 kW display step."""
+    try:
+        kw = float(text.split()[0])
+    except (ValueError, IndexError):
+        return None
+    lvl = round((kw * 1000 / gpus - BASE_W) / STEP_W)
+    pure = gpus * (BASE_W + STEP_W * lvl) / 1000
+    return lvl if abs(kw - pure) <= 0.06 else None
+
+
+def page_latency(
+    page: str,
+    records: dict[str, Any],
+    ticks: list[Tick],
+    window: tuple[float, float],
+    gpus_per_key: dict[str, int],
+) -> PageLatency:
+    out = PageLatency(page, gpus_per_key)
+    # first time each (key, tick) was shown whole: a text maps to the latest tick at
+    # that level taken before it appeared
+    first: dict[tuple[str, int], float] = {}
+    for rec in records["dom"]:
+        key, at = rec["key"], rec["at"] / 1000
+        if key not in gpus_per_key:
+            continue
+        lvl = decode_level(rec["text"], gpus_per_key[key])
+        if lvl is None:
+            out.mixed += rec["text"] not in ("–", "")
+            continue
+        shown = [t for t in ticks if t.level == lvl and t.ts <= at]
+        if shown:
+            first.setdefault((key, shown[-1].tick), at)
+    pushed: dict[tuple[str, float], float] = {}
+    for push in records["pushes"]:
+        out.pushes += 1
+        out.push_bytes += push["bytes"]
+        for key, ts in push["racks"].items():
+            pushed.setdefault((key, round(ts, 3)), push["at"] / 1000)
+    start, end = window
+    for key, gpus in gpus_per_key.items():
+        seen = sorted((t, at) for (k, t), at in first.items() if k == key)
+        for tick in ticks:
+            if not start <= tick.ts < end:
+                continue
+            later = [at for t, at in seen if t >= tick.tick]
+            latency = min(later) - tick.ts if later else math.inf
+            out.never += not later
+            out.per_key_tick.append(latency)
+            out.sample_to_dom.extend([latency] * gpus)
+            arrived = pushed.get((key, round(tick.ts, 3)))
+            if arrived is not None:
+                out.push_first.append(arrived - tick.ts)
+    return out
+
+
+# ---------------------------------------------------------------------------
+# 1. sample → DOM, in a real browser
+
+
+@dataclass
+class BrowserRun:
+    pages: list[PageLatency]
+    ticks: list[Tick]
+    notes: list[str]
+    agent_errors: list[str]
+
+
+def fleet_server(var_dir: Path, db: str) -> contextlib.AbstractContextManager[FleetServer]:
+    return FleetServer.started(
+        var_dir,
+        tier="services" if db == "postgres" else "embedded",
+        racks=8,  # the whole demo site: 64 nodes × 8 GPUs
+        extra_env={
+            "FLEETWATCH_LIVE_INTERVAL_S": "0.5",  # production (the test fixture's is 0.2)
+            "FLEETWATCH_REVALIDATE_S": "5",
+            "DJANGO_SUPERUSER_PASSWORD": PASSWORD,
+        },
+    )
+
+
+def enroll_nodes(server: FleetServer, path: Path) -> dict[str, int]:
+    """Enrol every node as its agent would; returns GPUs per rack id (as text)."""
+    rows = server.query("SELECT name, rack_id FROM fleet_node ORDER BY name")
+    sources = [f"node:{name}" for name, _ in rows]
+    creds = [{"source": source, "token": enroll(server, source)} for source in sources]
+    path.write_text(json.dumps(creds))
+    per_rack: dict[str, int] = {}
+    for _, rack_id in rows:
+        per_rack[str(rack_id)] = per_rack.get(str(rack_id), 0) + GPUS_PER_NODE
+    return per_rack
+
+
+def login(page: Any, server: FleetServer) -> None:
+    page.goto(server.url + "/admin/login/?next=/")
+    page.fill("#id_username", USER)
+    page.fill("#id_password", PASSWORD)
+    page.click("input[type=submit]")
+    page.wait_for_url(server.url + "/")
+
+
+def run_agents(server: FleetServer, creds: Path, ticks: int) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [
+            sys.executable,
+            str(ROOT / "bench" / "freshness_agents.py"),
+            "--url",
+            f"{server.ws_url}/ws/ingest/v1",
+            "--creds",
+            str(creds),
+            "--ticks",
+            str(ticks),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def browser_freshness(args: argparse.Namespace) -> BrowserRun:
+    from playwright.sync_api import sync_playwright
+
+    notes: list[str] = []
+    with (
+        tempfile.TemporaryDirectory(prefix="fw-bench-fresh-") as tmp,
+        fleet_server(Path(tmp), args.db) as server,
+    ):
+        server.manage("createsuperuser", "--noinput", "--username", USER, "--email", "b@x.io")
+        creds = Path(tmp) / "creds.json"
+        gpus_per_rack = enroll_nodes(server, creds)
+        print(
+            f"server up ({args.db}); {len(gpus_per_rack)} racks,"
+            f" {sum(gpus_per_rack.values())} GPUs enrolled",
+            flush=True,
+        )
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            context = browser.new_context(viewport={"width": 1280, "height": 900})
+            context.add_init_script(INIT_SCRIPT)
+            fleet = context.new_page()
+            login(fleet, server)
+            fleet.wait_for_selector("#live-status[data-state='live']")
+            watched = fleet.evaluate(WATCH_FLEET)
+            print(f"fleet page open and live; {watched} rack tiles watched", flush=True)
+            # TODO(gpu page): measured once /gpus/<id>/ is built
+            agents = run_agents(server, creds, WARMUP_S + args.seconds)
+            out, err = agents.communicate(timeout=WARMUP_S + args.seconds + 120)
+            if agents.returncode:
+                raise RuntimeError(f"agent loop failed:\n{err[-3000:]}")
+            time.sleep(SETTLE_S)
+            records = fleet.evaluate("window.__fwBench")
+            browser.close()
+    result = json.loads(out.strip().splitlines()[-1])
+    ticks = [Tick(t["tick"], t["ts"], t["level"], t["ack_s"]) for t in result["ticks"]]
+    window = (ticks[WARMUP_S].ts, math.inf)
+    pages = [page_latency("fleet", records, ticks, window, gpus_per_rack)]
+    return BrowserRun(pages, ticks, notes, result["errors"])
+
+
+def print_browser(run: BrowserRun, seconds: int) -> None:
+    measured = [t for t in run.ticks[WARMUP_S:]]
+    acks = [t.ack_s for t in measured if t.ack_s is not None]
+    print()
+    print(
+        f"sample → DOM: {len(measured)} ticks at 1 Hz ({seconds} s after {WARMUP_S} s warm-up),"
+        f" 64 nodes × 8 GPUs; live interval 0.5 s"
+    )
+    if acks:
+        print(
+            "  sample → durable ack (the last of a tick's 64 batches):"
+            f" p50 {fmt_s(percentile(acks, 50))}"
+            f"  p95 {fmt_s(percentile(acks, 95))}  max {fmt_s(max(acks))} s"
+        )
+    print(f"  {'page':8s} {'measure':44s} {'n':>6s} {'p50 s':>7s} {'p95 s':>7s} {'max s':>7s}")
+    for page in run.pages:
+        rows = (
+            ("sample → DOM, per GPU sample (upper bound)", page.sample_to_dom),
+            ("sample → DOM, per tile and tick", page.per_key_tick),
+            ("sample → first push with it (lower bound)", page.push_first),
+        )
+        for label, values in rows:
+            print(
+                f"  {page.page:8s} {label:44s} {len(values):6d} {fmt_s(percentile(values, 50)):>7s}"
+                f" {fmt_s(percentile(values, 95)):>7s}"
+                f" {fmt_s(max(values) if values else math.nan):>7s}"
+            )
+        print(
+            f"  {page.page:8s} {page.pushes} pushes ({page.push_bytes / max(1, page.pushes):.0f} B"
+            f" each on average); tile texts between two ticks: {page.mixed};"
+            f" (tile, tick) never shown: {page.never}"
+        )
+    for note in run.notes:
+        print(f"  note: {note}")
+    if run.agent_errors:
+        print(f"  agent errors (first {len(run.agent_errors)}): {run.agent_errors}")
+
+
+# ---------------------------------------------------------------------------
+# 2. the fleet page for a large inventory
+
+
+@dataclass
+class PageTiming:
+    gpus: int
+    racks: int
+    times_ms: list[float]
+    body_bytes: int
+    gzip_bytes: int
+    profile: str | None
+
+
+@contextlib.contextmanager
+def large_inventory(db_kind: str, gpus: int) -> Iterator[int]:
+    """bench/rules.py's inventory and latest state, scaled to about `gpus` GPUs (500 racks
+    for 10,000; its racks alternate 3 and 2 nodes of 8 GPUs, 25 racks a cooling loop)."""
+    from bench import rules
+
+    racks = max(2, round(gpus / 20))
+    rules.RACKS, rules.LOOPS = racks, max(1, math.ceil(racks / rules.RACKS_PER_LOOP))
+    rules.NODES = sum(rules.nodes_in_rack(i) for i in range(racks))
+    with tempfile.TemporaryDirectory(prefix="fw-bench-page-") as tmp:
+        db = rules.make_database(db_kind, Path(tmp), 10.0, 12)
+        try:
+            rules.setup_django(db)
+            started = time.perf_counter()
+            inv = rules.build_inventory()
+            rules.fill_latest(inv, time.time())
+            took = time.perf_counter() - started
+            print(
+                f"inventory: {rules.NODES * rules.GPUS_PER_NODE} GPUs, {racks} racks,"
+                f" latest state filled ({took:.1f} s)",
+                flush=True,
+            )
+            yield rules.NODES * rules.GPUS_PER_NODE
+        finally:
+            rules.drop_database(db)
+
+
+def time_fleet_page(args: argparse.Namespace) -> PageTiming:
+    with large_inventory(args.db, args.gpus) as gpus:
+        from django.contrib.auth.models import User
+        from django.test import Client
+
+        from bench import rules
+
+        user = User.objects.create_user(USER, password=PASSWORD, is_staff=True)
+        client = Client(SERVER_NAME="127.0.0.1")
+        client.force_login(user)
+
+        def get() -> tuple[float, bytes]:
+            started = time.perf_counter()
+            response = client.get("/")
+            took = (time.perf_counter() - started) * 1000
+            assert response.status_code == 200, response.status_code
+            return took, response.content
+
+        for _ in range(2):
+            get()  # warm-up: templates compiled, connection open
+        times, body = [], b""
+        for _ in range(args.requests):
+            rules.refresh(time.time())  # a live fleet: every sample time moves on
+            took, body = get()
+            times.append(took)
+        profile = None
+        if statistics.median(times) > TARGET_PAGE_MS or args.profile:
+            profile = profile_page(get)
+        return PageTiming(gpus, rules.RACKS, times, len(body), len(gzip.compress(body)), profile)
+
+
+def profile_page(get: Any, top: int = 25) -> str:
+    profiler = cProfile.Profile()
+    profiler.enable()
+    get()
+    profiler.disable()
+    text = io.StringIO()
+    stats = pstats.Stats(profiler, stream=text)
+    stats.sort_stats("cumulative").print_stats(top)
+    stats.sort_stats("tottime").print_stats(top)
+    return text.getvalue()
+
+
+def print_page(page: PageTiming, requests: int) -> None:
+    print()
+    print(
+        f"fleet page GET / for {page.gpus} GPUs ({page.racks} racks), in-process test client,"
+        f" {requests} requests after 2 warm-up:"
+    )
+    print(
+        f"  server time: median {statistics.median(page.times_ms):.1f} ms,"
+        f" p95 {percentile(page.times_ms, 95):.1f} ms, min {min(page.times_ms):.1f} ms,"
+        f" max {max(page.times_ms):.1f} ms"
+    )
+    print(
+        f"  body: {page.body_bytes / 1024:.1f} KiB raw, {page.gzip_bytes / 1024:.1f} KiB gzipped"
+        " (the server does not compress)"
+    )
+    if page.profile:
+        print("  cProfile of one request:")
+        print(page.profile)
+
+
+# ---------------------------------------------------------------------------
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--db", choices=("sqlite", "postgres"), default="sqlite")
+    parser.add_argument("--seconds", type=int, default=60, help="measured ticks (1 Hz)")
+    parser.add_argument("--gpus", type=int, default=10_000, help="GPUs for the fleet page")
+    parser.add_argument("--requests", type=int, default=20, help="timed GET / requests")
+    parser.add_argument("--skip-browser", action="store_true", help="only the fleet page")
+    parser.add_argument("--profile", action="store_true", help="cProfile GET / even if fast")
+    args = parser.parse_args()
+    print(
+        f"machine: {platform.machine()}, {os.cpu_count()} cores, Python"
+        f" {platform.python_version()}; store: {args.db}",
+        flush=True,
+    )
+    p95_dom = math.nan
+    if not args.skip_browser:
+        run = browser_freshness(args)
+        print_browser(run, args.seconds)
+        p95_dom = max(percentile(page.sample_to_dom, 95) for page in run.pages)
+    page = time_fleet_page(args)
+    print_page(page, args.requests)
+    dom = "skipped" if math.isnan(p95_dom) else "inf" if math.isinf(p95_dom) else f"{p95_dom:.3f}"
+    print(
+        f"p95_sample_to_dom_s={dom} fleet_page_ms={statistics.median(page.times_ms):.1f}"
+        f" fleet_page_kb={page.body_bytes / 1024:.1f} gpus={page.gpus}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
