@@ -1,41 +1,173 @@
-"""The fleet overview page's content: every rack's state from `fleet.state`.
+"""The fleet overview page's content: every rack's state from `fleet.state`, and each
+site's strip from `fleet.site_summary`.
 
-The figures and levels come from `fleet.health` on the server; the page's
-JavaScript (static/dashboard/fleet.js) renders the payloads it is pushed and
-computes nothing but how old a figure is.
+The figures and levels come from `fleet.health` on the server. The heat map has modes
+(the worst of every signal, power against budget, GPU headroom, throttling, alerts
+firing); the page's JavaScript (static/dashboard/fleet.js) switches between them without
+a reload and renders the payloads it is pushed. It picks the level each mode shows from
+those payloads (power_level, headroom_level, the rack's level, an alert's severity) and
+computes nothing but ages and the sum of GPUs throttling per site. The server renders
+the default mode, so the page reads right before its script runs.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from dashboard.words import level_word
+from fleet import health
 from fleet.health import STALE_AFTER_S
-from fleet.models import Rack
-from fleet.state import rack_payload, rack_states
+from fleet.models import Rack, Site
+from fleet.site_summary import site_payloads
+from fleet.state import RackState, rack_payload, rack_states
 
 COOLING_LABELS = dict(Rack._meta.get_field("cooling").choices or [])
+
+# The heat-map modes: (value in ?mode=, the button's label). "overall" is the default.
+MODES: tuple[tuple[str, str], ...] = (
+    ("overall", "Overall (worst signal)"),
+    ("power", "Power against budget"),
+    ("headroom", "Hottest GPU's headroom"),
+    ("throttling", "GPUs throttling"),
+    ("alerts", "Alerts firing"),
+)
+DEFAULT_MODE = MODES[0][0]
 
 
 @dataclass
 class RackTile:
     id: int
     name: str
+    site_id: int
     cooling: str
     cooling_label: str
     loop_id: int | None  # the tile links its loop to the cooling page
     data: dict[str, Any]
 
+    @property
+    def word(self) -> str:
+        """The rack's overall level in a word (the default mode's)."""
+        return level_word(health.Level(self.data["level"]))
 
-def fleet_overview(now: float) -> tuple[dict[str, list[RackTile]], dict[str, Any]]:
-    """Racks grouped by hall (in floor order), and the page's initial payload."""
-    halls: dict[str, list[RackTile]] = {}
+    @property
+    def figure(self) -> str:
+        """Why, in words: the default mode's figure (static/dashboard/fleet.js says the same)."""
+        return overall_figure(self.data)
+
+    @property
+    def loop_word(self) -> str:
+        level = self.data.get("loop_level")
+        return "" if level is None else level_word(health.Level(level))
+
+
+@dataclass
+class SiteStrip:
+    id: int
+    name: str
+    figures: dict[str, Any]  # site_payload's, plus the GPUs throttling summed here
+
+    @property
+    def total_power(self) -> str:
+        return power_words(self.figures["total_power_w"])
+
+    @property
+    def it_power(self) -> str:
+        return power_words(self.figures["it_power_w"])
+
+    @property
+    def pue(self) -> str:
+        value = self.figures["pue"]
+        if value is None:
+            return "no data"
+        category, words = self.figures["pue_category"], self.figures["pue_category_words"]
+        return f"{value:.2f} (category {category}: {words})"
+
+
+class Halls(dict[str, list[RackTile]]):
+    """Racks by hall, carrying the site strips too: the view (dashboard/views.py) hands
+    the template only `halls` and `payload`, and the strips are rendered on the server."""
+
+    site_strips: list[SiteStrip]
+    modes = MODES
+
+
+def overall_figure(rack: dict[str, Any]) -> str:
+    """The reasons for the rack's level; a loop that went quiet is not among them, though
+    it makes the rack's level "no data", so it is said here."""
+    if rack["reasons"]:
+        return " · ".join(rack["reasons"])
+    if rack.get("loop_level") == health.Level.UNKNOWN:
+        return f"no fresh data from its cooling loop {rack['loop']}"
+    return "every signal OK" if rack["level"] == health.Level.OK else ""
+
+
+def power_words(watts: float | None) -> str:
+    """Power as an operator reads it: kW, or MW from 1 MW up (static/dashboard/fleet.js too)."""
+    if watts is None:
+        return "no data"
+    if watts >= 1e6:
+        return f"{watts / 1e6:.2f} MW"
+    return f"{watts / 1e3:.1f} kW"
+
+
+def fleet_overview(now: float, sites: set[int] | None = None) -> tuple[Halls, dict[str, Any]]:
+    """Racks grouped by hall (in floor order; "site · hall" when several sites show), and
+    the page's initial payload: every rack's, every site's strip, where each rack is.
+    `sites`: the sites the user may see (None: all, as `fleet.access.visible_site_ids`)."""
+    states = {
+        rack_id: state
+        for rack_id, state in rack_states(None, now).items()
+        if sites is None or state.info.site_id in sites
+    }
+    names = site_names({s.info.site_id for s in states.values()} if sites is None else sites)
+    halls = Halls()
     racks: dict[str, Any] = {}
-    for rack_id, state in rack_states(None, now).items():
-        data = rack_payload(state)
-        racks[str(rack_id)] = data
-        cooling = state.info.cooling
-        label = COOLING_LABELS.get(cooling, "")
-        tile = RackTile(rack_id, state.info.name, cooling, label, state.info.loop_id, data)
-        halls.setdefault(state.info.hall, []).append(tile)
-    return halls, {"now": now, "racks": racks, "stale_after_s": STALE_AFTER_S}
+    for rack_id, state in states.items():
+        tile = rack_tile(state)
+        racks[str(rack_id)] = tile.data
+        hall = state.info.hall
+        if len(names) > 1:
+            hall = f"{names.get(state.info.site_id, '')} · {hall}"
+        halls.setdefault(hall, []).append(tile)
+    strips = site_strips(names, racks, states, now)
+    halls.site_strips = strips
+    payload = {
+        "now": now,
+        "racks": racks,
+        "stale_after_s": STALE_AFTER_S,
+        "sites": {str(s.id): s.figures for s in strips},
+        # Where each rack is, for the alert mode and the per-site throttling sums.
+        "places": {str(r): [s.info.site_id, s.info.loop_id] for r, s in states.items()},
+    }
+    return halls, payload
+
+
+def rack_tile(state: RackState) -> RackTile:
+    info = state.info
+    label = COOLING_LABELS.get(info.cooling, "")
+    return RackTile(
+        info.id, info.name, info.site_id, info.cooling, label, info.loop_id, rack_payload(state)
+    )
+
+
+def site_names(site_ids: Iterable[int]) -> dict[int, str]:
+    ids = set(site_ids)
+    return dict(Site.objects.filter(pk__in=ids).order_by("name").values_list("pk", "name"))
+
+
+def site_strips(
+    names: dict[int, str], racks: dict[str, Any], states: dict[int, RackState], now: float
+) -> list[SiteStrip]:
+    """Each site's strip: its facility figures and counts, and the GPUs throttling now
+    summed from its racks' payloads (the page keeps that sum live the same way)."""
+    figures = site_payloads(names, now)
+    for payload in figures.values():
+        payload["throttling_thermal"] = payload["throttling_power"] = 0
+    for rack_id, state in states.items():
+        site = figures[state.info.site_id]
+        rack = racks[str(rack_id)]
+        site["throttling_thermal"] += rack["throttling_thermal"]
+        site["throttling_power"] += rack["throttling_power"]
+    return [SiteStrip(site_id, name, figures[site_id]) for site_id, name in names.items()]

@@ -40,6 +40,7 @@ def site_payloads(site_ids: Iterable[int], now: float) -> dict[int, Payload]:
     agents = agent_freshness(ids, now)
     return {
         site_id: {
+            "site_id": site_id,  # a site group's message does not otherwise say whose it is
             **facility_figures(readings.get((site_id,), health.EMPTY), now),
             "alerts": alerts.get(site_id, empty_alerts()),
             "agents": agents.get(site_id, {"nodes": 0, "stale": 0, "never": 0}),
