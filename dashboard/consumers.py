@@ -1,15 +1,22 @@
 """Live sockets for browsers: who may watch what is decided at connect, through
 `fleet.access`; group names come from `fleet.live` only.
 
-- `/ws/live/fleet` (the overview): the groups of the sites the user sees; each push is
-  forwarded as it comes (the overview renders it in `static/dashboard/fleet.js`).
-- `/ws/live/rack/<id>` and `/ws/live/cooling`: pages the server renders. A group
-  message only says something changed; the page's HTML is rendered again by the
-  process's `PageHub` (once however many browsers watch it) and sent as
-  `{"ts", "as_of", "html"}` for `static/dashboard/live.js` to morph in.
+Forwarded as they come (the payloads of `fleet.payloads`, rendered by the page's own
+script through `static/dashboard/live.js`):
+
+- `/ws/live/fleet` (the overview): the groups of the sites the user sees.
+- `/ws/live/site/<id>`: one site's racks, loops and facility figures.
+- `/ws/live/rack/<id>`: one rack with its nodes, GPUs, feeds and liquid.
+
+Pages the server renders (rack, cooling): a group message only says something changed;
+the page's HTML is rendered again by the process's `PageHub` (once however many browsers
+watch it) and sent as `{"ts", "as_of", "html"}` for `live.js` to morph in:
+
+- `/ws/live/rack/<id>/page` (the rack page), `/ws/live/cooling` (every loop the user sees).
 
 Close codes the pages understand: 4401 not signed in (back to the login), 4000 the
-routine session re-check (reconnect at once), 4404 no such page for this user.
+routine session re-check (reconnect at once), 4403 not allowed: a site or rack the user
+may not see, or that does not exist (the same answer, so ids reveal nothing).
 """
 
 from __future__ import annotations
@@ -29,7 +36,7 @@ from fleet.models import Rack, Site
 
 CLOSE_UNAUTHORIZED = 4401
 CLOSE_REAUTHENTICATE = 4000
-CLOSE_NOT_FOUND = 4404
+CLOSE_NOT_ALLOWED = 4403
 
 
 def _visible_sites(user: Any) -> list[int]:
@@ -46,7 +53,7 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
     _expiry: asyncio.TimerHandle | None = None
 
     def groups_for(self, user: Any) -> list[str] | None:
-        """The groups this user may watch on this page; None: no such page for them.
+        """The groups this user may watch on this socket; None: not allowed (or no such).
         Runs in a thread (it may read the inventory)."""
         raise NotImplementedError
 
@@ -57,7 +64,7 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
             return
         groups = await database_sync_to_async(self.groups_for)(user)
         if groups is None:
-            await self._refuse(CLOSE_NOT_FOUND)
+            await self._refuse(CLOSE_NOT_ALLOWED)
             return
         self.groups = groups
         await super().websocket_connect(message)
@@ -82,14 +89,46 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         await super().websocket_disconnect(message)
 
 
-class FleetConsumer(LiveConsumer):
+def _rack_site(rack_id: int) -> int | None:
+    return Rack.objects.filter(id=rack_id).values_list("hall__site_id", flat=True).first()
+
+
+def _rack_groups(user: Any, rack_id: int) -> list[str] | None:
+    site_id = _rack_site(rack_id)
+    if site_id is None or not can_view_site(user, site_id):
+        return None
+    return [rack_group(rack_id)]
+
+
+class ForwardingConsumer(LiveConsumer):
+    """Sends each group message on as it comes: the page's script renders it."""
+
+    async def live_update(self, event: dict[str, Any]) -> None:
+        await self.send_json(event["update"])
+
+
+class FleetConsumer(ForwardingConsumer):
     """The fleet overview: the rack states of every site the user sees, as pushed."""
 
     def groups_for(self, user: Any) -> list[str] | None:
         return [site_group(site_id) for site_id in _visible_sites(user)]
 
-    async def live_update(self, event: dict[str, Any]) -> None:
-        await self.send_json(event["update"])
+
+class SiteConsumer(ForwardingConsumer):
+    """One site's racks, loops and facility figures, for a user who may see it."""
+
+    def groups_for(self, user: Any) -> list[str] | None:
+        site_id = int(self.scope["url_route"]["kwargs"]["site_id"])
+        if not Site.objects.filter(id=site_id).exists() or not can_view_site(user, site_id):
+            return None
+        return [site_group(site_id)]
+
+
+class RackConsumer(ForwardingConsumer):
+    """One rack with its nodes and each GPU (the GPU and node pages read it)."""
+
+    def groups_for(self, user: Any) -> list[str] | None:
+        return _rack_groups(user, int(self.scope["url_route"]["kwargs"]["rack_id"]))
 
 
 class ServedPageConsumer(LiveConsumer):
@@ -116,18 +155,17 @@ class ServedPageConsumer(LiveConsumer):
         await super().websocket_disconnect(message)
 
 
-class RackConsumer(ServedPageConsumer):
+class RackPageConsumer(ServedPageConsumer):
     """One rack's page, for a user who may see its site."""
 
     def groups_for(self, user: Any) -> list[str] | None:
         rack_id = int(self.scope["url_route"]["kwargs"]["rack_id"])
-        site_id = Rack.objects.filter(id=rack_id).values_list("hall__site_id", flat=True).first()
-        if site_id is None or not can_view_site(user, site_id):
-            return None
-        self.page_key = ("rack", rack_id)
-        self.renderer = lambda: rack_live(rack_id)
-        self.every_s = settings.LIVE_INTERVAL_S
-        return [rack_group(rack_id)]
+        groups = _rack_groups(user, rack_id)
+        if groups is not None:
+            self.page_key = ("rack", rack_id)
+            self.renderer = lambda: rack_live(rack_id)
+            self.every_s = settings.LIVE_INTERVAL_S
+        return groups
 
 
 class CoolingConsumer(ServedPageConsumer):

@@ -1,59 +1,179 @@
-// The browser side of every live page: one socket per page, reconnected with backoff,
-// a status that says in words whether the page is live, and a DOM morph for pages the
-// server renders (rack, cooling: dashboard/live_pages.py).
+// FleetLive: the browser side of every live page. No framework, no build step; load it
+// with <script src="{% static 'dashboard/live.js' %}"></script> before the page's own script.
 //
-// FleetLive.connect(path, onUpdate) serves any page; a page holding
-// <div id="live-page" data-live-path="/ws/live/..."> is wired up by itself: each push
-// carries {ts, as_of, html} and the region is morphed to the new HTML, so only what
-// changed moves (focus, scroll and text selection stay where they are).
+// API (kept stable: the node, GPU, power, rack and cooling pages use it)
+//
+//   FleetLive.connect(path, onMessage, statusEl) -> {close()}
+//     Opens ws(s)://<host><path> (e.g. "/ws/live/rack/12", see dashboard/routing.py) and
+//     calls onMessage(update) with each JSON message. statusEl (default #live-status)
+//     says in words where the socket stands: "connecting…", "live", "reconnecting in
+//     N s", "signed out", "not allowed"; its data-state is connecting / live / down /
+//     signed-out / refused (body[data-live] too). Several sockets may share one statusEl:
+//     it shows the worst. Lost sockets come back after 1 s, doubling to 30 s (±20 %
+//     jitter so a restarted server is not stormed). Close codes: 4401 signed out (the
+//     page reloads, which leads to the login), 4000 routine session re-check (reconnect
+//     at once), 4403 not allowed (a site or rack the user may not see, or none such: no
+//     retry). A message's "ts" (server epoch s) sets the page clock (FleetLive.now).
+//
+//   FleetLive.watchStale(staleAfterS, serverNowS)
+//     Every second, each element with data-ts="<epoch s of its newest sample>" (empty:
+//     never reported) that is staleAfterS or more old gets class "is-stale" and
+//     data-stale="1", its [data-fresh] children are hidden (no frozen numbers), and its
+//     [data-age] child (made if missing: span.last-data) reads "last data N s ago" (or
+//     "no data yet"). An element may carry its own data-stale-after. serverNowS is the
+//     page's render time, so a browser clock that is off does not age figures wrongly.
+//   FleetLive.refreshStale()   run that pass now (call it after rendering an update).
+//   FleetLive.now()            server time now, epoch seconds.
+//   FleetLive.ageWords(s)      "14 s", "3 min", "2 h" (as dashboard/words.py says it).
+//   FleetLive.levelWord(level) "OK", "Warning", "Critical", "No data" for ok/warn/crit/unknown.
+//   FleetLive.morph(region, html) make region's content look like html, moving only
+//     what changed (focus, scroll and selection stay).
+//
+// A page the server renders needs no script of its own: <div id="live-page"
+// data-live-path="/ws/live/..."> is connected by itself; each push carries {ts, as_of,
+// html} and the region is morphed to it (dashboard/live_pages.py).
 (function () {
   "use strict";
-  const CLOSE_LOGGED_OUT = 4401; // the session ended: back to the login
-  const CLOSE_RECHECK = 4000; // the routine session re-check: reconnect at once
-  const CLOSE_NOT_FOUND = 4404; // the page's subject is gone or no longer visible
-  const STATUS_WORDS = {
-    connecting: "connecting…",
-    live: "live",
-    down: "not live: reconnecting…",
-    gone: "not live: no longer available",
-  };
+  const CLOSE_SIGNED_OUT = 4401;
+  const CLOSE_RECHECK = 4000;
+  const CLOSE_NOT_ALLOWED = 4403;
+  const CLOSE_NOT_FOUND = 4404; // older servers said this for "not allowed"
+  const FIRST_RETRY_S = 1;
+  const MAX_RETRY_S = 30;
+  const LEVEL_WORDS = { ok: "OK", warn: "Warning", crit: "Critical", unknown: "No data" };
+  // Worst first: what a status shared by several sockets shows.
+  const SEVERITY = ["signed-out", "refused", "down", "connecting", "live"];
 
-  function setStatus(state) {
-    const status = document.getElementById("live-status");
-    if (status && status.dataset.state !== state) {
-      status.dataset.state = state;
-      status.textContent = STATUS_WORDS[state];
+  let clockSkewS = 0; // browser clock minus server clock
+  function now() { return Date.now() / 1000 - clockSkewS; }
+  function syncClock(serverS) {
+    if (typeof serverS === "number" && isFinite(serverS) && serverS > 0) {
+      clockSkewS = Date.now() / 1000 - serverS;
     }
-    document.body.dataset.live = state;
   }
 
-  function connect(path, onUpdate) {
-    let backoff = 500;
+  function ageWords(s) {
+    if (s < 90) return Math.round(s) + " s";
+    if (s < 90 * 60) return Math.round(s / 60) + " min";
+    return Math.round(s / 3600) + " h";
+  }
+  function levelWord(level) { return LEVEL_WORDS[level] || String(level); }
+
+  // -- status, shared by the sockets that name the same element ----------------------
+  const statusEls = new Set();
+  function renderStatus(el) {
+    const conns = Array.from(el.__fleetLive.values());
+    if (!conns.length) return;
+    let worst = conns[0];
+    for (const c of conns) {
+      if (SEVERITY.indexOf(c.state) < SEVERITY.indexOf(worst.state)) worst = c;
+    }
+    let words = { live: "live", connecting: "connecting…", "signed-out": "signed out",
+      refused: "not allowed" }[worst.state];
+    if (worst.state === "down") {
+      const left = Math.max(1, Math.ceil((worst.retryAt - Date.now()) / 1000));
+      words = "reconnecting in " + left + " s";
+    }
+    el.dataset.state = worst.state;
+    if (el.textContent !== words) el.textContent = words;
+    document.body.dataset.live = worst.state;
+  }
+
+  function connect(path, onMessage, statusEl) {
+    const el = statusEl || document.getElementById("live-status") || document.createElement("span");
+    if (!el.__fleetLive) el.__fleetLive = new Map();
+    statusEls.add(el);
+    const conn = { state: "connecting", retryAt: 0 };
+    const key = {};
+    el.__fleetLive.set(key, conn);
+    let retryS = FIRST_RETRY_S;
+    let ws = null;
+    let timer = null;
+    let closed = false;
+
+    function set(state) { conn.state = state; renderStatus(el); }
     function open() {
       const proto = location.protocol === "https:" ? "wss://" : "ws://";
-      const ws = new WebSocket(proto + location.host + path);
-      ws.onopen = () => { backoff = 500; setStatus("live"); };
-      ws.onmessage = (e) => onUpdate(JSON.parse(e.data));
+      ws = new WebSocket(proto + location.host + path);
+      ws.onopen = () => { retryS = FIRST_RETRY_S; set("live"); };
+      ws.onmessage = (e) => {
+        const update = JSON.parse(e.data);
+        syncClock(update.ts);
+        onMessage(update);
+      };
       ws.onclose = (e) => {
-        if (e.code === CLOSE_LOGGED_OUT) { location.reload(); return; }
+        if (closed) return;
+        if (e.code === CLOSE_SIGNED_OUT) { set("signed-out"); location.reload(); return; }
         if (e.code === CLOSE_RECHECK) { open(); return; }
-        if (e.code === CLOSE_NOT_FOUND) { setStatus("gone"); return; }
-        setStatus("down");
-        setTimeout(open, backoff);
-        backoff = Math.min(backoff * 2, 10000);
+        if (e.code === CLOSE_NOT_ALLOWED || e.code === CLOSE_NOT_FOUND) { set("refused"); return; }
+        const waitS = retryS * (0.8 + 0.4 * Math.random());
+        retryS = Math.min(retryS * 2, MAX_RETRY_S);
+        conn.retryAt = Date.now() + waitS * 1000;
+        set("down");
+        timer = setTimeout(open, waitS * 1000);
       };
     }
-    setStatus("connecting");
+    set("connecting");
     open();
+    return {
+      close() {
+        closed = true;
+        clearTimeout(timer);
+        if (ws) ws.close();
+        el.__fleetLive.delete(key);
+        renderStatus(el);
+      },
+    };
   }
 
+  // The countdown of "reconnecting in N s" moves on by itself.
+  setInterval(() => statusEls.forEach(renderStatus), 1000);
+
+  // -- stale ticker ---------------------------------------------------------------------
+  let staleAfterDefaultS = null;
+  function owned(el, selector) {
+    return Array.from(el.querySelectorAll(selector)).filter((c) => c.parentElement.closest("[data-ts]") === el);
+  }
+  function ageElement(el) {
+    const found = owned(el, "[data-age]")[0];
+    if (found) return found;
+    const span = document.createElement("span");
+    span.className = "last-data";
+    span.dataset.age = "";
+    el.appendChild(span);
+    return span;
+  }
+  function refreshStale() {
+    if (staleAfterDefaultS === null) return;
+    const t = now();
+    document.querySelectorAll("[data-ts]").forEach((el) => {
+      const ts = parseFloat(el.dataset.ts);
+      const after = parseFloat(el.dataset.staleAfter || staleAfterDefaultS);
+      const age = isFinite(ts) ? Math.max(0, t - ts) : null;
+      const stale = age === null || age >= after;
+      el.classList.toggle("is-stale", stale);
+      if (stale) el.dataset.stale = "1"; else delete el.dataset.stale;
+      owned(el, "[data-fresh]").forEach((c) => { c.hidden = stale; });
+      const words = !stale ? "" : age === null ? "no data yet" : "last data " + ageWords(age) + " ago";
+      const ageEl = stale ? ageElement(el) : owned(el, "[data-age]")[0];
+      if (ageEl && ageEl.textContent !== words) ageEl.textContent = words;
+    });
+  }
+  function watchStale(staleAfterS, serverNowS) {
+    staleAfterDefaultS = staleAfterS;
+    syncClock(serverNowS);
+    refreshStale();
+    setInterval(refreshStale, 1000);
+  }
+
+  // -- pages the server renders -------------------------------------------------------
   function sameKind(a, b) {
     return a.nodeType === b.nodeType && a.nodeName === b.nodeName &&
       (a.nodeType !== Node.ELEMENT_NODE || a.id === b.id);
   }
 
   // Make `from` look like `to`, keeping every node whose kind did not change.
-  function morph(from, to) {
+  function morphNode(from, to) {
     if (from.nodeType !== Node.ELEMENT_NODE) {
       if (from.nodeValue !== to.nodeValue) from.nodeValue = to.nodeValue;
       return;
@@ -69,30 +189,40 @@
     news.forEach((next, i) => {
       const old = olds[i];
       if (!old) from.appendChild(next);
-      else if (sameKind(old, next)) morph(old, next);
+      else if (sameKind(old, next)) morphNode(old, next);
       else from.replaceChild(next, old);
     });
     for (let i = olds.length - 1; i >= news.length; i--) from.removeChild(olds[i]);
   }
 
-  function morphHtml(region, html) {
+  function morph(region, html) {
     const template = document.createElement("template");
     template.innerHTML = html;
     const next = region.cloneNode(false);
     next.appendChild(template.content);
-    morph(region, next);
+    morphNode(region, next);
   }
 
   function servedPage(region) {
     const asOf = document.querySelector("#as-of time");
     connect(region.dataset.livePath, (update) => {
-      morphHtml(region, update.html);
+      if (typeof update.html !== "string") return;
+      morph(region, update.html);
       if (asOf && update.as_of) asOf.textContent = update.as_of;
       document.body.dataset.lastUpdate = String(update.ts);
+      refreshStale();
     });
   }
 
-  window.FleetLive = { connect: connect, morph: morphHtml };
+  window.FleetLive = {
+    connect: connect,
+    watchStale: watchStale,
+    refreshStale: refreshStale,
+    now: now,
+    ageWords: ageWords,
+    levelWord: levelWord,
+    morph: morph,
+  };
   const region = document.getElementById("live-page");
   if (region && region.dataset.livePath) servedPage(region);
 })();

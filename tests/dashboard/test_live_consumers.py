@@ -1,6 +1,7 @@
 """The browsers' live sockets, driven through Channels without a server: who may connect
-and to what, and what a rack or cooling page is sent when its group says something
-changed (the page's HTML, rendered from the latest state)."""
+and to what; what the publisher's messages carry to a rack's and a site's subscribers
+(each GPU, the loops); and what a rack or cooling page is sent when its group says
+something changed (the page's HTML, rendered from the latest state)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from agents.protocol import reasons as nvml
 from dashboard import consumers, live_pages
 from dashboard.routing import websocket_urlpatterns
 from fleet.demo import DEMO_RACKS, seed_demo_site
-from fleet.live import LIVE_UPDATE, rack_group, site_group
+from fleet.live import LIVE_UPDATE, LivePublisher, rack_group, site_group
 from fleet.models import GPU, CoolingLoop, Node, Rack, Site
 from tests.dashboard.test_rack_and_cooling_pages import store
 
@@ -91,29 +92,94 @@ async def nudge(group: str) -> None:
     await get_channel_layer().group_send(group, {"type": LIVE_UPDATE, "update": {"ts": 0}})
 
 
+def live_paths(site_id: int, rack_id: int) -> tuple[str, ...]:
+    return (
+        "/ws/live/fleet",
+        f"/ws/live/site/{site_id}",
+        f"/ws/live/rack/{rack_id}",
+        f"/ws/live/rack/{rack_id}/page",
+        "/ws/live/cooling",
+    )
+
+
 async def test_a_visitor_without_a_session_is_refused_on_every_live_socket(site: Site) -> None:
     rack_id = await Rack.objects.values_list("id", flat=True).afirst()
-    for path in ("/ws/live/fleet", f"/ws/live/rack/{rack_id}", "/ws/live/cooling"):
+    assert rack_id is not None
+    for path in live_paths(site.id, rack_id):
         assert await closed_with(socket(path, AnonymousUser())) == consumers.CLOSE_UNAUTHORIZED
 
 
-async def test_a_rack_that_does_not_exist_is_not_found(ops: User) -> None:
-    assert await closed_with(socket("/ws/live/rack/999999", ops)) == consumers.CLOSE_NOT_FOUND
+async def test_a_rack_or_site_that_does_not_exist_is_not_allowed(ops: User) -> None:
+    for path in ("/ws/live/rack/999999", "/ws/live/rack/999999/page", "/ws/live/site/999999"):
+        assert await closed_with(socket(path, ops)) == consumers.CLOSE_NOT_ALLOWED
 
 
-async def test_a_rack_of_a_site_the_user_may_not_see_is_not_found(
-    ops: User, monkeypatch: pytest.MonkeyPatch
+async def test_a_rack_or_site_the_user_may_not_see_is_not_allowed(
+    site: Site, ops: User, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(consumers, "can_view_site", lambda user, site_id: False)
     rack_id = await Rack.objects.values_list("id", flat=True).afirst()
-    assert await closed_with(socket(f"/ws/live/rack/{rack_id}", ops)) == consumers.CLOSE_NOT_FOUND
+    for path in (f"/ws/live/rack/{rack_id}", f"/ws/live/rack/{rack_id}/page"):
+        assert await closed_with(socket(path, ops)) == consumers.CLOSE_NOT_ALLOWED
+    assert await closed_with(socket(f"/ws/live/site/{site.id}", ops)) == 4403
+
+
+async def test_a_rack_subscriber_gets_its_rack_with_each_gpu_and_another_rack_gets_nothing(
+    ops: User,
+) -> None:
+    a01, a02 = await Rack.objects.aget(name="A01"), await Rack.objects.aget(name="A02")
+    watcher, bystander = (
+        socket(f"/ws/live/rack/{a01.id}", ops),
+        socket(f"/ws/live/rack/{a02.id}", ops),
+    )
+    assert (await watcher.connect())[0] and (await bystander.connect())[0]
+    node = await Node.objects.filter(rack=a01).afirst()
+    assert node is not None
+    gpu = await GPU.objects.aget(node=node, index=1)
+    await store_async("gpu", (node.id, 1), time.time(), temp_gpu_c=91.0, power_w=300.0,
+                      power_limit_w=600.0, clock_sm_mhz=1410.0, util_gpu_pct=97.0,
+                      clock_event_reasons=nvml.HW_THERMAL_SLOWDOWN)  # fmt: skip
+    await LivePublisher().publish({"gpu": {(node.id, 1)}})  # what ingest reports as saved
+    update = await watcher.receive_json_from()
+    assert update["rack"]["id"] == a01.id and update["rack"]["level"] == "crit"
+    entry = update["gpus"][str(gpu.pk)]
+    assert entry["node_id"] == node.id and entry["index"] == 1
+    assert (entry["level"], entry["level_word"]) == ("crit", "Critical")
+    assert entry["temp_c"] == 91.0 and entry["headroom_c"] == -4.0  # its own 87 °C limit
+    assert (entry["power_w"], entry["power_limit_w"]) == (300.0, 600.0)
+    assert (entry["sm_clock_mhz"], entry["util_pct"]) == (1410.0, 97.0)
+    assert entry["reasons"] == ["hw_thermal: hardware thermal slowdown (>=2x)"]
+    assert entry["throttling"] is True and entry["stale"] is False
+    assert str(node.id) in update["nodes"]
+    assert await bystander.receive_nothing(timeout=0.3)
+    await watcher.disconnect()
+    await bystander.disconnect()
+
+
+async def test_a_loop_serving_no_rack_reaches_its_site_subscribers(site: Site, ops: User) -> None:
+    spare = await CoolingLoop.objects.acreate(
+        site=site, name="CDU-9", capacity_kw=300, liquid_class="W32", rated_flow_lpm=600
+    )
+    ws = socket(f"/ws/live/site/{site.id}", ops)
+    assert (await ws.connect())[0]
+    await store_async("loop", (spare.id,), time.time(), supply_c=33.5, flow_lpm=300.0,
+                      pumps_running=0, pumps_failed=2)  # fmt: skip
+    await LivePublisher().publish({"loop": {(spare.id,)}})
+    update = await ws.receive_json_from()
+    loop = update["loops"][str(spare.id)]
+    assert (loop["level"], loop["level_word"]) == ("crit", "Critical")
+    assert "supply 33.5 °C against its 32 °C limit" in loop["reasons"]
+    assert "no pump running" in loop["reasons"] and "2 pump(s) failed" in loop["reasons"]
+    assert loop["supply_c"] == 33.5 and loop["supply_limit_c"] == 32.0
+    assert loop["ts"] is not None and "supply_c" in loop["reported"]
+    await ws.disconnect()
 
 
 async def test_a_change_in_the_rack_pushes_its_page_again_with_the_new_figures(
     ops: User,
 ) -> None:
     rack = await Rack.objects.aget(name="A01")
-    ws = socket(f"/ws/live/rack/{rack.id}", ops)
+    ws = socket(f"/ws/live/rack/{rack.id}/page", ops)
     assert (await ws.connect(timeout=WAIT_S))[0]
     node = await Node.objects.filter(rack=rack).afirst()
     assert node is not None
