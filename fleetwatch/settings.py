@@ -184,6 +184,9 @@ LATEST_SAVE_S = env_float("FLEETWATCH_LATEST_SAVE_S", LIVE_INTERVAL_S, minimum=0
 REVALIDATE_S = env_float("FLEETWATCH_REVALIDATE_S", 5, minimum=0.1)
 # A commit waiting longer than this for a PostgreSQL lock is answered 503 (ms).
 PG_LOCK_TIMEOUT_MS = env_int("FLEETWATCH_PG_LOCK_TIMEOUT_MS", 10_000, minimum=1)
+# Failed token checks one client may make per minute before enrolment and HTTP ingest
+# answer it 429 (fleet/ingest/guard.py).
+AUTH_FAILURES_PER_MIN = env_int("FLEETWATCH_AUTH_FAILURES_PER_MIN", 30, minimum=1)
 # A live page's socket is ended this often so its session is checked again (s).
 LIVE_REAUTH_S = env_float("FLEETWATCH_LIVE_REAUTH_S", 300, minimum=1)
 

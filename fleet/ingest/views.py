@@ -13,6 +13,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from agents.protocol import MAX_BATCH_BYTES
+from fleet.ingest import guard
 from fleet.ingest.auth import SourceIdentity, authenticate_source, bearer_from_meta
 from fleet.ingest.enrollment import (
     EnrollmentError,
@@ -62,6 +63,39 @@ def _enrol_fields(body: object) -> tuple[object, str] | JsonResponse:
     return token, source
 
 
+def _unsupported_media_type() -> JsonResponse:
+    reason = f"the body must be JSON: send Content-Type: {guard.JSON}"
+    response = _error(415, "content-type", reason)
+    response["Accept-Post"] = guard.JSON
+    return response
+
+
+def _too_many_failures(client: str, retry_after_s: int) -> JsonResponse:
+    reason = f"too many failed token checks from {client}; retry in {retry_after_s} s"
+    response = _error(429, "authorization", reason)
+    response["Retry-After"] = str(retry_after_s)
+    return response
+
+
+def _refused_before_body(request: HttpRequest) -> JsonResponse | None:
+    """415 for a body that is not JSON, 429 for a client that keeps failing token checks."""
+    if not guard.is_json_content_type(request.META):
+        return _unsupported_media_type()
+    return _held_back(request)
+
+
+def _held_back(request: HttpRequest) -> JsonResponse | None:
+    client = guard.client_address(request.META)
+    wait = guard.auth_failures.retry_after_s(client, guard.clock())
+    return _too_many_failures(client, wait) if wait else None
+
+
+def _note_auth_failure(request: HttpRequest, token: object) -> None:
+    """Count a wrong token against its client (no token at all is not a guess)."""
+    if token:
+        guard.auth_failures.note(guard.client_address(request.META), guard.clock())
+
+
 def _retry_later(reason: str) -> JsonResponse:
     response = _error(503, "$", reason)
     response["Retry-After"] = "1"
@@ -102,6 +136,9 @@ def enroll(request: HttpRequest) -> HttpResponse:
 def _enroll(request: HttpRequest) -> HttpResponse:
     if request.method != "POST":
         return _method_not_allowed("POST")
+    refused = _refused_before_body(request)
+    if refused is not None:
+        return refused
     try:
         body = orjson.loads(request.body)
     except orjson.JSONDecodeError:
@@ -113,6 +150,8 @@ def _enroll(request: HttpRequest) -> HttpResponse:
     try:
         enrolled = enroll_source(token if isinstance(token, str) else None, source)
     except EnrollmentError as exc:
+        if exc.status == 401:
+            _note_auth_failure(request, token)
         return _error(exc.status, "enroll_token" if exc.status == 401 else "source", exc.reason)
     except DatabaseError:
         return _retry_later("the database is unavailable; retry")
@@ -132,6 +171,9 @@ def inventory(request: HttpRequest) -> HttpResponse:
 def _inventory(request: HttpRequest) -> HttpResponse:
     if request.method not in ("GET", "HEAD"):
         return _method_not_allowed("GET, HEAD")
+    held = _held_back(request)
+    if held is not None:
+        return held
     token = bearer_from_meta(request.META)
     identity = authenticate_source(token)
     if identity is not None and identity.kind == "site":
@@ -139,6 +181,8 @@ def _inventory(request: HttpRequest) -> HttpResponse:
     try:
         site = site_for_enrollment_token(token)
     except EnrollmentError as exc:
+        if exc.status == 401:
+            _note_auth_failure(request, token)
         return _error(exc.status, "authorization", exc.reason)
     return JsonResponse(inventory_for_site(site))
 
@@ -203,11 +247,16 @@ async def _ingest(request: HttpRequest) -> tuple[HttpResponse, str | None]:
     """The answer, and the token's source when the token was good."""
     if request.method != "POST":
         return _method_not_allowed("POST"), None
+    refused = _refused_before_body(request)
+    if refused is not None:
+        return refused, None
+    token = bearer_from_meta(request.META)
     try:
-        identity = await database_sync_to_async(authenticate_source)(bearer_from_meta(request.META))
+        identity = await database_sync_to_async(authenticate_source)(token)
     except DatabaseError:
         return _retry_later("the database is unavailable; resend"), None
     if identity is None:
+        _note_auth_failure(request, token)
         return _error(401, "authorization", "unknown or revoked source token"), None
     declared = request.META.get("CONTENT_LENGTH") or "0"
     if not declared.isdigit() or int(declared) > MAX_BATCH_BYTES:
