@@ -1,0 +1,205 @@
+"""Roles per site: a viewer sees only the sites given to them, an operator acknowledges
+only their sites' alerts, and only admins open the inventory (fleet/access.py).
+
+The cast: site "Demo datacentre" (racks A01, A02) and site "North" (rack N01); vic views
+North only, otto operates Demo only, ada is in the "Admins" group, wes watches every site
+("Viewers" group) and operates Demo."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import Group, Permission, User
+from django.test import Client
+from django.utils import timezone
+
+from fleet.access import can_administer, can_operate, can_view_site, visible_site_ids
+from fleet.alerts.models import AlertInstance, AlertRule
+from fleet.demo import DEMO_RACKS, seed_demo_site
+from fleet.models import Hall, Rack, Site, SiteRole
+from fleet.notifications.models import Route
+
+pytestmark = pytest.mark.django_db
+
+WEBHOOK = "https://hooks.slack.com/services/T000/B000/sEcReTtOkEn1234"
+
+
+@pytest.fixture(autouse=True)
+def fast_passwords(settings: Any) -> None:
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture
+def sites() -> tuple[Site, Site]:
+    demo = seed_demo_site("demo", tuple(replace(p, nodes=1) for p in DEMO_RACKS[:2]), 1)
+    north = Site.objects.create(slug="north", name="North")
+    hall = Hall.objects.create(site=north, name="Hall N")
+    Rack.objects.create(hall=hall, name="N01", power_budget_kw=40)
+    return demo, north
+
+
+def person(name: str, *, groups: tuple[str, ...] = (), **at_sites: str) -> User:
+    """A user in `groups`, with a SiteRole per `slug=role`."""
+    user = User.objects.create_user(name, password="pw")
+    for group in groups:
+        user.groups.add(Group.objects.get(name=group))
+    for slug, role in at_sites.items():
+        SiteRole.objects.create(user=user, site=Site.objects.get(slug=slug), role=role)
+    return user
+
+
+def signed_in(user: User) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def firing(site: Site, rack: str) -> AlertInstance:
+    now = timezone.now()
+    return AlertInstance.objects.create(
+        rule=AlertRule.objects.get(key="gpu-hw-thermal-slowdown"),
+        scope="gpu",
+        entity=f"{rack}:0",
+        state="firing",
+        value=1.0,
+        labels={"site": site.name, "rack": rack, "node": f"gpu-{rack.lower()}", "gpu": "0"},
+        site=site,
+        started_at=now,
+        fired_at=now,
+        updated_at=now,
+    )
+
+
+def ack(client: Client, alert: AlertInstance) -> int:
+    answer = client.post("/alerts/acknowledge", {"alert": alert.pk, "comment": "on it"})
+    return answer.status_code
+
+
+def acknowledged(alert: AlertInstance) -> bool:
+    alert.refresh_from_db()
+    return alert.acknowledged_at is not None
+
+
+def rack_url(name: str) -> str:
+    return f"/racks/{Rack.objects.get(name=name).pk}/"
+
+
+def test_someone_with_no_role_at_all_sees_every_site_as_before(sites: tuple[Site, Site]) -> None:
+    plain = person("pat")
+    assert visible_site_ids(plain) is None
+    assert not can_operate(plain) and not can_administer(plain)
+    assert signed_in(plain).get(rack_url("N01")).status_code == 200
+
+
+def test_a_viewer_of_one_site_gets_its_pages_and_a_404_for_other_sites(
+    sites: tuple[Site, Site],
+) -> None:
+    demo, north = sites
+    vic = person("vic", north="viewer")
+    assert visible_site_ids(vic) == {north.pk}
+    assert can_view_site(vic, north.pk) and not can_view_site(vic, demo.pk)
+    client = signed_in(vic)
+    assert client.get(rack_url("N01")).status_code == 200
+    assert client.get(rack_url("A01")).status_code == 404
+
+
+def test_the_alerts_page_lists_only_the_sites_a_viewer_sees(sites: tuple[Site, Site]) -> None:
+    demo, north = sites
+    firing(demo, "A01")
+    firing(north, "N01")
+    Route.objects.create(name="demo-ops", webhook_url=WEBHOOK, site=demo)
+    page = signed_in(person("vic", north="viewer")).get("/alerts/").content.decode()
+    assert "1 firing" in page
+    assert "North / N01" in page and "A01" not in page
+    assert "demo-ops" not in page  # another site's route
+
+
+def test_a_site_operator_acknowledges_their_sites_alert_and_not_anothers(
+    sites: tuple[Site, Site],
+) -> None:
+    demo, north = sites
+    mine, theirs = firing(demo, "A01"), firing(north, "N01")
+    otto = signed_in(person("otto", groups=("Viewers",), demo="operator"))
+    assert ack(otto, theirs) == 403
+    assert not acknowledged(theirs)
+    assert ack(otto, mine) == 302
+    assert acknowledged(mine)
+
+
+def test_the_page_offers_acknowledging_only_on_the_operated_sites_alerts(
+    sites: tuple[Site, Site],
+) -> None:
+    demo, north = sites
+    mine, theirs = firing(demo, "A01"), firing(north, "N01")
+    page = signed_in(person("wes", groups=("Viewers",), demo="operator")).get("/alerts/")
+    html = page.content.decode()
+    assert "North / N01" in html  # sees every site
+    assert f'name="alert" value="{mine.pk}"' in html
+    assert f'name="alert" value="{theirs.pk}"' not in html
+
+
+def test_a_viewer_cannot_acknowledge_sees_no_controls_and_no_webhook(
+    sites: tuple[Site, Site],
+) -> None:
+    demo, _ = sites
+    alert = firing(demo, "A01")
+    Route.objects.create(name="ops", webhook_url=WEBHOOK)
+    viewer = signed_in(person("vic", groups=("Viewers",)))
+    html = viewer.get("/alerts/").content.decode()
+    assert "Demo datacentre / A01" in html
+    assert 'name="alert"' not in html and "Acknowledge selected" not in html
+    assert "Add a silence" not in html and "hooks.slack.com" not in html and "sEcReT" not in html
+    assert ack(viewer, alert) == 403
+    assert not acknowledged(alert)
+
+
+def test_the_operators_group_and_the_old_permission_both_operate_everywhere(
+    sites: tuple[Site, Site],
+) -> None:
+    _, north = sites
+    legacy = person("lee")
+    legacy.user_permissions.add(Permission.objects.get(codename="change_alertinstance"))
+    grouped = person("gus", groups=("Operators",))
+    for user in (User.objects.get(pk=legacy.pk), grouped):
+        assert can_operate(user, north.pk) and visible_site_ids(user) is None
+        assert not can_administer(user)
+
+
+def test_only_admins_open_the_inventory_and_see_its_link(sites: tuple[Site, Site]) -> None:
+    ada = signed_in(person("ada", groups=("Admins",)))
+    otto = signed_in(person("otto", groups=("Operators",)))
+    assert ada.get("/admin/fleet/rack/").status_code == 200
+    assert ">Inventory</a>" in ada.get("/alerts/").content.decode()
+    refused = otto.get("/admin/fleet/rack/")
+    assert refused.status_code == 302 and "/admin/login/" in refused["Location"]
+    assert ">Inventory</a>" not in otto.get("/alerts/").content.decode()
+
+
+def test_an_admin_gives_a_role_at_one_site_in_the_admin(sites: tuple[Site, Site]) -> None:
+    _, north = sites
+    vic = person("vic")
+    ada = signed_in(person("ada", groups=("Admins",)))
+    answer = ada.post(
+        "/admin/fleet/siterole/add/", {"user": vic.pk, "site": north.pk, "role": "operator"}
+    )
+    assert answer.status_code == 302
+    assert visible_site_ids(User.objects.get(pk=vic.pk)) == {north.pk}
+    assert "vic — operator at North" in ada.get("/admin/fleet/siterole/").content.decode()
+
+
+def test_the_role_groups_come_with_the_migrations() -> None:
+    operators = Group.objects.get(name="Operators")
+    assert operators.permissions.filter(codename="change_alertinstance").exists()
+    assert operators.permissions.filter(codename="add_silence").exists()
+    assert Group.objects.get(name="Admins").permissions.filter(codename="change_rack").exists()
+    assert not Group.objects.get(name="Viewers").permissions.exists()
+
+
+def test_signed_out_sees_nothing_and_operates_nowhere() -> None:
+    from django.contrib.auth.models import AnonymousUser
+
+    nobody = AnonymousUser()
+    assert visible_site_ids(nobody) == set()
+    assert not can_operate(nobody) and not can_administer(nobody)
