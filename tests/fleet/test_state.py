@@ -12,7 +12,9 @@ from django.db import connection
 
 from agents.protocol import reasons as nvml
 from fleet.demo import DEMO_RACKS, seed_demo_site
+from fleet.live import fleet_group, rack_group, site_group
 from fleet.models import GPU, CoolingLoop, Node, Rack, Site
+from fleet.payloads import build_updates, plan_updates
 from fleet.state import rack_payload, rack_states
 from fleet.storage.db import Row, Upsert
 from fleet.storage.latest import LatestDelta, merge_latest
@@ -96,3 +98,67 @@ def test_a_rack_whose_data_went_quiet_reads_unknown_never_ok(site: Site) -> None
     payload = rack_payload(rack_states([rack.id], time.time())[rack.id])
     assert payload["level"] == "unknown" and payload["stale"] is True
     assert "no fresh data" in payload["reasons"]
+
+
+GPU_CONTRACT = {
+    "node_id", "index", "level", "level_word", "temp_c", "headroom_c", "power_w",
+    "power_limit_w", "sm_clock_mhz", "util_pct", "reasons", "throttling", "stale_s", "ts",
+}  # fmt: skip
+
+
+def updates_for(changed: dict[str, set[tuple[int, ...]]], now: float) -> dict[str, Any]:
+    plan = plan_updates(changed)
+    return dict(build_updates(plan, plan.groups(), now))
+
+
+def test_a_rack_message_carries_every_gpu_of_the_rack_keyed_by_its_inventory_id(
+    site: Site,
+) -> None:
+    now = time.time()
+    rack = Rack.objects.get(name="A01")
+    node = Node.objects.filter(rack=rack).order_by("name").first()
+    assert node is not None
+    store("gpu", (node.id, 0), now, temp_gpu_c=80.0, power_w=450.0, clock_event_reasons=0)
+    message = updates_for({"gpu": {(node.id, 0)}}, now)[rack_group(rack.id)]
+    gpus = message["gpus"]
+    assert set(gpus) == {str(g.pk) for g in GPU.objects.filter(node__rack=rack)}
+    reported = gpus[str(GPU.objects.get(node=node, index=0).pk)]
+    assert set(reported) >= GPU_CONTRACT
+    assert reported["level"] == "warn" and reported["headroom_c"] == 7.0  # 87 − 80
+    assert reported["stale_s"] is not None and reported["stale_s"] >= 0
+    silent = gpus[str(GPU.objects.get(node=node, index=1).pk)]
+    assert (silent["level"], silent["level_word"]) == ("unknown", "No data")
+    assert silent["ts"] is None and silent["stale_s"] is None and silent["temp_c"] is None
+    assert set(message["nodes"]) == {str(n.id) for n in Node.objects.filter(rack=rack)}
+
+
+def test_the_fleet_message_stays_compact(site: Site) -> None:
+    now = time.time()
+    node = Node.objects.filter(rack__name="A01").first()
+    assert node is not None
+    store("gpu", (node.id, 0), now, temp_gpu_c=60.0, power_w=450.0)
+    fleet = updates_for({"gpu": {(node.id, 0)}}, now)[fleet_group()]
+    assert set(fleet) == {"ts", "racks", "sites"}
+    assert all(set(rack) == {"level", "throttling"} for rack in fleet["racks"].values())
+
+
+def test_a_loop_change_reaches_its_site_even_when_the_loop_serves_no_rack(site: Site) -> None:
+    now = time.time()
+    spare = CoolingLoop.objects.create(site=site, name="CDU-9", capacity_kw=300)
+    store("loop", (spare.id,), now, supply_c=25.0, return_c=35.0, leak=1)
+    message = updates_for({"loop": {(spare.id,)}}, now)[site_group(site.id)]
+    assert message["racks"] == {}
+    loop = message["loops"][str(spare.id)]
+    assert (loop["level"], loop["delta_c"], loop["leak"]) == ("warn", 10.0, 1)
+    assert loop["reasons"] == ["leak detected (Warning)"]
+    assert loop["flow_lpm"] is None and "flow_lpm" not in loop["reported"]  # never sent
+
+
+def test_a_site_message_names_only_the_loops_that_changed(site: Site) -> None:
+    now = time.time()
+    node = Node.objects.filter(rack__name="A01").first()
+    assert node is not None
+    store("gpu", (node.id, 0), now, temp_gpu_c=60.0)
+    message = updates_for({"gpu": {(node.id, 0)}}, now)[site_group(site.id)]
+    assert "loops" not in message
+    assert set(message["racks"]) == {str(Rack.objects.get(name="A01").id)}
