@@ -1,13 +1,332 @@
-"""Scaffold: the gpu_view page is being built (returns 404 until then)."""
+"""The GPU page /gpus/<pk>/: its live figures against its own limits, Plotly history charts
+(drawn by static/dashboard/gpu.js from /api/v1/history), the clock-event reasons over the
+chosen range, and its ECC/XID events. Also serves plotly.js from the installed `plotly`
+package: datacentres are air-gapped, so no CDN.
+
+Every figure and level comes from `fleet.health` (through `fleet.state` readers and the
+rack page's tile words); this module only puts them in order and in words.
+"""
 
 from __future__ import annotations
 
-from django.http import Http404, HttpRequest, HttpResponse
+import datetime as dt
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import plotly
+from django.contrib.auth.decorators import login_required
+from django.http import FileResponse, Http404, HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.views.decorators.http import require_GET
+
+from dashboard.rack import gpu_tile
+from dashboard.words import age_words, as_of, no_data_words
+from fleet import health
+from fleet.access import can_view_site
+from fleet.history import RANGES, HistoryError, reason_spans
+from fleet.models import GPU, Event
+from fleet.state import gpu_limits, latest_readings, throttle_words
+
+PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
+# Pages ask for it as ?v=<plotly version>, so an upgrade is a new URL: cache it for a year.
+PLOTLY_MAX_AGE_S = 365 * 86400
+PLOTLY_VERSION = plotly.__version__
+PAGE_RANGES = ("1h", "24h", "7d")  # the range buttons; the API also takes 30d
+EVENTS_SHOWN = 50
+STALE = health.STALE_AFTER_S
 
 
+@dataclass
+class Figure:
+    label: str
+    value: str  # a number with its unit, or its age when stale, or "not reported"
+    note: str = ""  # against what: a limit, a cap, a total
+
+
+@dataclass
+class LimitLine:
+    name: str  # "slowdown", "shutdown", "max operating", "HBM max"
+    value_c: float
+
+
+@dataclass
+class ReasonRow:
+    start: str
+    end: str
+    duration: str
+    reasons: list[str]
+    throttling: bool
+
+
+@dataclass
+class EventRow:
+    when: str
+    age: str
+    kind: str
+    code: str
+    detail: str
+
+
+@dataclass
+class GpuPage:
+    pk: int
+    index: int
+    model: str
+    uuid: str
+    node_id: int
+    node_name: str
+    rack_id: int
+    rack_name: str
+    hall: str
+    site_id: int
+    level: str
+    level_word: str
+    reasons: list[str]
+    throttling: bool
+    stale: str | None
+    figures: list[Figure]
+    limits: list[LimitLine]
+    power_cap_w: float | None
+    mem_total_mib: float | None
+    range: str
+    as_of: str
+    timeline_tier: str = ""
+    timeline: list[ReasonRow] = field(default_factory=list)
+    events: list[EventRow] = field(default_factory=list)
+
+    def chart_config(self) -> dict[str, Any]:
+        """What gpu.js needs to draw and extend the charts."""
+        return {
+            "gpu_id": self.pk,
+            "rack_id": self.rack_id,
+            "range": self.range,
+            "limits": [{"name": lim.name, "value_c": lim.value_c} for lim in self.limits],
+            "power_cap_w": self.power_cap_w,
+            "mem_total_mib": self.mem_total_mib,
+        }
+
+
+def _clock(ts: float) -> str:
+    return dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _figure(
+    reading: health.Reading, metric: str, now: float, unit: str, fmt: str = ".0f"
+) -> str | None:
+    """A fresh value with its unit; its age when it stopped; None when never reported."""
+    if metric not in reading.values:
+        return None
+    value = reading.fresh(metric, now, STALE)
+    if value is None:
+        return no_data_words(reading.ts.get(metric), now)
+    return f"{value:{fmt}} {unit}"
+
+
+def _limit_note(headroom_c: float | None, limit_c: float | None, name: str) -> str | None:
+    if headroom_c is None and limit_c is None:
+        return None
+    at = "" if limit_c is None else f"{limit_c:.0f} °C"
+    if headroom_c is None:
+        return f"{name} {at}"
+    side = f"{headroom_c:.0f} °C below" if headroom_c >= 0 else f"{-headroom_c:.0f} °C above"
+    return f"{name} {at}: {side}".replace("  ", " ")
+
+
+def temperature_figures(
+    reading: health.Reading, limits: health.GpuLimits | None, now: float
+) -> list[Figure]:
+    lim = limits or health.GpuLimits()
+    head = health.gpu_headroom(reading, lim, now)
+    notes = [
+        _limit_note(head.slowdown_c, lim.slowdown_c, "slowdown"),
+        _limit_note(head.shutdown_c, lim.shutdown_c, "shutdown"),
+        _limit_note(head.gpu_max_c, lim.gpu_max_c, "max operating"),
+    ]
+    temp = _figure(reading, "temp_gpu_c", now, "°C") or "not reported"
+    out = [Figure("GPU temperature", temp, " · ".join(n for n in notes if n) or "limits unknown")]
+    hbm = _figure(reading, "temp_mem_c", now, "°C")
+    if hbm is not None:
+        note = _limit_note(head.mem_max_c, lim.mem_max_c, "HBM max") or "limit unknown"
+        out.append(Figure("HBM temperature", hbm, note))
+    return out
+
+
+def power_cap_w(reading: health.Reading, limits: health.GpuLimits | None) -> float | None:
+    """The enforced cap the GPU last reported, else its maximum from gpu_info."""
+    cap = reading.values.get("power_limit_w")
+    if cap is None and limits is not None:
+        cap = limits.power_limit_max_w
+    return None if cap is None else float(cap)
+
+
+def power_figure(reading: health.Reading, limits: health.GpuLimits | None, now: float) -> Figure:
+    watts = _figure(reading, "power_w", now, "W") or "not reported"
+    cap = power_cap_w(reading, limits)
+    frac = health.power_vs_cap(reading, limits, now)
+    if cap is None:
+        return Figure("Power", watts, "cap unknown")
+    share = "" if frac is None else f" ({100 * frac:.0f} % of it)"
+    return Figure("Power", watts, f"cap {cap:.0f} W{share}")
+
+
+def memory_figure(reading: health.Reading, now: float) -> Figure | None:
+    used = reading.fresh("mem_used_mib", now, STALE)
+    total = reading.values.get("mem_total_mib")
+    if used is None:
+        value = _figure(reading, "mem_used_mib", now, "MiB")
+        return None if value is None else Figure("Memory used", value)
+    if not total:
+        return Figure("Memory used", f"{used:,.0f} MiB", "total unknown")
+    return Figure(
+        "Memory used", f"{used:,.0f} MiB", f"of {total:,.0f} MiB ({100 * used / total:.0f} %)"
+    )
+
+
+def live_figures(
+    reading: health.Reading, limits: health.GpuLimits | None, now: float
+) -> list[Figure]:
+    figures = temperature_figures(reading, limits, now)
+    figures.append(power_figure(reading, limits, now))
+    optional = [
+        ("SM clock", "clock_sm_mhz", "MHz"),
+        ("Memory clock", "clock_mem_mhz", "MHz"),
+        ("GPU utilisation", "util_gpu_pct", "%"),
+        ("Memory-controller utilisation", "util_mem_pct", "%"),
+    ]
+    for label, metric, unit in optional:
+        figures.append(Figure(label, _figure(reading, metric, now, unit) or "not reported"))
+    memory = memory_figure(reading, now)
+    if memory is not None:
+        figures.append(memory)
+    pstate = reading.fresh("pstate", now, STALE)
+    if pstate is not None:
+        figures.append(Figure("Performance state", f"P{int(pstate)}"))
+    fan = _figure(reading, "fan_pct", now, "%")
+    if fan is not None:
+        figures.append(Figure("Fan", fan))
+    return figures
+
+
+def limit_lines(limits: health.GpuLimits | None) -> list[LimitLine]:
+    """The GPU's own absolute limits, drawn on its temperature chart."""
+    if limits is None:
+        return []
+    named = (
+        ("slowdown", limits.slowdown_c),
+        ("shutdown", limits.shutdown_c),
+        ("max operating", limits.gpu_max_c),
+        ("HBM max", limits.mem_max_c),
+    )
+    return [LimitLine(name, float(v)) for name, v in named if v is not None]
+
+
+def timeline(gpu: GPU, range_name: str, now: float) -> tuple[str, list[ReasonRow]]:
+    """The decoded clock-event reasons over the range, newest first."""
+    try:
+        tier, spans = reason_spans((gpu.node_id, gpu.index), now - RANGES[range_name], now, now=now)
+    except HistoryError:
+        return "", []
+    rows = []
+    for span in reversed(spans):
+        throttle = health.throttle_state(span.mask)
+        rows.append(
+            ReasonRow(
+                start=_clock(span.start),
+                end=_clock(min(span.end, now)),
+                duration=age_words(min(span.end, now) - span.start),
+                reasons=throttle_words(throttle) or ["no reason: full clocks"],
+                throttling=throttle.throttling,
+            )
+        )
+    return tier, rows
+
+
+def gpu_events(gpu: GPU, now: float) -> list[EventRow]:
+    rows = Event.objects.filter(node_id=gpu.node_id, gpu_index=gpu.index).order_by("-ts")
+    return [
+        EventRow(
+            when=_clock(e.ts),
+            age=age_words(max(0.0, now - e.ts)) + " ago",
+            kind=e.kind,
+            code="" if e.code is None else str(e.code),
+            detail=e.detail,
+        )
+        for e in rows[:EVENTS_SHOWN]
+    ]
+
+
+def gpu_page(gpu: GPU, range_name: str, now: float, figures_only: bool = False) -> GpuPage:
+    """The page for one GPU (its node, rack and hall already joined on `gpu`)."""
+    node, rack = gpu.node, gpu.node.rack
+    reading = latest_readings("gpu", [node.id]).get((node.id, gpu.index), health.EMPTY)
+    limits = gpu_limits([node.id]).get((node.id, gpu.index))
+    tile = gpu_tile(gpu, reading, limits, now)
+    page = GpuPage(
+        pk=gpu.pk,
+        index=gpu.index,
+        model=gpu.model,
+        uuid=gpu.uuid,
+        node_id=node.id,
+        node_name=node.name,
+        rack_id=rack.id,
+        rack_name=rack.name,
+        hall=rack.hall.name,
+        site_id=rack.hall.site_id,
+        level=tile.level,
+        level_word=tile.level_word,
+        reasons=tile.reasons,
+        throttling=tile.throttling,
+        stale=tile.stale,
+        figures=live_figures(reading, limits, now),
+        limits=limit_lines(limits),
+        power_cap_w=power_cap_w(reading, limits),
+        mem_total_mib=_float(reading.values.get("mem_total_mib")),
+        range=range_name,
+        as_of=as_of(now),
+    )
+    if not figures_only:
+        page.timeline_tier, page.timeline = timeline(gpu, range_name, now)
+        page.events = gpu_events(gpu, now)
+    return page
+
+
+def _float(value: float | int | None) -> float | None:
+    return None if value is None else float(value)
+
+
+def _visible_gpu(request: HttpRequest, gpu_id: int) -> GPU:
+    gpu = GPU.objects.select_related("node__rack__hall").filter(pk=gpu_id).first()
+    if gpu is None or not can_view_site(request.user, gpu.node.rack.hall.site_id):
+        raise Http404("no such GPU")
+    return gpu
+
+
+@login_required
+@require_GET
 def gpu_view(request: HttpRequest, gpu_id: int) -> HttpResponse:
-    raise Http404("not built yet")
+    """One GPU as of now. `?range=` picks the charts' and timeline's range (1 h default);
+    `?part=figures` skips the timeline and events (gpu.js refetches only the figures)."""
+    gpu = _visible_gpu(request, gpu_id)
+    range_name = request.GET.get("range", "1h")
+    if range_name not in PAGE_RANGES:
+        range_name = "1h"
+    figures_only = request.GET.get("part") == "figures"
+    page = gpu_page(gpu, range_name, time.time(), figures_only)
+    context = {
+        "gpu": page,
+        "ranges": PAGE_RANGES,
+        "chart_config": page.chart_config(),
+        "plotly_version": PLOTLY_VERSION,
+    }
+    return render(request, "dashboard/gpu.html", context)
 
 
-def plotly_js(request: HttpRequest) -> HttpResponse:
-    raise Http404("not built yet")
+@login_required
+@require_GET
+def plotly_js(request: HttpRequest) -> FileResponse:
+    """plotly.js as bundled with the installed `plotly` package (no CDN in a datacentre)."""
+    response = FileResponse(PLOTLY_JS.open("rb"), content_type="text/javascript; charset=utf-8")
+    response["Cache-Control"] = f"private, max-age={PLOTLY_MAX_AGE_S}, immutable"
+    return response

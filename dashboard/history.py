@@ -22,7 +22,6 @@ from typing import Any
 from django.http import HttpRequest, JsonResponse, QueryDict
 from django.views.decorators.http import require_GET
 
-from dashboard.rack import REASON_WORDS
 from fleet import health
 from fleet.access import can_view_site
 from fleet.history import (
@@ -35,6 +34,7 @@ from fleet.history import (
     reason_spans,
 )
 from fleet.models import GPU
+from fleet.state import throttle_words
 from fleet.storage.schema import ENTITY_COLUMNS
 
 
@@ -87,7 +87,7 @@ def span_json(span: ReasonSpan) -> dict[str, Any]:
         "start": span.start,
         "end": span.end,
         "mask": span.mask,
-        "reasons": [f"{n}: {REASON_WORDS.get(n, 'unknown reason bit')}" for n in throttle.reasons],
+        "reasons": throttle_words(throttle),
         "throttling": throttle.throttling,
         "level": throttle.level.value,
     }

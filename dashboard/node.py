@@ -1,9 +1,210 @@
-"""Scaffold: the node_view page is being built (returns 404 until then)."""
+"""The node page /nodes/<id>/: its GPUs (the rack page's tiles, each linking to its GPU
+page), its host figures, the host tuning audit, the agent's version and clock, and how
+old its data is. Figures and levels come from `fleet.health` through `fleet.state`; this
+module puts them in order and in words.
+"""
 
 from __future__ import annotations
 
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.views.decorators.http import require_GET
+
+from dashboard.rack import GpuTile, gpu_tile
+from dashboard.words import as_of, level_word, no_data_words
+from fleet import health
+from fleet.access import can_view_site
+from fleet.admin import clock_offset_text
+from fleet.models import GPU, Node, SourceToken
+from fleet.state import gpu_limits, latest_readings
+
+STALE = health.STALE_AFTER_S
+MIB_PER_GIB = 1024.0
 
 
+@dataclass
+class HostFigure:
+    label: str
+    value: str  # a number with its unit, its age when stale
+
+
+@dataclass
+class LinkedTile:
+    pk: int
+    tile: GpuTile
+
+
+@dataclass
+class NodePage:
+    id: int
+    name: str
+    model: str
+    position: int
+    rack_id: int
+    rack_name: str
+    hall: str
+    site_name: str
+    level: str
+    level_word: str
+    stale: str | None
+    last_data: str
+    gpus: list[LinkedTile]
+    host: list[HostFigure]
+    tuning: list[str] | None  # None: the agent has not reported an audit
+    agent_version: str
+    clock_offset: str
+    last_heard: str
+    as_of: str
+
+
+def _fresh(reading: health.Reading, metric: str, now: float) -> float | None:
+    value = reading.fresh(metric, now, STALE)
+    return None if value is None else float(value)
+
+
+def _figure(reading: health.Reading, metric: str, now: float, unit: str, fmt: str) -> str | None:
+    if metric not in reading.values:
+        return None  # never reported: the row is left out
+    value = _fresh(reading, metric, now)
+    if value is None:
+        return no_data_words(reading.ts.get(metric), now)
+    return f"{value:{fmt}} {unit}"
+
+
+def _memory(reading: health.Reading, now: float) -> str | None:
+    used, total = _fresh(reading, "mem_used_mib", now), reading.values.get("mem_total_mib")
+    if used is None:
+        return _figure(reading, "mem_used_mib", now, "MiB", ",.0f")
+    if not total:
+        return f"{used / MIB_PER_GIB:,.1f} GiB used"
+    return (
+        f"{used / MIB_PER_GIB:,.1f} of {total / MIB_PER_GIB:,.1f} GiB ({100 * used / total:.0f} %)"
+    )
+
+
+def _rate(reading: health.Reading, metric: str, now: float) -> str | None:
+    """Bytes per second as MB/s (decimal, as disks and links are rated)."""
+    if metric not in reading.values:
+        return None
+    value = _fresh(reading, metric, now)
+    if value is None:
+        return no_data_words(reading.ts.get(metric), now)
+    return f"{value / 1e6:,.1f} MB/s"
+
+
+HOST_FIGURES: tuple[tuple[str, str, str, str], ...] = (
+    ("CPU busy", "cpu_pct", "%", ".0f"),
+    ("Load (1 min)", "load1", "", ".2f"),
+    ("Hottest CPU package", "temp_cpu_c", "°C", ".0f"),
+    ("Inlet air", "temp_inlet_c", "°C", ".1f"),
+    ("Outlet air", "temp_outlet_c", "°C", ".1f"),
+    ("Input power (node meter)", "power_w", "W", ",.0f"),
+)
+RATES = (
+    ("Disk read", "disk_read_bytes_s"),
+    ("Disk write", "disk_write_bytes_s"),
+    ("Network receive", "net_rx_bytes_s"),
+    ("Network transmit", "net_tx_bytes_s"),
+)
+
+
+def host_figures(reading: health.Reading, now: float) -> list[HostFigure]:
+    """The node's own readings it reports; one it never sent is left out."""
+    out: list[HostFigure] = []
+    for label, metric, unit, fmt in HOST_FIGURES:
+        value = _figure(reading, metric, now, unit, fmt)
+        if value is not None:
+            out.append(HostFigure(label, value.rstrip()))
+    memory = _memory(reading, now)
+    if memory is not None:
+        out.append(HostFigure("Memory", memory))
+    for label, metric in RATES:
+        value = _rate(reading, metric, now)
+        if value is not None:
+            out.append(HostFigure(label, value))
+    return out
+
+
+def tuning_findings(info: Any) -> list[str] | None:
+    """The host tuning audit's findings (agents/collectors/tuning.py), None if never sent."""
+    tuning = info.get("tuning") if isinstance(info, dict) else None
+    if not isinstance(tuning, dict):
+        return None
+    found = tuning.get("findings", [])
+    return [str(f) for f in found] if isinstance(found, list) else []
+
+
+def last_data_words(ts: float | None, now: float) -> str:
+    if ts is None:
+        return "no data yet"
+    age = max(0.0, now - ts)
+    return "just now" if age < 1 else no_data_words(ts, now).replace("no data for ", "") + " ago"
+
+
+def linked_tiles(
+    node: Node,
+    readings: dict[tuple[int, ...], health.Reading],
+    limits: dict[tuple[int, int], health.GpuLimits],
+    now: float,
+) -> list[LinkedTile]:
+    """The rack page's GPU tiles, each with the inventory id its link needs."""
+    return [
+        LinkedTile(
+            gpu.pk,
+            gpu_tile(
+                gpu,
+                readings.get((node.id, gpu.index), health.EMPTY),
+                limits.get((node.id, gpu.index)),
+                now,
+            ),
+        )
+        for gpu in GPU.objects.filter(node=node).order_by("index")
+    ]
+
+
+def node_page(node: Node, now: float) -> NodePage:
+    """The page for one node (its rack, hall and site already joined on `node`)."""
+    rack = node.rack
+    reading = latest_readings("node", [node.id]).get((node.id,), health.EMPTY)
+    gpu_readings = latest_readings("gpu", [node.id])
+    limits = gpu_limits([node.id])
+    summary = health.node_summary(
+        [(r, limits.get((k[0], k[1]))) for k, r in sorted(gpu_readings.items())], reading, now
+    )
+    token = SourceToken.objects.filter(source=node.source).first()
+    info = node.info if isinstance(node.info, dict) else {}
+    return NodePage(
+        id=node.id,
+        name=node.name,
+        model=node.model,
+        position=node.position,
+        rack_id=rack.id,
+        rack_name=rack.name,
+        hall=rack.hall.name,
+        site_name=rack.hall.site.name,
+        level=summary.level.value,
+        level_word=level_word(summary.level),
+        stale=no_data_words(summary.ts, now) if summary.stale else None,
+        last_data=last_data_words(summary.ts, now),
+        gpus=linked_tiles(node, gpu_readings, limits, now),
+        host=host_figures(reading, now),
+        tuning=tuning_findings(info),
+        agent_version=str(info.get("agent_version") or "not reported"),
+        clock_offset=clock_offset_text(None if token is None else token.agent_stats),
+        last_heard=last_data_words(None if token is None else token.last_seen, now),
+        as_of=as_of(now),
+    )
+
+
+@login_required
+@require_GET
 def node_view(request: HttpRequest, node_id: int) -> HttpResponse:
-    raise Http404("not built yet")
+    node = Node.objects.select_related("rack__hall__site").filter(pk=node_id).first()
+    if node is None or not can_view_site(request.user, node.rack.hall.site_id):
+        raise Http404("no such node")
+    return render(request, "dashboard/node.html", {"node": node_page(node, time.time())})

@@ -49,6 +49,9 @@ DEFAULT_MAX_POINTS = 600  # about one per pixel column of a chart
 MAX_POINTS = 5000
 RANGES: dict[str, float] = {"1h": 3600.0, "24h": 86400.0, "7d": 7 * 86400.0, "30d": 30 * 86400.0}
 MASK_METRIC = "clock_event_reasons"
+# A span of one mask goes on across empty buckets (samples sparser than the bucket width)
+# until the data stops for longer than the freshness target: then it is "no data".
+SPAN_GAP_S = 30.0
 
 
 class HistoryError(ValueError):
@@ -289,8 +292,9 @@ def reason_spans(
     using: str = DEFAULT_DB_ALIAS,
 ) -> tuple[str, list[ReasonSpan]]:
     """A GPU's clock-event masks over the range as spans of equal masks (a gap in the data
-    ends a span), with the tier that answered. Rollup tiers give the reasons seen at
-    least in each bucket (its min, max and last masks), not every sample's."""
+    longer than SPAN_GAP_S ends a span), with the tier that answered. Rollup tiers give
+    the reasons seen at least in each bucket (its min, max and last masks), not every
+    sample's."""
     entity = _check_key("gpu", key)
     _check_range(start, end, max_points)
     tier = choose_tier(start, end, now)
@@ -298,7 +302,7 @@ def reason_spans(
     spans: list[ReasonSpan] = []
     for bucket, mask in _mask_rows(tier, (entity[0], entity[1]), start, end, step, using):
         last = spans[-1] if spans else None
-        if last is not None and last.mask == mask and last.end == bucket:
+        if last is not None and last.mask == mask and bucket - last.end <= SPAN_GAP_S:
             spans[-1] = ReasonSpan(last.start, bucket + step, mask)
         else:
             spans.append(ReasonSpan(float(bucket), float(bucket + step), mask))

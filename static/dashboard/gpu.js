@@ -1,0 +1,180 @@
+// The GPU page's history charts (Plotly, served from /vendor/plotly.min.js) and its live
+// figures. History comes from the one history API (/api/v1/history); each push on the
+// rack's socket (FleetLive, live.js) says something changed, and then the page fetches
+// only the points newer than its last one (appended with Plotly.extendTraces, no redraw)
+// and the server-rendered figures (morphed in, so the words stay the server's).
+(function () {
+  "use strict";
+  const config = JSON.parse(document.getElementById("gpu-config").textContent);
+  const status = document.getElementById("chart-status");
+  const LIVE_EVERY_MS = 2000; // pushes come up to twice a second: fetch at most every 2 s
+
+  const memPct = (v) => (v === null || !config.mem_total_mib ? null : (100 * v) / config.mem_total_mib);
+  // Per chart: its element, y-axis title, and [metric, legend name, transform] traces.
+  const CHARTS = [
+    { el: "chart-temp", unit: "°C", traces: [["temp_gpu_c", "GPU"], ["temp_mem_c", "HBM"]] },
+    { el: "chart-power", unit: "W", traces: [["power_w", "power"], ["power_limit_w", "cap (enforced)"]] },
+    { el: "chart-clocks", unit: "MHz", traces: [["clock_sm_mhz", "SM"], ["clock_mem_mhz", "memory"]] },
+    {
+      el: "chart-util", unit: "%",
+      traces: [["util_gpu_pct", "GPU"], ["util_mem_pct", "memory controller"], ["mem_used_mib", "memory used", memPct]],
+    },
+  ];
+  const METRICS = CHARTS.flatMap((c) => c.traces.map((t) => t[0]));
+  let lastT = null; // newest point drawn (epoch s)
+  let drawn = []; // per chart: the metrics it drew, in trace order
+
+  function css(name, fallback) {
+    return getComputedStyle(document.documentElement).getPropertyValue(name).trim() || fallback;
+  }
+
+  function historyUrl(params) {
+    const q = new URLSearchParams({ kind: "gpu", gpu_id: String(config.gpu_id), ...params });
+    METRICS.forEach((m) => q.append("metric", m));
+    return "/api/v1/history?" + q.toString();
+  }
+
+  function xy(points, transform) {
+    const f = transform || ((v) => v);
+    return { x: points.map((p) => p[0] * 1000), y: points.map((p) => f(p[1])) };
+  }
+
+  // A limit as a dashed line across the chart, named in words (colour is not the signal).
+  function limitLine(value, words, colour) {
+    return {
+      shape: { type: "line", xref: "paper", x0: 0, x1: 1, y0: value, y1: value,
+               line: { color: colour, width: 1.5, dash: "dash" } },
+      note: { xref: "paper", x: 1, xanchor: "right", y: value, yanchor: "bottom",
+              text: words, showarrow: false, font: { color: colour, size: 11 } },
+    };
+  }
+
+  function limitsFor(chart, series) {
+    const lines = [];
+    if (chart.el === "chart-temp") {
+      const colours = { slowdown: css("--warn", "#d29922"), shutdown: css("--crit", "#f85149") };
+      for (const lim of config.limits) {
+        const colour = colours[lim.name] || css("--muted", "#9aa7b4");
+        lines.push(limitLine(lim.value_c, `${lim.name} ${lim.value_c.toFixed(0)} °C`, colour));
+      }
+    }
+    const capSeries = series.power_limit_w;
+    const capDrawn = capSeries && capSeries.points.some((p) => p[1] !== null);
+    if (chart.el === "chart-power" && !capDrawn && config.power_cap_w) {
+      lines.push(limitLine(config.power_cap_w, `cap ${config.power_cap_w.toFixed(0)} W`, css("--warn", "#d29922")));
+    }
+    return lines;
+  }
+
+  function layout(chart, lines) {
+    const text = css("--text", "#e6edf3");
+    const grid = css("--muted", "#9aa7b4") + "33";
+    return {
+      height: 260,
+      margin: { l: 56, r: 12, t: 8, b: 36 },
+      paper_bgcolor: "rgba(0,0,0,0)",
+      plot_bgcolor: "rgba(0,0,0,0)",
+      font: { color: text, size: 12 },
+      xaxis: { type: "date", gridcolor: grid },
+      yaxis: { title: { text: chart.unit }, gridcolor: grid, rangemode: chart.unit === "°C" ? "normal" : "tozero" },
+      legend: { orientation: "h", y: -0.2 },
+      shapes: lines.map((l) => l.shape),
+      annotations: lines.map((l) => l.note),
+      showlegend: true,
+    };
+  }
+
+  function draw(body) {
+    drawn = CHARTS.map((chart) => {
+      const traces = [];
+      const metrics = [];
+      for (const [metric, name, transform] of chart.traces) {
+        const s = body.series[metric];
+        if (!s || !s.points.some((p) => p[1] !== null)) continue; // not reported: no line
+        if (transform === memPct && !config.mem_total_mib) continue;
+        traces.push({ type: "scatter", mode: "lines", name, connectgaps: false, ...xy(s.points, transform) });
+        metrics.push([metric, transform]);
+      }
+      Plotly.newPlot(chart.el, traces, layout(chart, limitsFor(chart, body.series)),
+                     { displaylogo: false, responsive: true });
+      return metrics;
+    });
+    lastT = newest(body);
+    const perBucket = body.tier === "raw" && body.step_s === 1 ? "each sample" : `${body.step_s} s buckets`;
+    status.textContent = `Last ${config.range}: ${perBucket} from the ${body.tier} tier (mean per bucket).`;
+    document.body.dataset.charts = "drawn";
+  }
+
+  function newest(body) {
+    let t = lastT;
+    for (const s of Object.values(body.series)) {
+      for (const p of s.points) if (p[1] !== null && (t === null || p[0] > t)) t = p[0];
+    }
+    return t;
+  }
+
+  // New points only, appended to the traces already drawn (no redraw).
+  function extend(body) {
+    drawn.forEach((metrics, i) => {
+      if (!metrics.length) return;
+      const update = { x: [], y: [] };
+      for (const [metric, transform] of metrics) {
+        const pts = (body.series[metric] || { points: [] }).points.filter((p) => lastT === null || p[0] > lastT);
+        const { x, y } = xy(pts, transform);
+        update.x.push(x);
+        update.y.push(y);
+      }
+      Plotly.extendTraces(CHARTS[i].el, update, metrics.map((_, j) => j));
+    });
+    lastT = newest(body);
+  }
+
+  async function getJson(url) {
+    const response = await fetch(url, { credentials: "same-origin" });
+    if (!response.ok) throw new Error(`${response.status} ${(await response.json()).error || ""}`);
+    return response.json();
+  }
+
+  async function refreshFigures() {
+    const response = await fetch(location.pathname + "?part=figures", { credentials: "same-origin" });
+    if (!response.ok) return;
+    const doc = new DOMParser().parseFromString(await response.text(), "text/html");
+    const fresh = doc.getElementById("gpu-live");
+    const region = document.getElementById("gpu-live");
+    if (fresh && region) {
+      FleetLive.morph(region, fresh.innerHTML);
+      region.dataset.level = fresh.dataset.level;
+    }
+    const asOf = doc.querySelector("#as-of time");
+    const here = document.querySelector("#as-of time");
+    if (asOf && here) here.textContent = asOf.textContent;
+  }
+
+  let busy = false;
+  let fetchedAt = 0;
+  async function onPush() {
+    const now = Date.now();
+    if (busy || now - fetchedAt < LIVE_EVERY_MS) return;
+    busy = true;
+    fetchedAt = now;
+    try {
+      if (lastT === null) {
+        draw(await getJson(historyUrl({ range: config.range }))); // empty until now: draw afresh
+      } else if (now / 1000 - lastT > 1) {
+        extend(await getJson(historyUrl({ start: String(lastT + 0.001), max_points: "5000" })));
+      }
+      await refreshFigures();
+    } catch (err) {
+      status.textContent = `Live points paused: ${err.message}`;
+    } finally {
+      busy = false;
+    }
+  }
+
+  getJson(historyUrl({ range: config.range }))
+    .then((body) => {
+      draw(body);
+      if (window.FleetLive) FleetLive.connect(`/ws/live/rack/${config.rack_id}`, onPush);
+    })
+    .catch((err) => { status.textContent = `History could not be loaded: ${err.message}`; });
+})();
