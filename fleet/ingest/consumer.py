@@ -27,6 +27,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.db import DatabaseError
 
 from agents.protocol import CLOSE_FORBIDDEN, CLOSE_UNAUTHORIZED, MAX_BATCH_BYTES
+from fleet.ingest import guard
 from fleet.ingest.auth import SourceIdentity, authenticate_source, bearer_from_headers
 from fleet.ingest.eager import run_eagerly
 from fleet.ingest.link import IngestLink, get_pool
@@ -35,6 +36,7 @@ from fleet.ingest.rejections import client_from_scope, log_rejection
 log = logging.getLogger("fleet.ingest")
 
 CLOSE_RETRY = 1011  # storage unavailable or the child failed: reconnect and resend
+CLOSE_TRY_LATER = 1013  # this client failed too many token checks (fleet/ingest/guard.py)
 # Batches of one connection with the child at once (docs/protocol.md); the agent's own
 # window is 32, so a well-behaved agent never waits here.
 MAX_IN_FLIGHT = 64
@@ -65,6 +67,11 @@ class IngestConsumer(LeanDispatchMixin, AsyncWebsocketConsumer):
 
     async def connect(self) -> None:
         token = bearer_from_headers(self.scope.get("headers", ()))
+        address = self._address()
+        if guard.auth_failures.retry_after_s(address, guard.clock()):
+            await self.accept()
+            await self.close(code=CLOSE_TRY_LATER)  # no token checked for a guessing client
+            return
         try:
             self.identity = await database_sync_to_async(authenticate_source)(token)
         except DatabaseError:
@@ -74,6 +81,8 @@ class IngestConsumer(LeanDispatchMixin, AsyncWebsocketConsumer):
             return
         await self.accept()
         if self.identity is None:
+            if token:
+                guard.auth_failures.note(address, guard.clock())
             reason = "unknown or revoked source token"
             log_rejection("WebSocket ingest", self._client(), None, 401, "authorization", reason)
             # Close after accepting so the agent sees 4401, not a bare HTTP 403.
@@ -146,6 +155,10 @@ class IngestConsumer(LeanDispatchMixin, AsyncWebsocketConsumer):
             self._close_after(CLOSE_RETRY)
         else:
             self._queue(orjson.dumps({"nack": seq, "error": error}).decode())
+
+    def _address(self) -> str:
+        client = self.scope.get("client")
+        return str(client[0]) if isinstance(client, (list, tuple)) and client else "?"
 
     def _client(self) -> str:
         return client_from_scope(self.scope)

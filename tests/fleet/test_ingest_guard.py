@@ -11,8 +11,10 @@ from typing import Any
 
 import pytest
 from django.test import override_settings
+from websockets.exceptions import ConnectionClosed
 
 from fleet.ingest.guard import WINDOW_S, AuthFailures, is_json_content_type
+from tests.fleet.test_ingest import ws_connect
 from tests.support.agent import enroll, gpu_batch, post_json
 from tests.support.server import FleetServer
 
@@ -87,6 +89,10 @@ def test_a_client_guessing_tokens_is_answered_429_until_a_minute_passes(
         {"enroll_token": guarded_server.enroll_token, "source": "node:gpu-a01-04"},
     )
     assert status == 429
+    # And the WebSocket: closed "try again later" (1013) before its token is looked at.
+    with ws_connect(guarded_server, "fws_guess") as ws, pytest.raises(ConnectionClosed) as closed:
+        ws.recv(timeout=10)
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 1013
 
 
 @pytest.mark.parametrize(
