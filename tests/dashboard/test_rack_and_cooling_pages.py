@@ -30,9 +30,14 @@ def fast_passwords(settings: Any) -> None:
 
 @pytest.fixture
 def site() -> None:
-    racks = (*(replace(plan, nodes=2) for plan in DEMO_RACKS[:2]), replace(DEMO_RACKS[3], nodes=1))
-    seed_demo_site("demo", racks, gpus_per_node=2)  # A01, A02 on CDU-1; A04 air-cooled
+    # A01, A02 on CDU-1; A04 air-cooled; with the figures these tests read (not the demo's).
+    liquid = (replace(plan, nodes=2, budget_kw=130, feed_amps=125) for plan in DEMO_RACKS[:2])
+    racks = (*liquid, replace(DEMO_RACKS[3], nodes=1))
+    seed_demo_site("demo", racks, gpus_per_node=2)
     GPU.objects.update(slowdown_c=87.0, shutdown_c=92.0)
+    CoolingLoop.objects.filter(name="CDU-1").update(
+        capacity_kw=300, rated_flow_lpm=600, liquid_class="W32"
+    )
 
 
 @pytest.fixture

@@ -39,9 +39,11 @@ class DjangoTx:
 
 @pytest.fixture
 def site() -> Site:
-    racks = tuple(replace(plan, nodes=2) for plan in DEMO_RACKS[:2])  # A01, A02 on CDU-1
+    # A01, A02 on CDU-1, with the figures these tests judge against (not the demo's).
+    racks = tuple(replace(plan, nodes=2, budget_kw=130, feed_amps=125) for plan in DEMO_RACKS[:2])
     site = seed_demo_site("demo", racks, gpus_per_node=2)
     GPU.objects.update(slowdown_c=87.0, shutdown_c=92.0)
+    CoolingLoop.objects.update(capacity_kw=300, rated_flow_lpm=600, liquid_class="W32")
     return site
 
 
