@@ -37,6 +37,7 @@ if not SECRET_KEY:
         )
 
 ALLOWED_HOSTS = [h for h in env_str("ALLOWED_HOSTS", "127.0.0.1,localhost").split(",") if h]
+CSRF_FAILURE_VIEW = "fleetwatch.errors.csrf_failure"
 CSRF_TRUSTED_ORIGINS = [o for o in env_str("CSRF_TRUSTED_ORIGINS").split(",") if o]
 
 

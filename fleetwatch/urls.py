@@ -8,3 +8,9 @@ urlpatterns = [
     path("", include("fleet.urls")),
     path("", include("dashboard.urls")),
 ]
+
+# Errors as JSON for API callers and in Fleetwatch's look for people (fleetwatch/errors.py).
+handler400 = "fleetwatch.errors.bad_request"
+handler403 = "fleetwatch.errors.permission_denied"
+handler404 = "fleetwatch.errors.page_not_found"
+handler500 = "fleetwatch.errors.server_error"
