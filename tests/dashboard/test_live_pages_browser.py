@@ -1,6 +1,7 @@
 """The rack and cooling pages in a real browser follow the fleet by push: a GPU past its
-slowdown limit and a CDU whose pumps failed appear without a reload, and the morph
-leaves the reader's focus where it was."""
+slowdown limit and a CDU whose pumps failed appear without a reload, the morph leaves the
+reader's focus where it was, and a server that goes away is said in words until the page
+is live again by itself."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ pytestmark = pytest.mark.browser
 PUSH_MS = 10_000  # a bound on a hang, not a timing assertion
 
 
-def test_rack_and_cooling_pages_update_by_push_without_reload(tmp_path: Path) -> None:
+def test_rack_and_cooling_pages_follow_by_push_and_say_when_not_live(tmp_path: Path) -> None:
     if CHROMIUM is None:
         pytest.skip("Debian chromium is not installed (apt-get install chromium)")
     from playwright.sync_api import sync_playwright
@@ -66,6 +67,7 @@ def test_rack_and_cooling_pages_update_by_push_without_reload(tmp_path: Path) ->
 
             page.click("#loop-link")
             page.wait_for_selector("#live-status[data-state='live']")
+            page.evaluate("window.__reloaded = false")
             cdu = page.locator(".loop").first
             assert "pump(s) failed" not in cdu.inner_text()
             site = enroll(server, "site:demo")
@@ -88,4 +90,25 @@ def test_rack_and_cooling_pages_update_by_push_without_reload(tmp_path: Path) ->
             assert "no pump running" in cdu.inner_text()
             assert cdu.get_attribute("data-level") == "crit"
             shot(page, tmp_path / "cooling-live.png")
+
+            # The server goes away: the page says so in words and keeps its time; when the
+            # server is back the socket returns by itself and pushes resume.
+            as_of = page.locator("#as-of").inner_text()
+            server.kill()
+            page.wait_for_selector("#live-status[data-state='down']", timeout=PUSH_MS)
+            assert page.locator("#live-status").inner_text().startswith("reconnecting in")
+            assert page.evaluate("document.body.dataset.live") == "down"
+            assert page.locator("#as-of").inner_text() == as_of
+            server.start()
+            page.wait_for_selector("#live-status[data-state='live']", timeout=3 * PUSH_MS)
+            mended = {**failed, "ts": time.time(), "flow_lpm": 600.0, "pumps_failed": 0}
+            mended |= {"pumps_running": 3, "supply_c": 25.0, "return_c": 35.0}
+            loop_batch = {"protocol": 1, "source": "site:demo", "seq": 2, "loop": [mended]}
+            assert post_json(server.url + "/api/v1/ingest", loop_batch, site)[0] == 200
+            page.wait_for_function(
+                "el => !el.textContent.includes('pump(s) failed')",
+                arg=cdu.element_handle(),
+                timeout=PUSH_MS,
+            )
+            assert page.evaluate("window.__reloaded") is False
             browser.close()
