@@ -1,9 +1,153 @@
-"""Scaffold: the power_view page is being built (returns 404 until then)."""
+"""The power & PUE page: per site the user may see, facility, IT and cooling power now,
+the live PUE with its category, rolling PUE over 24 h, 30 d and 12 months from energy
+(as far back as history is kept, with the span covered), and a chart of IT against
+facility power. Live: static/dashboard/power.js takes each site's pushed strip figures.
+"""
 
 from __future__ import annotations
 
-from django.http import Http404, HttpRequest, HttpResponse
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.views.decorators.http import require_GET
+
+from dashboard.overview import power_words
+from fleet import access
+from fleet.health import STALE_AFTER_S
+from fleet.models import Site
+from fleet.pue import DAY_S, RollingPue, kept_s, power_series, rolling_pues
+from fleet.site_summary import site_payloads
+from fleet.storage.schema import TIER_SECONDS
+
+CHART_SPAN_S = DAY_S  # the chart: the last day of 1-minute means
 
 
+@dataclass
+class RollingRow:
+    """One rolling window as the page says it."""
+
+    pue: RollingPue
+
+    @property
+    def value(self) -> str:
+        if self.pue.value is None:
+            return "no data" if not self.pue.covered_s else "no PUE category reported"
+        return f"{self.pue.value:.2f} (category {self.pue.category}: {self.pue.category_words})"
+
+    @property
+    def energy(self) -> str:
+        if not self.pue.covered_s:
+            return "–"
+        return f"{mwh(self.pue.facility_kwh)} facility / {mwh(self.pue.it_kwh)} IT"
+
+    @property
+    def covered(self) -> str:
+        if not self.pue.covered_s:
+            return "no history"
+        return f"{span_words(self.pue.covered_s)} of {span_words(self.pue.window_s)}"
+
+    @property
+    def status(self) -> str:
+        if self.pue.enough:
+            return "full window"
+        kept = kept_s(self.pue.tier)
+        if kept < self.pue.window_s:
+            return f"not enough history: {span_words(int(kept))} of history is kept"
+        return "not enough history"
+
+
+@dataclass
+class SitePower:
+    id: int
+    name: str
+    now: dict[str, Any]  # fleet.site_summary's figures
+    rolling: list[RollingRow]
+    chart: dict[str, Any]
+
+    @property
+    def total_power(self) -> str:
+        return power_words(self.now["total_power_w"])
+
+    @property
+    def it_power(self) -> str:
+        return power_words(self.now["it_power_w"])
+
+    @property
+    def cooling_power(self) -> str:
+        return power_words(self.now["cooling_power_w"])
+
+    @property
+    def cooling_source(self) -> str:
+        return COOLING_SOURCES.get(self.now["cooling_source"], "")
+
+    @property
+    def pue(self) -> str:
+        if self.now["pue"] is None:
+            return "no data"
+        category, words = self.now["pue_category"], self.now["pue_category_words"]
+        return f"{self.now['pue']:.2f} (category {category}: {words})"
+
+
+COOLING_SOURCES = {
+    "meter": "the cooling plant's own meter",
+    "derived": "facility − IT (no cooling meter): every overhead, cooling the most of it",
+}
+
+
+def mwh(kwh: float) -> str:
+    return f"{kwh / 1000:,.1f} MWh" if kwh >= 1000 else f"{kwh:,.1f} kWh"
+
+
+def span_words(seconds: int) -> str:
+    """A span at the grain the rollups have: minutes, hours, then days."""
+    if seconds < 3600:
+        return f"{seconds // 60} min"
+    if seconds < 2 * DAY_S:
+        return f"{seconds / 3600:.0f} h"
+    return f"{seconds / DAY_S:.0f} d"
+
+
+def visible_sites(user: Any) -> list[tuple[int, str]]:
+    sites = Site.objects.order_by("name")
+    allowed = access.visible_site_ids(user)
+    if allowed is not None:
+        sites = sites.filter(pk__in=allowed)
+    return list(sites.values_list("pk", "name"))
+
+
+def power_page(sites: list[tuple[int, str]], now: float) -> list[SitePower]:
+    figures = site_payloads([site_id for site_id, _ in sites], now)
+    return [
+        SitePower(
+            site_id,
+            name,
+            figures[site_id],
+            [RollingRow(r) for r in rolling_pues(site_id, now)],
+            power_series(site_id, now - CHART_SPAN_S, "1m"),
+        )
+        for site_id, name in sites
+    ]
+
+
+@login_required
+@require_GET
 def power_view(request: HttpRequest) -> HttpResponse:
-    raise Http404("not built yet")
+    now = time.time()
+    sites = power_page(visible_sites(request.user), now)
+    context = {
+        "sites": sites,
+        "payload": {
+            "now": now,
+            "sites": {str(s.id): s.now for s in sites},
+            "charts": {str(s.id): s.chart for s in sites},
+            "chart_step_s": TIER_SECONDS["1m"],
+            "stale_after_s": STALE_AFTER_S,
+        },
+        "kept_1m": span_words(int(kept_s("1m"))),
+        "kept_1h": span_words(int(kept_s("1h"))),
+    }
+    return render(request, "dashboard/power.html", context)

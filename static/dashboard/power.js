@@ -1,0 +1,114 @@
+// Power & PUE: draws each site's IT-against-facility chart (Plotly, when it loaded) and
+// keeps the "now" figures live from the site payloads pushed on /ws/live/fleet
+// (fleet/site_summary.py derives them through fleet/health). The page computes nothing
+// but ages: a figure older than the freshness target shows its age, not a frozen number.
+(function () {
+  "use strict";
+  const state = JSON.parse(document.getElementById("power-data").textContent);
+  const sites = new Map(Object.entries(state.sites));
+  const staleAfter = state.stale_after_s;
+  const status = document.getElementById("live-status");
+  const COOLING_SOURCES = {
+    meter: "the cooling plant's own meter",
+    derived: "facility − IT (no cooling meter): every overhead, cooling the most of it",
+  };
+  const CHART_POINT_EVERY_S = 60; // the chart holds 1-minute means; live points as often
+  const lastPoint = new Map();
+  let clockSkew = Date.now() / 1000 - state.now;
+
+  function nowS() { return Date.now() / 1000 - clockSkew; }
+  function fmtAge(s) { return s < 90 ? Math.round(s) + " s" : Math.round(s / 60) + " min"; }
+  function powerWords(w) {
+    if (w === null || w === undefined) return "no data";
+    return w >= 1e6 ? (w / 1e6).toFixed(2) + " MW" : (w / 1e3).toFixed(1) + " kW";
+  }
+
+  function renderSite(id, s, now) {
+    const el = document.getElementById("power-site-" + id);
+    if (!el) return;
+    const field = (name) => el.querySelector('[data-field="' + name + '"]');
+    const age = s.ts ? now - s.ts : null;
+    if (age === null || age >= staleAfter) {
+      const quiet = age === null ? "no data yet" : "no data for " + fmtAge(age);
+      for (const name of ["total_power", "it_power", "cooling_power", "pue"]) field(name).textContent = quiet;
+      field("cooling_source").textContent = "";
+      return;
+    }
+    field("total_power").textContent = powerWords(s.total_power_w);
+    field("it_power").textContent = powerWords(s.it_power_w);
+    field("cooling_power").textContent = powerWords(s.cooling_power_w);
+    field("cooling_source").textContent = COOLING_SOURCES[s.cooling_source] || "";
+    field("pue").textContent = s.pue === null ? "no data"
+      : s.pue.toFixed(2) + " (category " + s.pue_category + ": " + s.pue_category_words + ")";
+  }
+
+  function renderAll() { const now = nowS(); sites.forEach((s, id) => renderSite(id, s, now)); }
+
+  // ---- the chart
+
+  function drawChart(id, series) {
+    const el = document.getElementById("chart-" + id);
+    if (!el) return;
+    if (typeof window.Plotly === "undefined") { el.dataset.chart = "unavailable"; return; }
+    const when = series.t.map((t) => new Date(t * 1000));
+    const kw = (values) => values.map((w) => (w === null ? null : w / 1000));
+    const css = getComputedStyle(document.body);
+    el.textContent = "";
+    window.Plotly.newPlot(el, [
+      { x: when, y: kw(series.facility_w), name: "Facility power (kW)", mode: "lines" },
+      { x: when, y: kw(series.it_w), name: "IT power (kW)", mode: "lines", line: { dash: "dot" } },
+    ], {
+      margin: { t: 10, r: 10, b: 40, l: 60 },
+      paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "rgba(0,0,0,0)",
+      font: { color: css.color },
+      yaxis: { title: { text: "kW" }, rangemode: "tozero" },
+      legend: { orientation: "h" },
+    }, { displaylogo: false, responsive: true });
+    el.dataset.chart = "drawn";
+  }
+
+  function extendChart(id, s) {
+    const el = document.getElementById("chart-" + id);
+    if (!el || el.dataset.chart !== "drawn" || s.ts === null) return;
+    if (s.ts - (lastPoint.get(id) || 0) < CHART_POINT_EVERY_S) return;
+    if (s.total_power_w === null && s.it_power_w === null) return;
+    lastPoint.set(id, s.ts);
+    const at = [new Date(s.ts * 1000)];
+    const kw = (w) => (w === null ? null : w / 1000);
+    window.Plotly.extendTraces(el, { x: [at, at], y: [[kw(s.total_power_w)], [kw(s.it_power_w)]] }, [0, 1]);
+  }
+
+  // ---- live
+
+  function apply(update) {
+    const pushed = update.site ? [update.site] : Object.values(update.sites || {});
+    for (const s of pushed) {
+      const id = String(s.site_id);
+      if (!sites.has(id)) continue; // a site this page does not show
+      sites.set(id, s);
+      extendChart(id, s);
+    }
+    if (update.ts) clockSkew = Date.now() / 1000 - update.ts;
+    renderAll();
+  }
+
+  let backoff = 500;
+  function connect() {
+    const proto = location.protocol === "https:" ? "wss://" : "ws://";
+    const ws = new WebSocket(proto + location.host + "/ws/live/fleet");
+    ws.onopen = () => { backoff = 500; status.textContent = "live"; status.dataset.state = "live"; };
+    ws.onmessage = (e) => apply(JSON.parse(e.data));
+    ws.onclose = (e) => {
+      if (e.code === 4401) { location.reload(); return; } // logged out: back to the login
+      if (e.code === 4000) { connect(); return; }          // routine session re-check
+      status.textContent = "reconnecting…"; status.dataset.state = "down";
+      setTimeout(connect, backoff); backoff = Math.min(backoff * 2, 10000);
+    };
+  }
+
+  for (const [id, series] of Object.entries(state.charts)) drawChart(id, series);
+  for (const [id, s] of sites) if (s.ts) lastPoint.set(id, s.ts);
+  renderAll();
+  setInterval(renderAll, 5000); // age out figures that stopped arriving
+  connect();
+})();
