@@ -52,6 +52,7 @@ class ActiveAlert:
     runbook_url: str
     site_id: int | None = None
     operable: bool = False  # the viewer may acknowledge it (operator at its site)
+    silence_matchers: str = ""  # the lines a "silence like this" form starts from
 
 
 def can_acknowledge(user: Any) -> bool:
@@ -177,7 +178,15 @@ def _active(
         runbook_url=inst.rule.runbook_url,
         site_id=inst.site_id,
         operable=operated is None or inst.site_id in operated,
+        silence_matchers=_silence_like(labels),
     )
+
+
+def _silence_like(labels: dict[str, Any]) -> str:
+    # Pinned to the alert's site (a site's operator may only mute their sites), its rule,
+    # and its place down to the rack: the usual scope of planned work.
+    keys = ("site", "rule", "loop", "rack", "node")
+    return "\n".join(f"{k}={labels[k]}" for k in keys if labels.get(k))
 
 
 def _route(route: Route, show_urls: bool) -> dict[str, Any]:

@@ -117,7 +117,9 @@ class SilenceForm(forms.Form):
         " rack, node, gpu, loop, feed, rule, severity, scope. E.g. rack=A01 and"
         " rule=~gpu-.*",
     )
-    starts_at = forms.DateTimeField(label="Starts (UTC)", widget=_WHEN, required=False)
+    starts_at = forms.DateTimeField(
+        label="Starts (UTC)", widget=_WHEN, required=False, help_text="blank: now"
+    )
     ends_at = forms.DateTimeField(label="Ends (UTC)", widget=_WHEN, required=False)
     duration = forms.CharField(
         label="or for",

@@ -195,3 +195,25 @@ def test_end_now_on_the_alerts_page_lets_a_silenced_alert_be_announced(demo: Sit
     viewer = member("vic", "Viewers")
     assert "End silence" not in viewer.get("/alerts/").content.decode()
     assert viewer.post(SILENCE, {"end": silence.pk}).status_code == 403
+
+
+def test_silence_like_this_starts_the_form_from_the_alerts_place(demo: Site) -> None:
+    now = timezone.now()
+    AlertInstance.objects.create(
+        rule=AlertRule.objects.get(key="gpu-hw-thermal-slowdown"),
+        scope="gpu",
+        entity="1:0",
+        state="firing",
+        labels={"site": demo.name, "rule": "gpu-hw-thermal-slowdown", "rack": "A01", "gpu": "0"},
+        site=demo,
+        started_at=now,
+        fired_at=now,
+        updated_at=now,
+    )
+    operator = member("dana", "Operators")
+    page = operator.get("/alerts/").content.decode()
+    link = re.search(r'href="(/alerts/silences/new\?matchers=[^"]+)"', page)
+    assert link is not None
+    form = operator.get(link.group(1).replace("&amp;", "&")).content.decode()
+    assert "site=Demo datacentre\nrule=gpu-hw-thermal-slowdown\nrack=A01</textarea>" in form
+    assert "silences/new?matchers" not in member("vic", "Viewers").get("/alerts/").content.decode()
