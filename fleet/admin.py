@@ -344,14 +344,55 @@ class NodeAdmin(ModelAdmin):
         return _pretty_json(node.info)
 
 
+class AwaitingAcceptance(admin.SimpleListFilter):
+    title = "in the inventory"
+    parameter_name = "inventory"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("awaiting", "Discovered by an agent, awaiting acceptance"), ("in", "Accepted")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[GPU]) -> QuerySet[GPU]:
+        awaiting = {"discovered_at__isnull": False, "accepted_at__isnull": True}
+        if self.value() == "awaiting":
+            return queryset.filter(**awaiting)
+        if self.value() == "in":
+            return queryset.exclude(**awaiting)
+        return queryset
+
+
+@admin.action(description="Accept the selected GPUs into the inventory")
+def accept_gpus(model_admin: Any, request: HttpRequest, queryset: QuerySet[GPU]) -> None:
+    accepted = queryset.filter(discovered_at__isnull=False, accepted_at__isnull=True).update(
+        accepted_at=dt.datetime.now(dt.UTC), accepted_by=request.user.get_username()
+    )
+    model_admin.message_user(request, f"{accepted} GPU(s) accepted into the inventory.")
+
+
 @admin.register(GPU)
 class GPUAdmin(ModelAdmin):
-    list_display = ("__str__", "model", "uuid", "slowdown", "shutdown", "power_limit")
-    list_filter = ("model", "node__rack__hall__site")
+    list_display = (
+        "__str__",
+        "model",
+        "uuid",
+        "slowdown",
+        "shutdown",
+        "power_limit",
+        "inventory_status",
+    )
+    list_filter = (AwaitingAcceptance, "model", "node__rack__hall__site")
     search_fields = ("node__name", "uuid", "model")
     list_select_related = ("node",)
-    readonly_fields = ("reported_info",)
+    readonly_fields = ("reported_info", "discovered_at", "accepted_at", "accepted_by")
     exclude = ("info",)
+    actions = (accept_gpus,)
+
+    @admin.display(description="In the inventory", ordering="accepted_at")
+    def inventory_status(self, gpu: GPU) -> str:
+        if gpu.discovered_at is None:
+            return "from the inventory"
+        if gpu.accepted_at is None:
+            return "discovered by its agent: awaiting acceptance"
+        return f"accepted by {gpu.accepted_by or 'an admin'}"
 
     @admin.display(description="reported by the agent")
     def reported_info(self, gpu: GPU) -> str:

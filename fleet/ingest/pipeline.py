@@ -114,6 +114,7 @@ class IngestPipeline:
         """Answer every frame: prepare each alone, commit the good ones together."""
         results: list[Result] = []
         ready: list[Prepared] = []
+        self.resolver.begin_round()
         for conn_id, payload in frames:
             conn = self.conns.get(conn_id)
             if conn is None:

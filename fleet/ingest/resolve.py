@@ -8,6 +8,8 @@ keyed by entity, events, and the statements that keep GPU and node info current.
 
 from __future__ import annotations
 
+import datetime as dt
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,7 +19,7 @@ from agents.protocol import MAX_GPUS_PER_NODE
 from agents.protocol.validate import Batch, ProtocolError
 from fleet.ingest.inventory import Inventory
 from fleet.storage.db import Database, Row
-from fleet.storage.dialect import json_param
+from fleet.storage.dialect import POSTGRESQL, json_param
 from fleet.storage.samples import SampleWrite
 
 # Which sample kinds each source kind may write (docs/protocol.md, "Sources and tokens").
@@ -68,6 +70,12 @@ class Resolver:
     def __init__(self, db: Database, inventory: Inventory) -> None:
         self.db = db
         self.inventory = inventory
+        # GPUs this round's earlier batches add per node (not committed yet): the bound
+        # counts them, so batches of one round cannot together pass it.
+        self.round_new_gpus: dict[int, set[int]] = {}
+
+    def begin_round(self) -> None:
+        self.round_new_gpus = {}
 
     def resolve(self, conn: Connection, batch: Batch) -> SampleWrite:
         """Names on the wire → row ids; raises (storing nothing of this batch) on any miss."""
@@ -140,8 +148,9 @@ class Resolver:
             )
         if batch.gpu_info:
             self._check_gpu_count(node_id, batch)
+        discovered = discovered_at_param(self.db.vendor, time.time())
         for i, info in enumerate(batch.gpu_info):
-            statements.append(_gpu_upsert(node_id, info, jp, f"gpu_info[{i}]"))
+            statements.append(_gpu_upsert(node_id, info, jp, f"gpu_info[{i}]", discovered))
         return statements
 
     def _check_gpu_count(self, node_id: int, batch: Batch) -> None:
@@ -149,7 +158,7 @@ class Resolver:
         MAX_GPUS_PER_NODE: a node token cannot grow the inventory without bound. Only
         batches that carry gpu_info (an agent's start, or a change) pay for the query."""
         rows = self.db.query('SELECT "index" FROM fleet_gpu WHERE node_id = %s', (node_id,))
-        known = {index for (index,) in rows}
+        known = {index for (index,) in rows} | self.round_new_gpus.get(node_id, set())
         new = {info["gpu"] for info in batch.gpu_info} - known
         if len(known) + len(new) > MAX_GPUS_PER_NODE:
             raise ProtocolError(
@@ -158,6 +167,7 @@ class Resolver:
                 f"the node has {len(known)} GPUs and this batch adds {len(new)}; a node has "
                 f"at most {MAX_GPUS_PER_NODE} (remove stale GPUs in the admin)",
             )
+        self.round_new_gpus.setdefault(node_id, set()).update(new)
 
 
 _GPU_UPDATE = (
@@ -168,8 +178,21 @@ _GPU_UPDATE = (
 )
 
 
-def _gpu_upsert(node_id: int, info: dict[str, Any], jp: str, where: str) -> tuple[str, Row]:
-    """An upsert: another writer or the admin may have created the GPU row already."""
+def discovered_at_param(vendor: str, now: float) -> object:
+    """`now` as the GPU row's discovered_at, in the form Django reads back on each engine
+    (SQLite: UTC text; PostgreSQL: an aware datetime)."""
+    moment = dt.datetime.fromtimestamp(now, dt.UTC)
+    if vendor == POSTGRESQL:
+        return moment
+    return moment.replace(tzinfo=None).isoformat(sep=" ", timespec="microseconds")
+
+
+def _gpu_upsert(
+    node_id: int, info: dict[str, Any], jp: str, where: str, discovered: object
+) -> tuple[str, Row]:
+    """An upsert: another writer or the admin may have created the GPU row already. A
+    row it creates is one the inventory did not have: marked discovered, for an admin to
+    accept; an existing row keeps its discovered/accepted marks."""
     raw_limits = info.get("limits")
     limits: dict[str, Any] = raw_limits if isinstance(raw_limits, dict) else {}
     values = (
@@ -185,11 +208,12 @@ def _gpu_upsert(node_id: int, info: dict[str, Any], jp: str, where: str) -> tupl
     )
     sql = (
         "INSERT INTO fleet_gpu (uuid, model, slowdown_c, shutdown_c, gpu_max_c,"
-        ' mem_max_c, tlimit_slowdown_c, power_limit_max_w, info, node_id, "index")'
-        f" VALUES (%s, %s, %s, %s, %s, %s, %s, %s, {jp}, %s, %s)"
+        ' mem_max_c, tlimit_slowdown_c, power_limit_max_w, info, node_id, "index",'
+        " discovered_at, accepted_by)"
+        f" VALUES (%s, %s, %s, %s, %s, %s, %s, %s, {jp}, %s, %s, %s, '')"
         f' ON CONFLICT (node_id, "index") DO UPDATE SET {_GPU_UPDATE}'
     )
-    return sql, (*values, node_id, info["gpu"])
+    return sql, (*values, node_id, info["gpu"], discovered)
 
 
 def _events(batch: Batch, node_id: int | None) -> list[Row]:

@@ -48,6 +48,13 @@ class GPU(models.Model):
     )
     power_limit_max_w = models.FloatField(null=True, blank=True)
     info = models.JSONField(default=dict, blank=True, help_text="gpu_info from the agent")
+    # A GPU an agent described before the inventory had it (fleet/ingest/resolve.py) waits
+    # for an admin to accept it; the inventory's own GPUs have no discovered_at.
+    discovered_at = models.DateTimeField(
+        null=True, blank=True, help_text="when an agent described it before the inventory had it"
+    )
+    accepted_at = models.DateTimeField(null=True, blank=True)
+    accepted_by = models.CharField(max_length=150, blank=True)
 
     class Meta:
         ordering = ("node", "index")
@@ -55,6 +62,10 @@ class GPU(models.Model):
 
     def __str__(self) -> str:
         return f"{self.node.name}/gpu{self.index}"
+
+    @property
+    def awaiting_acceptance(self) -> bool:
+        return self.discovered_at is not None and self.accepted_at is None
 
     def clean(self) -> None:
         # The driver slows the GPU before it shuts it down, never after.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import time
 from dataclasses import replace
 from typing import Any
@@ -284,3 +285,27 @@ def test_new_rack_within_its_feeds_is_saved_with_them(admin_client: Client, site
     rack = Rack.objects.get(name="A09")
     assert rack.feeds.count() == 2
     assert rack.feed_capacity_kw() == pytest.approx(72.5, abs=0.05)
+
+
+def test_gpus_an_agent_discovered_are_listed_for_an_admin_to_accept(
+    admin_client: Client, site: Site
+) -> None:
+    node = Node.objects.filter(rack__hall__site=site).first()
+    assert node is not None
+    found = GPU.objects.create(node=node, index=9, discovered_at=dt.datetime.now(dt.UTC))
+    awaiting = admin_client.get(url(GPU, "changelist") + "?inventory=awaiting")
+    assert f"{node.name}/gpu9" in awaiting.content.decode()
+    assert "awaiting acceptance" in awaiting.content.decode()
+    assert f"{node.name}/gpu0" not in awaiting.content.decode()  # the inventory's own
+    response = admin_client.post(
+        url(GPU, "changelist"),
+        {"action": "accept_gpus", "_selected_action": [found.pk]},
+        follow=True,
+    )
+    assert "1 GPU(s) accepted into the inventory." in messages_of(response)
+    found.refresh_from_db()
+    assert found.accepted_at is not None and found.accepted_by == "admin"
+    assert (
+        f"{node.name}/gpu9"
+        not in admin_client.get(url(GPU, "changelist") + "?inventory=awaiting").content.decode()
+    )

@@ -287,3 +287,39 @@ def test_the_pipeline_holds_only_what_changed_since_its_last_save(
     pipeline.flush(now + 1)
     assert len(pipeline.pending) == 0
     assert pipeline.take_changed()["gpu"]
+
+
+def gpu_info_batch(node: str, seq: int, indexes: range) -> dict[str, Any]:
+    info = [{"gpu": i, "model": "NVIDIA H200"} for i in indexes]
+    return {"protocol": 1, "source": f"node:{node}", "seq": seq, "gpu_info": info}
+
+
+def test_batches_of_one_round_cannot_together_pass_the_gpu_limit(
+    pipeline: IngestPipeline,
+) -> None:
+    """Each batch alone fits under MAX_GPUS_PER_NODE; together in one round they would
+    not: the first is taken and the second refused, and the node stays within the bound."""
+    from agents.protocol import MAX_GPUS_PER_NODE
+
+    node = NODES[2]
+    node_pk = node_id(pipeline, node)
+    known = int(
+        pipeline.db.query("SELECT count(*) FROM fleet_gpu WHERE node_id = %s", (node_pk,))[0][0]
+    )
+    room = MAX_GPUS_PER_NODE - known
+    first = range(100, 100 + room)  # fills the node exactly
+    second = range(200, 201)  # one more
+    frames = [
+        (3, frame(gpu_info_batch(node, 1, first))),
+        (3, frame(gpu_info_batch(node, 2, second))),
+    ]
+    answers = {r.seq: r.code for r in pipeline.process(frames, time.time())}
+    assert answers == {1: 0, 2: 400}
+    total = pipeline.db.query("SELECT count(*) FROM fleet_gpu WHERE node_id = %s", (node_pk,))
+    assert int(total[0][0]) == MAX_GPUS_PER_NODE
+    discovered = pipeline.db.query(
+        "SELECT count(*) FROM fleet_gpu WHERE node_id = %s AND discovered_at IS NOT NULL"
+        " AND accepted_at IS NULL",
+        (node_pk,),
+    )
+    assert int(discovered[0][0]) == room  # the agent's new GPUs wait for an admin
