@@ -21,7 +21,7 @@ from django.http import FileResponse, Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from dashboard.rack import gpu_tile
+from dashboard.rack import GpuTile, gpu_tile
 from dashboard.words import age_words, as_of, no_data_words
 from fleet import health
 from fleet.access import can_view_site
@@ -86,6 +86,7 @@ class GpuPage:
     reasons: list[str]
     throttling: bool
     stale: str | None
+    unjudged: str | None  # why a GPU with fresh data still has no level
     figures: list[Figure]
     limits: list[LimitLine]
     power_cap_w: float | None
@@ -279,6 +280,7 @@ def gpu_page(gpu: GPU, range_name: str, now: float, figures_only: bool = False) 
         reasons=tile.reasons,
         throttling=tile.throttling,
         stale=tile.stale,
+        unjudged=unjudged_words(tile),
         figures=live_figures(reading, limits, now),
         limits=limit_lines(limits),
         power_cap_w=power_cap_w(reading, limits),
@@ -290,6 +292,13 @@ def gpu_page(gpu: GPU, range_name: str, now: float, figures_only: bool = False) 
         page.timeline_tier, page.timeline = timeline(gpu, range_name, now)
         page.events = gpu_events(gpu, now)
     return page
+
+
+def unjudged_words(tile: GpuTile) -> str | None:
+    """A GPU that reports but has no level lacks what its headroom is measured against."""
+    if tile.level != health.Level.UNKNOWN.value or tile.stale:
+        return None
+    return "not judged: no slowdown limit (or temperature) to measure its headroom against"
 
 
 def _float(value: float | int | None) -> float | None:

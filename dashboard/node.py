@@ -52,6 +52,7 @@ class NodePage:
     level: str
     level_word: str
     stale: str | None
+    unjudged: str | None  # why a node with fresh data still has no level
     last_data: str
     gpus: list[LinkedTile]
     host: list[HostFigure]
@@ -190,6 +191,11 @@ def node_page(node: Node, now: float) -> NodePage:
         level=summary.level.value,
         level_word=level_word(summary.level),
         stale=no_data_words(summary.ts, now) if summary.stale else None,
+        unjudged=(
+            "not judged: a GPU's headroom to its own slowdown limit is unknown"
+            if summary.level == health.Level.UNKNOWN and not summary.stale
+            else None
+        ),
         last_data=last_data_words(summary.ts, now),
         gpus=linked_tiles(node, gpu_readings, limits, now),
         host=host_figures(reading, now),

@@ -40,12 +40,13 @@
   }
 
   // A limit as a dashed line across the chart, named in words (colour is not the signal).
-  function limitLine(value, words, colour) {
+  // Labels alternate right and left, so limits a few degrees apart do not overprint.
+  function limitLine(value, words, colour, left) {
     return {
       shape: { type: "line", xref: "paper", x0: 0, x1: 1, y0: value, y1: value,
                line: { color: colour, width: 1.5, dash: "dash" } },
-      note: { xref: "paper", x: 1, xanchor: "right", y: value, yanchor: "bottom",
-              text: words, showarrow: false, font: { color: colour, size: 11 } },
+      note: { xref: "paper", x: left ? 0 : 1, xanchor: left ? "left" : "right", y: value,
+              yanchor: "bottom", text: words, showarrow: false, font: { color: colour, size: 11 } },
     };
   }
 
@@ -53,10 +54,10 @@
     const lines = [];
     if (chart.el === "chart-temp") {
       const colours = { slowdown: css("--warn", "#d29922"), shutdown: css("--crit", "#f85149") };
-      for (const lim of config.limits) {
+      config.limits.forEach((lim, i) => {
         const colour = colours[lim.name] || css("--muted", "#9aa7b4");
-        lines.push(limitLine(lim.value_c, `${lim.name} ${lim.value_c.toFixed(0)} °C`, colour));
-      }
+        lines.push(limitLine(lim.value_c, `${lim.name} ${lim.value_c.toFixed(0)} °C`, colour, i % 2 === 1));
+      });
     }
     const capSeries = series.power_limit_w;
     const capDrawn = capSeries && capSeries.points.some((p) => p[1] !== null);
@@ -95,7 +96,15 @@
         traces.push({ type: "scatter", mode: "lines", name, connectgaps: false, ...xy(s.points, transform) });
         metrics.push([metric, transform]);
       }
-      Plotly.newPlot(chart.el, traces, layout(chart, limitsFor(chart, body.series)),
+      const el = document.getElementById(chart.el);
+      if (!traces.length) {
+        // An empty chart would draw a meaningless axis (year 2000): say it in words.
+        if (el.classList.contains("js-plotly-plot")) Plotly.purge(el);
+        el.innerHTML = `<p class="empty">Not reported by this GPU in the last ${config.range}.</p>`;
+        return metrics;
+      }
+      el.innerHTML = "";
+      Plotly.newPlot(el, traces, layout(chart, limitsFor(chart, body.series)),
                      { displaylogo: false, responsive: true });
       return metrics;
     });

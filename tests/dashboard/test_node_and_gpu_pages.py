@@ -200,6 +200,19 @@ def test_gpu_page_shows_a_quiet_gpu_by_its_age(ops: Client, node: Node) -> None:
     assert "SM clock not reported" in page
 
 
+def test_a_gpu_without_limits_shows_its_figures_and_says_why_it_is_not_judged(
+    ops: Client, node: Node
+) -> None:
+    GPU.objects.update(slowdown_c=None, shutdown_c=None, gpu_max_c=None, power_limit_max_w=None)
+    store("gpu", (node.id, 0), time.time(), temp_gpu_c=72.0, power_w=400.0)
+    gpu_page = text(ops.get(f"/gpus/{gpu(node, 0).pk}/"))
+    assert "GPU temperature 72 °C · limits unknown" in gpu_page
+    assert "Power 400 W · cap unknown" in gpu_page
+    assert "No data · not judged: no slowdown limit" in gpu_page
+    node_page = text(ops.get(f"/nodes/{node.id}/"))
+    assert "not judged: a GPU's headroom to its own slowdown limit is unknown" in node_page
+
+
 def test_gpu_page_decodes_throttle_reasons_over_the_range_and_lists_its_events(
     ops: Client, node: Node
 ) -> None:
