@@ -37,8 +37,10 @@ def login_cookie(server: FleetServer) -> str:
     return "; ".join(f"{k}={v}" for k, v in cookies.items())
 
 
-def live_socket(server: FleetServer, cookie: str) -> Any:
+def live_socket(server: FleetServer, cookie: str, path: str = "/ws/live/fleet") -> Any:
+    """A signed-in browser's socket to a live route (dashboard/routing.py): the overview
+    by default, or e.g. /ws/live/rack/<id> or /ws/live/site/<id>."""
     from websockets.sync.client import connect
 
     headers = {"Cookie": cookie, "Origin": server.url}
-    return connect(server.ws_url + "/ws/live/fleet", additional_headers=headers)
+    return connect(server.ws_url + path, additional_headers=headers)
