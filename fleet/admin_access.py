@@ -3,11 +3,13 @@ page for everyone, and the "Admins" group let in (fleet/access.py)."""
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin
+from django.contrib.auth import REDIRECT_FIELD_NAME
 from django.contrib.auth.forms import AuthenticationForm
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
 
 from fleet.access import can_administer
 from fleet.models import SiteRole
@@ -31,10 +33,21 @@ def brand_admin_site(site: admin.AdminSite) -> None:
     site.login_form = AuthenticationForm
     site.login_template = "registration/login.html"
     site.has_permission = _may_administer  # type: ignore[method-assign]
+    site.login = partial(_sign_in, site)  # type: ignore[method-assign]
 
 
 def _may_administer(request: HttpRequest) -> bool:
     return can_administer(request.user)
+
+
+def _sign_in(
+    site: admin.AdminSite, request: HttpRequest, extra_context: dict[str, Any] | None = None
+) -> HttpResponse:
+    # Without a destination, land on the fleet overview, which everyone may open (the
+    # admin's index, Django's default, would turn away all but admins).
+    if REDIRECT_FIELD_NAME not in request.GET and REDIRECT_FIELD_NAME not in request.POST:
+        extra_context = {**(extra_context or {}), REDIRECT_FIELD_NAME: "/"}
+    return admin.AdminSite.login(site, request, extra_context)
 
 
 brand_admin_site(admin.site)

@@ -40,6 +40,20 @@ def test_a_viewer_signs_in_on_the_same_page_and_lands_where_they_were_going(
     assert client.get("/alerts/").status_code == 200
 
 
+def test_signing_in_without_a_destination_lands_on_the_fleet_overview(client: Client) -> None:
+    User.objects.create_user("vic", password="pw")
+    answer = client.post("/admin/login/", {"username": "vic", "password": "pw"})
+    assert answer.status_code == 302 and answer["Location"] == "/"
+
+
+def test_every_page_has_a_sign_out_that_ends_the_session(client: Client) -> None:
+    client.force_login(User.objects.create_user("vic", password="pw"))
+    page = client.get("/alerts/").content.decode()
+    assert 'action="/admin/logout/"' in page and "sign out" in page
+    assert client.post("/admin/logout/").status_code == 302  # to the sign-in page
+    assert client.get("/alerts/").status_code == 302
+
+
 def test_a_wrong_password_is_said_on_the_sign_in_page(client: Client) -> None:
     User.objects.create_user("vic", password="pw")
     answer = client.post("/admin/login/", {"username": "vic", "password": "nope"})
