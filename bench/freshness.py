@@ -75,8 +75,10 @@ TARGET_DOM_S, TARGET_PAGE_MS, TARGET_PAGE_KB = 1.0, 300.0, 1024.0
 
 # Runs before the page's own scripts. Pushes: every message on a /ws/live/ socket, stamped
 # on arrival (listeners added in the constructor run before the page's onmessage), with the
-# `ts` of each rack it carries. DOM: every change of a watched element's text, stamped in
-# the MutationObserver callback (a microtask right after the script task that changed it).
+# `ts` of each rack it carries. DOM: after every batch of mutations (the MutationObserver
+# callback, a microtask right after the script task that changed the page), each watched
+# figure's text is read again and stamped when it changed. A watch is a selector, or a
+# <dl> selector and the label of the <dt> whose <dd> (its .figure) holds the figure.
 INIT_SCRIPT = """
 (() => {
   const rec = { pushes: [], dom: [] };
@@ -97,32 +99,36 @@ INIT_SCRIPT = """
       });
     }
   };
-  const last = new Map();
-  const observer = new MutationObserver((mutations) => {
-    const at = Date.now();
-    for (const m of mutations) {
-      let el = m.target.nodeType === 1 ? m.target : m.target.parentElement;
-      el = el && el.closest("[data-bench-watch]");
-      if (!el) continue;
-      const key = el.dataset.benchWatch, text = el.textContent.trim();
-      if (last.get(key) === text) continue;
-      last.set(key, text);
-      rec.dom.push({ key, text, at });
+  const watches = [], last = new Map();
+  function read(w) {
+    if (!w.label) {
+      const el = document.querySelector(w.selector);
+      return el ? el.textContent.trim() : null;
     }
-  });
+    for (const dt of document.querySelectorAll(w.selector + " dt")) {
+      if (dt.textContent.trim() !== w.label || !dt.nextElementSibling) continue;
+      const dd = dt.nextElementSibling;
+      return (dd.querySelector(".figure") || dd).textContent.trim();
+    }
+    return null;
+  }
+  function check() {
+    const at = Date.now();
+    for (const w of watches) {
+      const text = read(w);
+      if (text === null || last.get(w.key) === text) continue;
+      last.set(w.key, text);
+      rec.dom.push({ key: w.key, text, at });
+    }
+  }
+  window.__fwBenchWatch = (list) => { watches.push(...list); check(); return watches.length; };
   document.addEventListener("DOMContentLoaded", () => {
-    observer.observe(document.body, { subtree: true, childList: true, characterData: true });
+    new MutationObserver(check).observe(
+      document.body, { subtree: true, childList: true, characterData: true });
   });
 })();
 """
-# Marks each rack tile's power figure as watched (key: the rack id).
-WATCH_FLEET = """
-() => {
-  const els = document.querySelectorAll("[data-rack] [data-field=power]");
-  els.forEach((el) => { el.dataset.benchWatch = el.closest("[data-rack]").dataset.rack; });
-  return els.length;
-}
-"""
+WATCH = "(list) => window.__fwBenchWatch(list)"
 
 
 # ---------------------------------------------------------------------------
@@ -154,7 +160,6 @@ class PageLatency:
     """Per (watched element, tick): when it first showed that tick or a newer one."""
 
     page: str
-    samples_per_key: dict[str, int]  # GPU samples one tick of the element stands for
     sample_to_dom: list[float] = field(default_factory=list)  # one per GPU sample
     per_key_tick: list[float] = field(default_factory=list)  # one per (element, tick)
     push_first: list[float] = field(default_factory=list)  # first push carrying the tick
@@ -166,24 +171,33 @@ class PageLatency:
 
 def decode_level(text: str, gpus: int) -> int | None:
     """The tick level a power text shows for `gpus` GPUs all at that level, else None.
-    One node one step off moves the sum by 0.16 kW, more than the 0.1 kW display step."""
+    A rack tile shows kW to 0.1 (one node one step off moves it by 0.16 kW), a GPU page
+    "300 W"."""
     try:
-        kw = float(text.split()[0])
+        value = float(text.split()[0])
     except (ValueError, IndexError):
         return None
-    lvl = round((kw * 1000 / gpus - BASE_W) / STEP_W)
-    pure = gpus * (BASE_W + STEP_W * lvl) / 1000
-    return lvl if abs(kw - pure) <= 0.06 else None
+    watts, slack = (value, 0.6) if text.split()[1:2] == ["W"] else (value * 1000, 60.0)
+    lvl = round((watts / gpus - BASE_W) / STEP_W)
+    return lvl if abs(watts - gpus * (BASE_W + STEP_W * lvl)) <= slack else None
+
+
+@dataclass
+class Watch:
+    """A figure watched on a page: the GPUs its one tick stands for, its rack."""
+
+    key: str
+    selector: str
+    gpus: int
+    rack: str
+    label: str | None = None  # a <dl> figure: the <dt> text
 
 
 def page_latency(
-    page: str,
-    records: dict[str, Any],
-    ticks: list[Tick],
-    window: tuple[float, float],
-    gpus_per_key: dict[str, int],
+    page: str, records: dict[str, Any], ticks: list[Tick], start: float, watches: list[Watch]
 ) -> PageLatency:
-    out = PageLatency(page, gpus_per_key)
+    out = PageLatency(page)
+    gpus_per_key = {w.key: w.gpus for w in watches}
     # first time each (key, tick) was shown whole: a text maps to the latest tick at
     # that level taken before it appeared
     first: dict[tuple[str, int], float] = {}
@@ -193,7 +207,7 @@ def page_latency(
             continue
         lvl = decode_level(rec["text"], gpus_per_key[key])
         if lvl is None:
-            out.mixed += rec["text"] not in ("–", "")
+            out.mixed += rec["text"][:1].isdigit()  # not "–", "not reported"
             continue
         shown = [t for t in ticks if t.level == lvl and t.ts <= at]
         if shown:
@@ -204,18 +218,17 @@ def page_latency(
         out.push_bytes += push["bytes"]
         for key, ts in push["racks"].items():
             pushed.setdefault((key, round(ts, 3)), push["at"] / 1000)
-    start, end = window
-    for key, gpus in gpus_per_key.items():
-        seen = sorted((t, at) for (k, t), at in first.items() if k == key)
+    for w in watches:
+        seen = sorted((t, at) for (k, t), at in first.items() if k == w.key)
         for tick in ticks:
-            if not start <= tick.ts < end:
+            if tick.ts < start:
                 continue
             later = [at for t, at in seen if t >= tick.tick]
             latency = min(later) - tick.ts if later else math.inf
             out.never += not later
             out.per_key_tick.append(latency)
-            out.sample_to_dom.extend([latency] * gpus)
-            arrived = pushed.get((key, round(tick.ts, 3)))
+            out.sample_to_dom.extend([latency] * w.gpus)
+            arrived = pushed.get((w.rack, round(tick.ts, 3)))
             if arrived is not None:
                 out.push_first.append(arrived - tick.ts)
     return out
@@ -231,13 +244,14 @@ class BrowserRun:
     ticks: list[Tick]
     notes: list[str]
     agent_errors: list[str]
+    nodes: int
 
 
 def fleet_server(var_dir: Path, db: str) -> contextlib.AbstractContextManager[FleetServer]:
     return FleetServer.started(
         var_dir,
         tier="services" if db == "postgres" else "embedded",
-        racks=8,  # the whole demo site: 64 nodes × 8 GPUs
+        racks=1000,  # `seed_demo --racks N` seeds the first N: the whole demo site
         extra_env={
             "FLEETWATCH_LIVE_INTERVAL_S": "0.5",  # production (the test fixture's is 0.2)
             "FLEETWATCH_REVALIDATE_S": "5",
@@ -307,34 +321,67 @@ def browser_freshness(args: argparse.Namespace) -> BrowserRun:
             fleet = context.new_page()
             login(fleet, server)
             fleet.wait_for_selector("#live-status[data-state='live']")
-            watched = fleet.evaluate(WATCH_FLEET)
-            print(f"fleet page open and live; {watched} rack tiles watched", flush=True)
-            # TODO(gpu page): measured once /gpus/<id>/ is built
+            fleet_watches = [
+                Watch(rack, f"#rack-{rack} [data-field=power]", gpus, rack)
+                for rack, gpus in gpus_per_rack.items()
+            ]
+            fleet.evaluate(WATCH, [w.__dict__ for w in fleet_watches])
+            print(f"fleet page open and live; {len(fleet_watches)} rack tiles watched", flush=True)
+            gpu, gpu_watches = open_gpu_page(context, server, notes)
             agents = run_agents(server, creds, WARMUP_S + args.seconds)
             out, err = agents.communicate(timeout=WARMUP_S + args.seconds + 120)
             if agents.returncode:
                 raise RuntimeError(f"agent loop failed:\n{err[-3000:]}")
             time.sleep(SETTLE_S)
-            records = fleet.evaluate("window.__fwBench")
+            records = {"fleet": fleet.evaluate("window.__fwBench")}
+            if gpu is not None:
+                records["gpu"] = gpu.evaluate("window.__fwBench")
             browser.close()
     result = json.loads(out.strip().splitlines()[-1])
     ticks = [Tick(t["tick"], t["ts"], t["level"], t["ack_s"]) for t in result["ticks"]]
-    window = (ticks[WARMUP_S].ts, math.inf)
-    pages = [page_latency("fleet", records, ticks, window, gpus_per_rack)]
-    return BrowserRun(pages, ticks, notes, result["errors"])
+    start = ticks[WARMUP_S].ts
+    pages = [page_latency("fleet", records["fleet"], ticks, start, fleet_watches)]
+    if "gpu" in records:
+        pages.append(page_latency("gpu", records["gpu"], ticks, start, gpu_watches))
+    return BrowserRun(pages, ticks, notes, result["errors"], result["nodes"])
 
 
-def print_browser(run: BrowserRun, seconds: int) -> None:
+def open_gpu_page(context: Any, server: FleetServer, notes: list[str]) -> tuple[Any, list[Watch]]:
+    """A GPU page (GPU 3 of the first node of rack A02, 16 nodes) with its power figure
+    watched; (None, []) with a note when the page is not built yet or has no such figure."""
+    gpu_id, rack_id = server.query(
+        "SELECT g.id, n.rack_id FROM fleet_gpu g JOIN fleet_node n ON n.id = g.node_id"
+        " JOIN fleet_rack r ON r.id = n.rack_id WHERE r.name = 'A02' AND g.\"index\" = 3"
+        " ORDER BY n.name LIMIT 1"
+    )[0]
+    page = context.new_page()
+    response = page.goto(f"{server.url}/gpus/{gpu_id}/")
+    if response is None or response.status != 200:
+        status = "no response" if response is None else response.status
+        notes.append(f"GPU page /gpus/{gpu_id}/ answered {status}: not measured (not built yet?)")
+        page.close()
+        return None, []
+    watches = [Watch(f"gpu-{gpu_id}", "#gpu-figures", 1, str(rack_id), "Power")]
+    page.evaluate(WATCH, [w.__dict__ for w in watches])
+    if page.evaluate("window.__fwBench.dom.length") == 0:
+        notes.append(f"GPU page /gpus/{gpu_id}/: no 'Power' figure in #gpu-figures, not measured")
+        page.close()
+        return None, []
+    print(f"GPU page /gpus/{gpu_id}/ open; its power figure watched", flush=True)
+    return page, watches
+
+
+def print_browser(run: BrowserRun, seconds: int, nodes: int) -> None:
     measured = [t for t in run.ticks[WARMUP_S:]]
     acks = [t.ack_s for t in measured if t.ack_s is not None]
     print()
     print(
         f"sample → DOM: {len(measured)} ticks at 1 Hz ({seconds} s after {WARMUP_S} s warm-up),"
-        f" 64 nodes × 8 GPUs; live interval 0.5 s"
+        f" {nodes} nodes × {GPUS_PER_NODE} GPUs; live interval 0.5 s"
     )
     if acks:
         print(
-            "  sample → durable ack (the last of a tick's 64 batches):"
+            f"  sample → durable ack (the last of a tick's {nodes} batches):"
             f" p50 {fmt_s(percentile(acks, 50))}"
             f"  p95 {fmt_s(percentile(acks, 95))}  max {fmt_s(max(acks))} s"
         )
@@ -371,9 +418,12 @@ class PageTiming:
     gpus: int
     racks: int
     times_ms: list[float]
+    cpu_ms: list[float]  # this process's CPU (the view, SQLite and the template all run here)
     body_bytes: int
     gzip_bytes: int
+    phases_ms: dict[str, float]  # CPU, medians
     profile: str | None
+    load: float  # 1-minute load average when done (2 cores; other work shares them)
 
 
 @contextlib.contextmanager
@@ -414,27 +464,73 @@ def time_fleet_page(args: argparse.Namespace) -> PageTiming:
         client = Client(SERVER_NAME="127.0.0.1")
         client.force_login(user)
 
-        def get() -> tuple[float, bytes]:
-            started = time.perf_counter()
+        def get() -> tuple[float, float, bytes]:
+            started, cpu = time.perf_counter(), time.process_time()
             response = client.get("/")
             took = (time.perf_counter() - started) * 1000
+            cpu_ms = (time.process_time() - cpu) * 1000
             assert response.status_code == 200, response.status_code
-            return took, response.content
+            return took, cpu_ms, response.content
 
         for _ in range(2):
             get()  # warm-up: templates compiled, connection open
-        times, body = [], b""
+        times, cpu_times, body = [], [], b""
         for _ in range(args.requests):
             rules.refresh(time.time())  # a live fleet: every sample time moves on
-            took, body = get()
+            took, cpu_ms, body = get()
             times.append(took)
+            cpu_times.append(cpu_ms)
+        phases = page_phases(statistics.median(cpu_times))
         profile = None
         if statistics.median(times) > TARGET_PAGE_MS or args.profile:
             profile = profile_page(get)
-        return PageTiming(gpus, rules.RACKS, times, len(body), len(gzip.compress(body)), profile)
+        return PageTiming(
+            gpus,
+            rules.RACKS,
+            times,
+            cpu_times,
+            len(body),
+            len(gzip.compress(body)),
+            phases,
+            profile,
+            os.getloadavg()[0],
+        )
 
 
-def profile_page(get: Any, top: int = 25) -> str:
+def page_phases(get_cpu_ms: float, rounds: int = 5) -> dict[str, float]:
+    """Where GET / spends its CPU, each phase timed alone (medians of `rounds`): reading
+    the latest state, deriving every figure (`fleet.health`), the rest of building the
+    overview (payloads, site strips), and rendering with the middleware (the remainder)."""
+    from dashboard.overview import fleet_overview
+    from fleet import state
+
+    read, derive, overview = [], [], []
+    for _ in range(rounds):
+        now = time.time()
+        started = time.process_time()
+        infos = state.rack_infos(None)
+        nodes = [n for info in infos.values() for n in info.nodes]
+        pre = state.Preread(
+            state.latest_readings("gpu", nodes),
+            state.latest_readings("node", nodes),
+            state.latest_readings("rack", infos),
+            state.gpu_limits(nodes),
+        )
+        read_at = time.process_time()
+        state.rack_states(None, now, pre)
+        derive_at = time.process_time()
+        fleet_overview(now)
+        done = time.process_time()
+        read.append(read_at - started)
+        derive.append(derive_at - read_at)
+        overview.append(done - derive_at)
+    ms = {name: 1000 * statistics.median(v) for name, v in (("read", read), ("derive", derive))}
+    ms["payloads"] = 1000 * statistics.median(overview) - ms["read"] - ms["derive"]
+    ms["render"] = get_cpu_ms - 1000 * statistics.median(overview)
+    return ms
+
+
+def profile_page(get: Any, top: int = 20) -> str:
     profiler = cProfile.Profile()
     profiler.enable()
     get()
@@ -458,9 +554,23 @@ def print_page(page: PageTiming, requests: int) -> None:
         f" max {max(page.times_ms):.1f} ms"
     )
     print(
+        f"  CPU of this process per request: median {statistics.median(page.cpu_ms):.1f} ms,"
+        f" p95 {percentile(page.cpu_ms, 95):.1f} ms (load average {page.load:.1f} on"
+        f" {os.cpu_count()} cores)"
+    )
+    print(
         f"  body: {page.body_bytes / 1024:.1f} KiB raw, {page.gzip_bytes / 1024:.1f} KiB gzipped"
         " (the server does not compress)"
     )
+    labels = {
+        "read": "read latest state (rack_infos, latest_readings gpu/node/rack, gpu_limits)",
+        "derive": "derive figures (rack_states over the read: node and rack summaries)",
+        "payloads": "rack payloads, tiles, site strips (the rest of dashboard.overview)",
+        "render": "template render, middleware, session (GET − overview, CPU medians)",
+    }
+    print("  phases, CPU, each timed alone (medians of 5):")
+    for name, label in labels.items():
+        print(f"    {label:76s} {page.phases_ms[name]:7.1f} ms")
     if page.profile:
         print("  cProfile of one request:")
         print(page.profile)
@@ -488,8 +598,13 @@ def main() -> int:
     p95_dom = math.nan
     if not args.skip_browser:
         run = browser_freshness(args)
-        print_browser(run, args.seconds)
-        p95_dom = max(percentile(page.sample_to_dom, 95) for page in run.pages)
+        print_browser(run, args.seconds, run.nodes)
+        p95 = {page.page: percentile(page.sample_to_dom, 95) for page in run.pages}
+        p95_dom = max(p95.values())
+        print(
+            "p95 sample → DOM per page (the last line gives the worst): "
+            + ", ".join(f"{page}={fmt_s(v)} s" for page, v in p95.items())
+        )
     page = time_fleet_page(args)
     print_page(page, args.requests)
     dom = "skipped" if math.isnan(p95_dom) else "inf" if math.isinf(p95_dom) else f"{p95_dom:.3f}"
