@@ -139,3 +139,51 @@ def test_a_page_left_open_after_logout_stops_receiving_and_returns_to_login(
         other.click("#logout-form button")
         page.wait_for_url("**/admin/login/**", timeout=10000)
         context.close()
+
+
+HW_THERMAL_SLOWDOWN = 0x40  # NVML clock-event reason (agents/protocol/reasons.py)
+
+
+def test_heat_map_modes_switch_with_the_keyboard_and_stay_in_the_url(
+    fleet_server: FleetServer,
+    ops_user: None,
+    browser,  # type: ignore[no-untyped-def]
+) -> None:
+    token = enroll(fleet_server, "node:gpu-a01-01")
+    batch = gpu_batch(
+        "gpu-a01-01", 1, power_w=250.0, temp_gpu_c=88, clock_event_reasons=HW_THERMAL_SLOWDOWN
+    )
+    batch["gpu_info"] = [
+        {"gpu": i, "model": "NVIDIA H200", "limits": {"slowdown_c": 89}} for i in range(8)
+    ]
+    assert post_json(fleet_server.url + "/api/v1/ingest", batch, token)[0] == 200
+    rack_id = fleet_server.query("SELECT id FROM fleet_rack WHERE name = 'A01'")[0][0]
+    page = browser.new_page(viewport={"width": 1280, "height": 800})
+    login(page, fleet_server)
+    tile = page.locator(f"#rack-{rack_id}")
+
+    def shows() -> tuple[str | None, str, str]:
+        return (
+            tile.get_attribute("data-mode-level"),
+            tile.locator("[data-field=mode-word]").inner_text(),
+            tile.locator("[data-field=mode-figure]").inner_text(),
+        )
+
+    level, word, figure = shows()  # overall: throttled and 1 °C from slowdown
+    assert (level, word) == ("crit", "CRITICAL") and "in thermal slowdown" in figure
+    assert "CDU-1" in tile.locator(".cooling").inner_text()  # the loop serving it
+    page.focus("input[name=mode][value=overall]")
+    page.keyboard.press("ArrowRight")  # a radio group: arrows move the choice
+    assert page.url.endswith("?mode=power")
+    level, word, figure = shows()
+    assert level == "ok" and word == "OK" and figure == "2.0 of 45 kW (4 % of budget)"
+    page.keyboard.press("ArrowRight")
+    assert shows() == ("crit", "CRITICAL", "hottest GPU 1 °C to slowdown")
+    page.keyboard.press("ArrowRight")
+    assert shows() == ("crit", "CRITICAL", "8 in thermal slowdown · 0 at their power limit")
+    page.keyboard.press("ArrowRight")
+    assert shows() == ("ok", "OK", "no alerts firing")
+    page.goto(fleet_server.url + "/?mode=headroom")  # remembered in the URL
+    assert page.locator("input[name=mode][value=headroom]").is_checked()
+    assert shows()[2] == "hottest GPU 1 °C to slowdown"
+    page.close()
