@@ -8,7 +8,11 @@ minutes of simulated time in milliseconds. Readings come out in protocol-v1 shap
 - A cooling loop (CDU) carries the heat of its liquid and rear-door racks:
   return = supply + heat / (flow · c_p). Its nominal flow gives a 10 K rise at capacity. The
   liquid around a rack's cold plates follows that with a lag (the thermal mass of the
-  manifold), so when the pumps stop the GPUs heat up over tens of seconds, not at once.
+  water in the rack's circuit), so when the pumps stop the GPUs heat up over tens of
+  seconds, not at once. Water cannot take heat from parts colder than itself: the host's
+  cold-plated parts stop giving it theirs as it nears their limit, the GPUs keep giving
+  theirs (they are the hottest parts) until they slow down, and fall off the bus if it
+  still climbs to their shutdown temperature.
 - Facility PUE: IT power plus cooling (by cooling type, worse when it is hot outside or the
   chiller is degraded) plus distribution losses, over IT power.
 """
@@ -25,14 +29,26 @@ from typing import Any
 from agents.collectors.base import Reading
 from agents.sim.faults import Fault, FaultPlan
 from agents.sim.inventory import Inventory, Loop, Node, Rack
-from agents.sim.physics import GpuModel, HostModel, Workload
+from agents.sim.physics import CONTACT_SPREAD_K, GpuModel, HostModel, Workload, spec_for
 
 WATER_CP_KJ_PER_KG_K = 4.186
 DESIGN_RISE_K = 10.0
 HALL_AIR_C = 24.0
 RACK_OVERHEAD_W = 1_500.0
 BOIL_CLAMP_C = 95.0
-RACK_WATER_KG = 25.0  # water in one rack's manifolds and cold plates
+# Water in a rack's cold plates, manifolds and hoses: the circuit is sized for the rack's
+# budget. 25 kg for a 130 kW rack (the model's calibration), at least 5 kg.
+RACK_WATER_KG_PER_KW = 25.0 / 130.0
+RACK_WATER_MIN_KG = 5.0
+# The host's cold-plated parts (CPUs, NVSwitches, memory) give the water all their heat up
+# to HOST_FULL_CAPTURE_C and none once it reaches HOST_PARTS_LIMIT_C: their own limits
+# (DDR5's 85 °C case limit, CPUs some 15 K under a ~100 °C junction limit) leave no
+# gradient; their heat then leaves with the servers' fans. A model assumption.
+HOST_PARTS_LIMIT_C = 85.0
+HOST_FULL_CAPTURE_C = 70.0
+# A GPU that tripped is reset (as an operator or a node-health daemon would) once it has
+# been off the bus this long and its die is back under its max-operating temperature.
+THERMAL_RESET_AFTER_S = 300.0
 # Share of a rack's heat each cooling type puts into the liquid loop.
 LIQUID_SHARE = {"air": 0.0, "rear_door": 1.0, "direct_liquid": 0.8, "immersion": 1.0}
 # Cooling plant power per watt of IT, at 15 °C outside (air needs chillers and CRAH fans).
@@ -41,6 +57,11 @@ COOLING_PER_W = {"air": 0.30, "rear_door": 0.18, "direct_liquid": 0.08, "immersi
 
 def _seeded(name: str, seed: int) -> random.Random:
     return random.Random(zlib.crc32(name.encode()) ^ seed)
+
+
+def _contact_k(gpu: str, seed: int) -> float:
+    """The GPU's own contact offset, from a generator of its own (the GPU's stays as it was)."""
+    return _seeded(f"{gpu}/contact", seed).uniform(-CONTACT_SPREAD_K, CONTACT_SPREAD_K)
 
 
 @dataclass(slots=True)
@@ -54,26 +75,47 @@ class VirtualNode:
     load: float = 0.0
     pending_events: list[dict[str, Any]] = field(default_factory=list)
     lost_until: dict[int, float] = field(default_factory=dict)  # gpu index -> elapsed
+    tripped_at: dict[int, float] = field(default_factory=dict)  # gpu index -> elapsed
 
     @property
     def name(self) -> str:
         return self.node.name
 
     def power_w(self) -> float:
+        return self.host_power_w() + self.gpu_power_w()
+
+    def host_power_w(self) -> float:
+        return self.host.power_w(self.load) if self.powered else 0.0
+
+    def gpu_power_w(self) -> float:
         if not self.powered:
             return 0.0
-        return self.host.power_w(self.load) + sum(g.power_avg_w for g in self.gpus if not g.lost)
+        return sum(g.power_avg_w for g in self.gpus if not g.lost)
 
-    def step(self, dt: float, coolant_c: float, inlet_c: float, full_load: bool) -> None:
+    def step(
+        self, dt: float, coolant_c: float, inlet_c: float, full_load: bool, elapsed_s: float = 0.0
+    ) -> None:
         if not self.powered:
             for gpu in self.gpus:  # cools toward the coolant while off
                 gpu.temp_die_c = gpu.temp_sink_c = max(coolant_c, gpu.temp_die_c - dt * 0.2)
+                if gpu.tripped:  # a power cycle clears a thermal trip
+                    gpu.reset()
+                    self.tripped_at.pop(gpu.index, None)
             return
         self.load = 1.0 if full_load else self.workload.step(dt)
         for gpu in self.gpus:
             jitter = 0.0 if self.load < 0.01 else gpu.rng.uniform(-0.02, 0.0)
-            gpu.step(dt, 0.0 if gpu.lost else max(0.0, self.load + jitter), coolant_c)
+            if gpu.step(dt, 0.0 if gpu.lost else max(0.0, self.load + jitter), coolant_c):
+                self.tripped_at[gpu.index] = elapsed_s
+                self.pending_events += fell_off_the_bus_events(gpu.index, time.time())
+            elif gpu.tripped and self._reset_due(gpu, elapsed_s):
+                gpu.reset()
+                del self.tripped_at[gpu.index]
         self.host.step(dt, self.load, inlet_c)
+
+    def _reset_due(self, gpu: GpuModel, elapsed_s: float) -> bool:
+        off_for = elapsed_s - self.tripped_at.get(gpu.index, elapsed_s)
+        return off_for >= THERMAL_RESET_AFTER_S and gpu.temp_die_c < gpu.spec.gpu_max_c
 
     def reading(self, ts: float, inlet_c: float, outlet_c: float, with_info: bool) -> Reading:
         reading = Reading()
@@ -96,9 +138,11 @@ class VirtualNode:
                 "net_tx_bytes_s": round(self.host.tx_bytes_s),
             },
         )
-        if with_info:
+        if with_info:  # as the real agent: a GPU it lost is not described
             models = dict(self.node.gpus)
-            reading.gpu_info = [g.info(self.name, models.get(g.index, "")) for g in self.gpus]
+            reading.gpu_info = [
+                g.info(self.name, models.get(g.index, "")) for g in self.gpus if not g.lost
+            ]
             reading.node_info = {"hostname": self.name, "agent_version": "sim", "simulated": True}
         reading.events, self.pending_events = self.pending_events, []
         return reading
@@ -116,6 +160,11 @@ class RackState:
     coolant_c: float = 32.0  # what the cold plates see
     flow_lpm: float = 0.0
     energy_kwh: float = 0.0
+    liquid_heat_kw: float = 0.0  # what the rack's parts give the water now
+
+    @property
+    def water_kg(self) -> float:
+        return max(RACK_WATER_MIN_KG, RACK_WATER_KG_PER_KW * self.rack.budget_kw)
 
 
 @dataclass(slots=True)
@@ -156,9 +205,14 @@ class SiteModel:
             rng = _seeded(node.name, seed)
             gpus = [
                 GpuModel(
-                    index=i, cooling=rack_state.rack.cooling, rng=_seeded(f"{node.name}/{i}", seed)
+                    index=i,
+                    cooling=rack_state.rack.cooling,
+                    rng=_seeded(f"{node.name}/{i}", seed),
+                    spec=spec_for(model),
+                    power_cap_w=spec_for(model).power_cap_w,
+                    contact_k=_contact_k(f"{node.name}/{i}", seed),
                 )
-                for i, _ in node.gpus
+                for i, model in node.gpus
             ]
             virtual = VirtualNode(
                 node, rack_state.rack, HostModel(rng, len(gpus)), gpus, Workload(rng)
@@ -207,7 +261,8 @@ class SiteModel:
                 if xid is not None:
                     self._xid(node, gpu, xid, elapsed_s)
                 if gpu.lost and elapsed_s >= node.lost_until.get(gpu.index, math.inf):
-                    gpu.lost = False
+                    del node.lost_until[gpu.index]
+                    gpu.reset()
                 dbe = self.faults.started("ecc-dbe", target, elapsed_s, dt)
                 if dbe is not None:
                     gpu.ecc_dbe += 1
@@ -228,16 +283,14 @@ class SiteModel:
     def _xid(self, node: VirtualNode, gpu: GpuModel, fault: Fault, elapsed_s: float) -> None:
         code = int(fault.number("code", 79))
         ts = time.time()
-        detail = "GPU has fallen off the bus" if code == 79 else f"XID {code}"
-        node.pending_events.append(
-            {"ts": ts, "gpu": gpu.index, "kind": "xid", "code": code, "detail": detail}
-        )
         if code == 79:
             gpu.lost = True
             end = math.inf if fault.duration_s is None else fault.start_s + fault.duration_s
             node.lost_until[gpu.index] = end
+            node.pending_events += fell_off_the_bus_events(gpu.index, ts)
+        else:
             node.pending_events.append(
-                {"ts": ts, "gpu": gpu.index, "kind": "gpu_lost", "detail": "NVML: GPU is lost"}
+                {"ts": ts, "gpu": gpu.index, "kind": "xid", "code": code, "detail": f"XID {code}"}
             )
 
     def _step_loop_supply(self, loop: LoopState, dt: float, elapsed_s: float) -> None:
@@ -262,7 +315,7 @@ class SiteModel:
         for node in rack.nodes:
             coolant = rack.coolant_c if rack.rack.liquid else rack.inlet_c
             node.host.extra_w = 0.0
-            node.step(dt, coolant, rack.inlet_c, overload is not None)
+            node.step(dt, coolant, rack.inlet_c, overload is not None, elapsed_s)
         if overload is not None and rack.nodes:
             # Someone plugged in more than the budget: load beyond the GPUs (factor × budget).
             want_w = overload.number("factor", 1.15) * rack.rack.budget_kw * 1000.0
@@ -285,12 +338,14 @@ class SiteModel:
 
         M·c_p·dT/dt = Q − 2·ṁ·c_p·(T − T_supply), T the mean water temperature. At nominal
         flow it settles within seconds at supply + Q/(2ṁc_p); with the pumps stopped nothing
-        carries the heat away and it climbs by Q/(M·c_p) per second.
+        carries the heat away and it climbs by Q/(M·c_p) per second. Q is the GPUs' heat and
+        as much of the hosts' as their parts can still pass to water this warm.
         """
         rack.liquid_supply_c = loop.supply_c
         rack.flow_lpm = loop.flow_lpm / max(1, len(loop.racks))
-        heat_kw = rack.power_w / 1000.0 * LIQUID_SHARE[rack.rack.cooling]
-        capacity_kj_k = RACK_WATER_KG * WATER_CP_KJ_PER_KG_K
+        heat_kw = _liquid_heat_kw(rack)
+        rack.liquid_heat_kw = heat_kw
+        capacity_kj_k = rack.water_kg * WATER_CP_KJ_PER_KG_K
         conductance_kw_k = 2.0 * (rack.flow_lpm / 60.0) * WATER_CP_KJ_PER_KG_K
         if conductance_kw_k < 1e-6:
             rack.coolant_c += heat_kw * dt / capacity_kj_k
@@ -306,7 +361,7 @@ class SiteModel:
         return RACK_OVERHEAD_W + sum(node.power_w() for node in rack.nodes)
 
     def _step_loop_return(self, loop: LoopState) -> None:
-        heat_kw = sum(r.power_w / 1000.0 * LIQUID_SHARE[r.rack.cooling] for r in loop.racks)
+        heat_kw = sum(r.liquid_heat_kw for r in loop.racks)
         kg_s = loop.flow_lpm / 60.0
         # Heat actually carried to the CDU; with no flow it stays in the racks.
         loop.heat_kw = heat_kw if kg_s > 0 else 0.0
@@ -332,6 +387,29 @@ class SiteModel:
         node = self.nodes[name]
         rack = self.racks[node.rack.name]
         return node.reading(ts, rack.inlet_c, rack.outlet_c, with_info)
+
+
+def _host_capture(water_c: float) -> float:
+    """Share of the hosts' liquid-side heat their parts can still give water at `water_c`."""
+    span = HOST_PARTS_LIMIT_C - HOST_FULL_CAPTURE_C
+    return min(1.0, max(0.0, (HOST_PARTS_LIMIT_C - water_c) / span))
+
+
+def _liquid_heat_kw(rack: RackState) -> float:
+    """Heat the rack's servers give its water now (the rest, and the switches', leaves
+    with the air)."""
+    capture = _host_capture(rack.coolant_c)
+    parts_w = sum(node.gpu_power_w() + capture * node.host_power_w() for node in rack.nodes)
+    return LIQUID_SHARE[rack.rack.cooling] * parts_w / 1000.0
+
+
+def fell_off_the_bus_events(gpu: int, ts: float) -> list[dict[str, Any]]:
+    """The driver's XID 79, then the agent's `gpu_lost` as its next NVML read fails (the
+    detail as agents/collectors/gpu.py words it: `GpuLost` names the failing call)."""
+    return [
+        {"ts": ts, "gpu": gpu, "kind": "xid", "code": 79, "detail": "GPU has fallen off the bus"},
+        {"ts": ts, "gpu": gpu, "kind": "gpu_lost", "detail": f"GPU {gpu} is lost (utilization)"},
+    ]
 
 
 def _outdoor_c(wall: float) -> float:

@@ -9,9 +9,16 @@ What the capture shows and this model reproduces:
 - power-violation time grows ~1 s per second spent at the cap.
 
 Temperature follows power and the local coolant (inlet air, or the liquid around the cold
-plate) with a lag. At the device's own limits the GPU slows itself: SW thermal slowdown at
-the max-operating temperature (clocks and power drop so it holds there), HW slowdown at the
-slowdown threshold (clocks roughly halve).
+plate) with a lag. At the device's own limits the GPU slows itself, the way the driver and
+the hardware do:
+- SW thermal slowdown at the max-operating temperature: power (and with it the clocks) is
+  cut to what holds the die there;
+- HW slowdown at the slowdown threshold: clocks at least halve and power is cut further,
+  down to the GPU's floor, until the die settles just under the threshold; it lets go
+  only once the die is 2 K below it (the hardware's hysteresis), so it does not flap;
+- at the shutdown threshold the GPU trips: it falls off the bus (XID 79) and is lost.
+The thresholds are each model's own (`GpuSpec`): the H200's from the capture's
+`nvml_inventory.json`, the H100's from shared/reference/domain.md §2.
 """
 
 from __future__ import annotations
@@ -23,20 +30,63 @@ from typing import Any
 
 from agents.protocol import reasons
 
-# H200 SXM limits (nvml_inventory.json)
-POWER_CAP_W = 700.0
-POWER_MIN_W = 200.0
+
+@dataclass(frozen=True, slots=True)
+class GpuSpec:
+    """What a GPU model reports about itself: memory and its own limits."""
+
+    model: str
+    mem_total_mib: float
+    power_cap_w: float
+    power_min_w: float
+    slowdown_c: float
+    shutdown_c: float
+    gpu_max_c: float
+    mem_max_c: float
+
+
+# H200 SXM 141 GB: the capture's nvml_inventory.json (memory_info.total 150754820096 B =
+# 143771 MiB; power 700 W, min 200 W; shutdown 95, slowdown 89, GPU max 87, memory max 95 °C).
+H200 = GpuSpec("NVIDIA H200", 143771.0, 700.0, 200.0, 89.0, 95.0, 87.0, 95.0)
+# H100 80GB HBM3 SXM: limits from shared/reference/domain.md §2 (public `nvidia-smi -q`
+# captures: 700/200 W, shutdown 92, slowdown 89, GPU max 87, memory max 95 °C); memory is
+# the 81559 MiB `nvidia-smi` prints for this model (80 GiB less the driver's reserve).
+H100 = GpuSpec("NVIDIA H100 80GB HBM3", 81559.0, 700.0, 200.0, 89.0, 92.0, 87.0, 95.0)
+GPU_SPECS = (H200, H100)
+
+
+def spec_for(model: str) -> GpuSpec:
+    """The spec of an inventory model name ("NVIDIA H100 80GB HBM3", "H100"…); H200 if unknown."""
+    for spec in GPU_SPECS:
+        if spec.model.split()[1] in model:
+            return spec
+    return H200
+
+
+# The H200's figures under the names the rest of the simulator and its tests use.
+POWER_CAP_W = H200.power_cap_w
+POWER_MIN_W = H200.power_min_w
+SLOWDOWN_C = H200.slowdown_c
+SHUTDOWN_C = H200.shutdown_c
+GPU_MAX_C = H200.gpu_max_c
+MEM_MAX_C = H200.mem_max_c
+MEM_TOTAL_MIB = H200.mem_total_mib
 IDLE_W = 80.0
 # Power a full matmul load would draw without a cap: the cap then holds it (SwPowerCap).
 UNCAPPED_FULL_W = 850.0
-SLOWDOWN_C = 89.0
-SHUTDOWN_C = 95.0
-GPU_MAX_C = 87.0
-MEM_MAX_C = 95.0
+# The least a busy GPU draws however hard it is slowed: its idle power at the lowest
+# clock (the capture: ~80 W at 345 MHz). Below this, clocks cannot take more heat out.
+THROTTLED_FLOOR_W = IDLE_W
+# HW slowdown holds the die this far under its slowdown threshold and lets go only once
+# the die is HW_RELEASE_K under it.
+HW_HOLD_K = 1.0
+HW_RELEASE_K = 2.0
+# Clocks at least halve under HW slowdown (NVML: "HW Slowdown ... >= 2x"); with clock ∝
+# (power share)^1.5 (see `_clocks`) half the clock is 0.5^(1/1.5) ≈ 63 % of the power.
+HW_SLOWDOWN_POWER_SHARE = 0.5 ** (1 / 1.5)
 MAX_SM_MHZ = 1980.0
 IDLE_SM_MHZ = 345.0
 MEM_MHZ = 3201.0
-MEM_TOTAL_MIB = 143771.0
 
 # Thermal resistance from coolant to die: idle 80 W → 38 °C, capped 692 W → 62 °C.
 R_DIE = 0.030  # K/W, settles in a second or two
@@ -46,6 +96,9 @@ TAU_SINK_S = 40.0
 TAU_MEM_S = 8.0
 # Die temperature at zero power above the local coolant, by how the rack is cooled.
 COOLANT_OFFSET_C = {"air": 10.9, "rear_door": 10.9, "direct_liquid": 4.9, "immersion": 6.0}
+# No two GPUs sit on their cold plate or heatsink alike: each GPU's offset is drawn once
+# within ± this (a model assumption), so GPUs on the same water do not trip in lockstep.
+CONTACT_SPREAD_K = 1.0
 
 
 def _approach(value: float, target: float, dt: float, tau: float) -> float:
@@ -57,6 +110,7 @@ class GpuModel:
     index: int
     cooling: str
     rng: random.Random
+    spec: GpuSpec = H200
     power_cap_w: float = POWER_CAP_W
     temp_die_c: float = 38.0
     temp_sink_c: float = 36.0
@@ -76,24 +130,22 @@ class GpuModel:
     remapped_uncorrectable: int = 0
     remap_pending: int = 0
     lost: bool = False
+    tripped: bool = False  # lost because it reached its shutdown temperature
     mem_used_mib: float = 615.0
+    contact_k: float = 0.0  # this GPU's own offset over the coolant, ± CONTACT_SPREAD_K
 
-    def step(self, dt: float, load: float, coolant_c: float) -> None:
-        """Advance `dt` seconds at utilisation `load` (0..1), local coolant at `coolant_c`."""
-        offset = COOLANT_OFFSET_C.get(self.cooling, 10.9)
+    def step(self, dt: float, load: float, coolant_c: float) -> bool:
+        """Advance `dt` seconds at utilisation `load` (0..1), local coolant at `coolant_c`.
+
+        Returns True on the step the GPU reaches its shutdown temperature and trips: it is
+        then lost (no power, no samples) until reset; the caller reports the XID 79.
+        """
+        if self.lost:
+            self._cool_while_off(dt, coolant_c)
+            return False
+        offset = COOLANT_OFFSET_C.get(self.cooling, 10.9) + self.contact_k
         demand_w = IDLE_W + load * (UNCAPPED_FULL_W - IDLE_W)
-        bits = reasons.GPU_IDLE if load < 0.01 else 0
-        allowed_w = self.power_cap_w
-        if demand_w > allowed_w:
-            bits |= reasons.SW_POWER_CAP
-        # The power at which the die would settle at max-operating: the SW thermal loop.
-        thermal_w = (GPU_MAX_C - coolant_c - offset) / (R_DIE + R_SINK)
-        if self.temp_die_c >= GPU_MAX_C - 0.5 and demand_w > thermal_w:
-            bits |= reasons.SW_THERMAL_SLOWDOWN
-            allowed_w = min(allowed_w, max(thermal_w, IDLE_W * 0.8))
-        if self.temp_die_c >= SLOWDOWN_C:
-            bits |= reasons.HW_SLOWDOWN | reasons.HW_THERMAL_SLOWDOWN
-            allowed_w = min(allowed_w, max(IDLE_W * 0.6, 0.5 * demand_w))
+        bits, allowed_w = self._limits(demand_w, load)
         target_w = min(demand_w, allowed_w)
         # The driver's average lags the instant reading by about its 1 s window.
         self.power_avg_w = _approach(self.power_avg_w, target_w, dt, 0.4)
@@ -106,6 +158,44 @@ class GpuModel:
         self.reasons = bits
         self.util_pct = round(100.0 * load) if load >= 0.01 else 0.0
         self.energy_j += self.power_avg_w * dt
+        self._count_violations(dt, bits)
+        self.mem_used_mib = 615.0 + load * 0.55 * self.spec.mem_total_mib
+        if self.temp_die_c >= self.spec.shutdown_c:
+            self._trip()
+            return True
+        return False
+
+    def _limits(self, demand_w: float, load: float) -> tuple[int, float]:
+        """The clock-event reasons now and the power they allow.
+
+        Both thermal controls act on the fast die loop: the power that would settle the die
+        at a temperature, over the heatsink as it is now, is (temperature − sink) / R_DIE.
+        """
+        bits = reasons.GPU_IDLE if load < 0.01 else 0
+        allowed_w = self.power_cap_w
+        if demand_w > allowed_w:
+            bits |= reasons.SW_POWER_CAP
+        # The driver acts within milliseconds: within one of our steps it already holds
+        # back any power that would take the die past max-operating.
+        max_op_w = self._settling_w(self.spec.gpu_max_c)
+        if demand_w > max_op_w:
+            bits |= reasons.SW_THERMAL_SLOWDOWN
+            allowed_w = min(allowed_w, max_op_w)
+        in_hw_slowdown = bool(self.reasons & reasons.HW_SLOWDOWN)
+        release_c = self.spec.slowdown_c - HW_RELEASE_K
+        if self.temp_die_c >= self.spec.slowdown_c or (
+            in_hw_slowdown and self.temp_die_c >= release_c
+        ):
+            bits |= reasons.HW_SLOWDOWN | reasons.HW_THERMAL_SLOWDOWN
+            hold_w = self._settling_w(self.spec.slowdown_c - HW_HOLD_K)
+            allowed_w = min(allowed_w, hold_w, HW_SLOWDOWN_POWER_SHARE * demand_w)
+        return bits, max(allowed_w, min(demand_w, THROTTLED_FLOOR_W))
+
+    def _settling_w(self, die_c: float) -> float:
+        """Power at which the die settles at `die_c` over the heatsink as it is now."""
+        return max(THROTTLED_FLOOR_W, (die_c - self.temp_sink_c) / R_DIE)
+
+    def _count_violations(self, dt: float, bits: int) -> None:
         ns = int(dt * 1e9)
         if bits & reasons.SW_POWER_CAP:
             self.violation_power_ns += ns
@@ -115,7 +205,26 @@ class GpuModel:
             self.slowdown_sw_thermal_ns += ns
         if bits & reasons.HW_THERMAL_SLOWDOWN:
             self.slowdown_hw_thermal_ns += ns
-        self.mem_used_mib = 615.0 + load * 0.55 * MEM_TOTAL_MIB
+
+    def _trip(self) -> None:
+        """Thermal shutdown: the GPU powers itself off and drops from the PCIe bus."""
+        self.lost = self.tripped = True
+        self.power_avg_w = self.power_instant_w = 0.0
+        self.clock_sm_mhz = 0.0
+        self.util_pct = 0.0
+
+    def _cool_while_off(self, dt: float, coolant_c: float) -> None:
+        self.power_avg_w = self.power_instant_w = 0.0
+        self.temp_sink_c = _approach(self.temp_sink_c, coolant_c, dt, TAU_SINK_S)
+        self.temp_die_c = _approach(self.temp_die_c, self.temp_sink_c, dt, TAU_DIE_S)
+        self.temp_mem_c = _approach(self.temp_mem_c, self.temp_sink_c, dt, TAU_MEM_S)
+
+    def reset(self) -> None:
+        """Back on the bus after a GPU reset (or the node's power cycle): idle, cool."""
+        self.lost = self.tripped = False
+        self.reasons = reasons.GPU_IDLE
+        self.power_avg_w = self.power_instant_w = IDLE_W
+        self.clock_sm_mhz = IDLE_SM_MHZ
 
     def _heat(self, dt: float, base_c: float) -> None:
         self.temp_sink_c = _approach(
@@ -135,7 +244,7 @@ class GpuModel:
         ratio = min(1.0, self.power_avg_w / max(demand_w, 1.0))
         clock = MAX_SM_MHZ * ratio**1.5
         if bits & reasons.HW_SLOWDOWN:
-            clock *= 0.5
+            clock = min(clock, 0.5 * MAX_SM_MHZ)
         self.clock_sm_mhz = max(IDLE_SM_MHZ, round(clock / 15.0) * 15.0)
 
     def sample(self, ts: float) -> dict[str, Any]:
@@ -146,10 +255,10 @@ class GpuModel:
             "util_gpu_pct": self.util_pct,
             "util_mem_pct": round(self.util_pct * 0.45),
             "mem_used_mib": round(self.mem_used_mib),
-            "mem_total_mib": MEM_TOTAL_MIB,
+            "mem_total_mib": self.spec.mem_total_mib,
             "temp_gpu_c": round(self.temp_die_c),
             "temp_mem_c": round(self.temp_mem_c),
-            "temp_margin_c": round(GPU_MAX_C - self.temp_die_c),
+            "temp_margin_c": round(self.spec.gpu_max_c - self.temp_die_c),
             "power_w": round(self.power_avg_w, 1),
             "power_instant_w": round(self.power_instant_w, 1),
             "power_limit_w": self.power_cap_w,
@@ -176,20 +285,20 @@ class GpuModel:
         return {
             "gpu": self.index,
             "uuid": f"GPU-sim-{node}-{self.index}",
-            "model": model or "NVIDIA H200",
-            "mem_total_mib": MEM_TOTAL_MIB,
+            "model": model or self.spec.model,
+            "mem_total_mib": self.spec.mem_total_mib,
             "driver": "580.159.04",
             "mig_mode": False,
             "limits": {
-                "slowdown_c": SLOWDOWN_C,
-                "shutdown_c": SHUTDOWN_C,
-                "gpu_max_c": GPU_MAX_C,
-                "mem_max_c": MEM_MAX_C,
-                "power_limit_default_w": POWER_CAP_W,
-                "power_limit_min_w": POWER_MIN_W,
-                "power_limit_max_w": POWER_CAP_W,
-                "tlimit_slowdown_c": GPU_MAX_C - SLOWDOWN_C,
-                "tlimit_shutdown_c": GPU_MAX_C - SHUTDOWN_C,
+                "slowdown_c": self.spec.slowdown_c,
+                "shutdown_c": self.spec.shutdown_c,
+                "gpu_max_c": self.spec.gpu_max_c,
+                "mem_max_c": self.spec.mem_max_c,
+                "power_limit_default_w": self.spec.power_cap_w,
+                "power_limit_min_w": self.spec.power_min_w,
+                "power_limit_max_w": self.spec.power_cap_w,
+                "tlimit_slowdown_c": self.spec.gpu_max_c - self.spec.slowdown_c,
+                "tlimit_shutdown_c": self.spec.gpu_max_c - self.spec.shutdown_c,
                 "tlimit_gpu_max_c": 0.0,
                 "tlimit_mem_max_c": 0.0,
             },
