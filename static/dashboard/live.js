@@ -74,9 +74,29 @@
       const left = Math.max(1, Math.ceil((worst.retryAt - Date.now()) / 1000));
       words = "reconnecting in " + left + " s";
     }
+    if (el.dataset.state !== worst.state) announce(el, worst.state);
     el.dataset.state = worst.state;
     if (el.textContent !== words) el.textContent = words;
     document.body.dataset.live = worst.state;
+  }
+
+  // A screen reader hears each change of state once ("reconnecting", "live"), not the
+  // countdown ticking every second: the visible status stops being a live region and a
+  // visually hidden one beside it is told only the state.
+  const ANNOUNCED = { live: "live", connecting: "connecting", down: "connection lost, reconnecting",
+    "signed-out": "signed out", refused: "not allowed" };
+  function announce(el, state) {
+    if (!el.__fleetSaid) {
+      el.removeAttribute("aria-live");
+      el.removeAttribute("role");
+      const said = document.createElement("span");
+      said.className = "sr";
+      said.setAttribute("role", "status");
+      said.setAttribute("aria-live", "polite");
+      if (el.parentNode) el.parentNode.insertBefore(said, el.nextSibling);
+      el.__fleetSaid = said;
+    }
+    el.__fleetSaid.textContent = ANNOUNCED[state] || state;
   }
 
   function connect(path, onMessage, statusEl) {

@@ -98,6 +98,10 @@ def test_rack_and_cooling_pages_follow_by_push_and_say_when_not_live(tmp_path: P
             page.wait_for_selector("#live-status[data-state='down']", timeout=PUSH_MS)
             assert page.locator("#live-status").inner_text().startswith("reconnecting in")
             assert page.evaluate("document.body.dataset.live") == "down"
+            # Screen readers hear the change once, not the countdown every second.
+            assert page.get_attribute("#live-status", "aria-live") is None
+            said = page.locator("#live-status + .sr[role=status]")
+            assert said.inner_text() == "connection lost, reconnecting"
             assert page.locator("#as-of").inner_text() == as_of
             server.start()
             page.wait_for_selector("#live-status[data-state='live']", timeout=3 * PUSH_MS)
