@@ -49,9 +49,8 @@ def test_power_page_shows_live_figures_and_a_chart(tmp_path: Path) -> None:
         site_id = server.query("SELECT id FROM fleet_site WHERE slug = 'demo'")[0][0]
         a_day_of_minutes(server, site_id)
         token = enroll(server, "site:demo")
-        assert (
-            post_json(server.url + "/api/v1/ingest", facility_batch(1, 1.3e6, 1e6), token)[0] == 200
-        )
+        ingest = server.url + "/api/v1/ingest"
+        assert post_json(ingest, facility_batch(1, 1.3e6, 1e6), token)[0] == 200
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
             page = browser.new_page(viewport={"width": 1280, "height": 900})
