@@ -10,6 +10,7 @@ from django.contrib import admin
 from django.contrib.auth import REDIRECT_FIELD_NAME
 from django.contrib.auth.forms import AuthenticationForm
 from django.http import HttpRequest, HttpResponse
+from django.urls import reverse
 
 from fleet.access import can_administer
 from fleet.models import SiteRole
@@ -37,6 +38,10 @@ def brand_admin_site(site: admin.AdminSite) -> None:
 
 
 def _may_administer(request: HttpRequest) -> bool:
+    # Signing out goes through the admin's logout, the project's only one: anyone signed
+    # in may use that page, though only admins may use the rest.
+    if request.path == reverse("admin:logout"):
+        return bool(request.user.is_authenticated)
     return can_administer(request.user)
 
 
