@@ -8,7 +8,9 @@ from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin
 from django.contrib.auth import REDIRECT_FIELD_NAME
+from django.contrib.auth.admin import UserAdmin
 from django.contrib.auth.forms import AuthenticationForm
+from django.contrib.auth.models import User
 from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
 
@@ -17,8 +19,12 @@ from fleet.models import SiteRole
 
 if TYPE_CHECKING:
     ModelAdmin = admin.ModelAdmin[Any]
+    TabularInline = admin.TabularInline[Any, Any]
+    BaseUserAdmin = UserAdmin[Any]
 else:
     ModelAdmin = admin.ModelAdmin
+    TabularInline = admin.TabularInline
+    BaseUserAdmin = UserAdmin
 
 
 def brand_admin_site(site: admin.AdminSite) -> None:
@@ -68,3 +74,19 @@ class SiteRoleAdmin(ModelAdmin):
     search_fields = ("user__username", "site__slug", "site__name")
     list_select_related = ("user", "site")
     autocomplete_fields = ("user",)
+
+
+class SiteRoleInline(TabularInline):
+    model = SiteRole
+    fields = ("site", "role")
+    extra = 0
+    verbose_name_plural = "roles at single sites (any row limits the person to those sites)"
+
+
+# A person's site roles on their own page, where an admin looks first.
+admin.site.unregister(User)
+
+
+@admin.register(User)
+class PersonAdmin(BaseUserAdmin):
+    inlines = (*BaseUserAdmin.inlines, SiteRoleInline)

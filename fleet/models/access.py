@@ -46,4 +46,4 @@ class SiteRole(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.user} — {self.get_role_display().split(' (')[0].lower()} at {self.site}"
+        return f"{self.user} — {self.role} at {self.site}"

@@ -189,6 +189,15 @@ def test_an_admin_gives_a_role_at_one_site_in_the_admin(sites: tuple[Site, Site]
     assert "vic — operator at North" in ada.get("/admin/fleet/siterole/").content.decode()
 
 
+def test_a_persons_page_in_the_admin_lists_their_site_roles(
+    sites: tuple[Site, Site], admin_client: Client
+) -> None:
+    vic = person("vic", north="viewer")
+    page = admin_client.get(f"/admin/auth/user/{vic.pk}/change/").content.decode()
+    assert "Roles at single sites (any row limits the person to those sites)" in page
+    assert 'name="site_roles-0-role"' in page and 'value="viewer" selected' in page
+
+
 def test_the_role_groups_come_with_the_migrations() -> None:
     operators = Group.objects.get(name="Operators")
     assert operators.permissions.filter(codename="change_alertinstance").exists()
