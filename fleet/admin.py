@@ -29,6 +29,7 @@ from fleet.models import (
     Node,
     PowerFeed,
     Rack,
+    RejectionTally,
     Site,
     SourceToken,
     hash_token,
@@ -409,6 +410,36 @@ class GPUAdmin(ModelAdmin):
     @admin.display(description="Power limit (W)", ordering="power_limit_max_w")
     def power_limit(self, gpu: GPU) -> str:
         return _number(gpu.power_limit_max_w)
+
+
+@admin.register(RejectionTally)
+class RejectionTallyAdmin(ModelAdmin):
+    """What each source had refused (counted by server processes, fleet/ingest/tally.py):
+    a misconfigured agent shows as one source with one reason, an attack as many."""
+
+    list_display = (
+        "shown_source",
+        "transport",
+        "status",
+        "field",
+        "count",
+        "last_reason",
+        "last_client",
+        "last_at",
+    )
+    list_filter = ("transport", "status")
+    search_fields = ("source", "field", "last_reason", "last_client")
+    readonly_fields = tuple(f.name for f in RejectionTally._meta.fields)
+
+    @admin.display(description="Source (as claimed)", ordering="source")
+    def shown_source(self, tally: RejectionTally) -> str:
+        return tally.source or "unknown"
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False  # written by the servers only
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
 
 
 def clock_offset_text(stats: Any) -> str:

@@ -18,6 +18,9 @@ from django.urls import path  # noqa: E402
 from agents.protocol import WS_PATH  # noqa: E402
 from dashboard.routing import websocket_urlpatterns as dashboard_ws  # noqa: E402
 from fleet.ingest.consumer import IngestConsumer  # noqa: E402
+from fleet.ingest.tally import tally  # noqa: E402
+
+tally.start_flushing()  # refusals counted per source reach the admin's "Refused input"
 
 # Agents authenticate with bearer tokens, browsers with their session; the two
 # routes are kept apart so neither middleware sees the other's traffic.

@@ -3,7 +3,8 @@
 One line per refusal with the transport, the client's address (and, from an untrusted
 peer, what it says it forwarded for), the source that was attempted, the status, the
 field and the reason. Rate-limited per process: a flood of bad requests writes at most
-`MAX_LINES` lines per `WINDOW_S`, then one line saying how many were not logged.
+`MAX_LINES` lines per `WINDOW_S`, then one line saying how many were not logged. Every
+refusal, logged or not, is also counted per source for the admin (fleet/ingest/tally.py).
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import logging
 import threading
 import time
 from collections.abc import Iterable, Mapping
+
+from fleet.ingest.tally import tally
 
 log = logging.getLogger("fleet.ingest.rejections")
 
@@ -74,6 +77,9 @@ def _with_forwarded(address: str, forwarded: str | None) -> str:
 def log_rejection(
     transport: str, client: str, source: object, status: int, field: object, reason: object
 ) -> None:
+    tally.add(
+        "" if source is None else str(source), transport, status, str(field), str(reason), client
+    )
     ok, dropped = _budget.take(_clock())
     if dropped:
         log.warning("%d more rejections in the last %g s were not logged", dropped, WINDOW_S)

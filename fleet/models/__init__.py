@@ -9,6 +9,7 @@ from fleet.models.events import Event
 from fleet.models.facility import FacilityMeter, pue_category_for_roles
 from fleet.models.nodes import GPU, Node
 from fleet.models.racks import PowerFeed, Rack
+from fleet.models.rejections import RejectionTally
 from fleet.models.sites import Hall, Site
 
 __all__ = (
@@ -21,6 +22,7 @@ __all__ = (
     "Node",
     "PowerFeed",
     "Rack",
+    "RejectionTally",
     "Site",
     "SiteRole",
     "SiteRoleChoices",

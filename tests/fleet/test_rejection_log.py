@@ -113,3 +113,23 @@ def test_a_forwarded_header_from_an_untrusted_peer_is_shown_beside_the_address()
     assert rejections.client_from_meta(meta) == "192.0.2.5 (forwarded for '10.0.0.1')"
     scope = {"client": ("192.0.2.5", 4000), "headers": [(b"x-forwarded-for", b"192.0.2.5")]}
     assert rejections.client_from_scope(scope) == "192.0.2.5"
+
+
+@pytest.mark.django_db
+def test_refusals_are_counted_per_source_for_the_admin(admin_client: Any) -> None:
+    from fleet.ingest.tally import Tally
+    from fleet.models import RejectionTally
+
+    counts = Tally()
+    refusal = ("node:gpu-a01-01", "HTTP ingest", 400, "gpu[0].power_w")
+    for _ in range(3):
+        counts.add(*refusal, "-5 is below 0", "10.0.0.5")
+    counts.add("", "enrolment", 401, "enroll_token", "unknown enrolment token", "10.0.0.9")
+    assert counts.flush() == 2
+    counts.add(*refusal, "-6 is below 0", "10.0.0.5")
+    counts.flush()
+    row = RejectionTally.objects.get(source="node:gpu-a01-01")
+    assert row.count == 4 and row.last_reason == "-6 is below 0"
+    page = admin_client.get("/admin/fleet/rejectiontally/").content.decode()
+    assert "node:gpu-a01-01" in page and "gpu[0].power_w" in page
+    assert "unknown" in page  # the enrolment with no source
