@@ -30,7 +30,7 @@ ADMIN_APPS = ("fleet", "alerts", "notifications")
 def create_groups(apps: Any, schema_editor: Any) -> None:
     for config in apps.get_app_configs():
         config.models_module = True
-        create_permissions(config, verbosity=0)
+        create_permissions(config, verbosity=0, apps=apps)
         config.models_module = None
     group = apps.get_model("auth", "Group")
     permission = apps.get_model("auth", "Permission")
