@@ -4,8 +4,8 @@ delivery log. Plain data for the template; every query bounded.
 
 Someone who sees only some sites (fleet/access.py) gets only those sites' alerts, windows,
 notifications and deliveries, the routes of those sites and of every site, and the
-silences pinned to those sites with `site=<name>`; an alert with no site (the pipeline
-watching itself) only to those who see every site."""
+silences pinned to those sites with `site=<name>`; an alert whose entity has no site (its
+place was deleted) only to those who see every site."""
 
 from __future__ import annotations
 
