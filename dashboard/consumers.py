@@ -31,7 +31,7 @@ from django.conf import settings
 
 from dashboard.live_pages import COOLING_EVERY_S, Payload, Render, cooling_live, get_hub, rack_live
 from fleet.access import can_view_site, visible_site_ids
-from fleet.live import rack_group, site_group
+from fleet.live import rack_changed_group, rack_group, site_group
 from fleet.models import Rack, Site
 
 CLOSE_UNAUTHORIZED = 4401
@@ -93,11 +93,13 @@ def _rack_site(rack_id: int) -> int | None:
     return Rack.objects.filter(id=rack_id).values_list("hall__site_id", flat=True).first()
 
 
-def _rack_groups(user: Any, rack_id: int) -> list[str] | None:
+def _may_see_rack(user: Any, rack_id: int) -> bool:
     site_id = _rack_site(rack_id)
-    if site_id is None or not can_view_site(user, site_id):
-        return None
-    return [rack_group(rack_id)]
+    return site_id is not None and can_view_site(user, site_id)
+
+
+def _rack_groups(user: Any, rack_id: int) -> list[str] | None:
+    return [rack_group(rack_id)] if _may_see_rack(user, rack_id) else None
 
 
 class ForwardingConsumer(LiveConsumer):
@@ -160,12 +162,14 @@ class RackPageConsumer(ServedPageConsumer):
 
     def groups_for(self, user: Any) -> list[str] | None:
         rack_id = int(self.scope["url_route"]["kwargs"]["rack_id"])
-        groups = _rack_groups(user, rack_id)
-        if groups is not None:
-            self.page_key = ("rack", rack_id)
-            self.renderer = lambda: rack_live(rack_id)
-            self.every_s = settings.LIVE_INTERVAL_S
-        return groups
+        if not _may_see_rack(user, rack_id):
+            return None
+        self.page_key = ("rack", rack_id)
+        self.renderer = lambda: rack_live(rack_id)
+        self.every_s = settings.LIVE_INTERVAL_S
+        # Only the signal: the page renders itself from the latest state, so the
+        # publisher need not build the rack's per-GPU message for it.
+        return [rack_changed_group(rack_id)]
 
 
 class CoolingConsumer(ServedPageConsumer):

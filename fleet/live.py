@@ -7,7 +7,10 @@ affected racks' latest state once per interval (`fleet.payloads.build_updates`, 
 derives every figure and level through `fleet.health`) and sends them to:
 
 - `live.site.<site id>`: per rack summaries of that site, its loops and facility figures;
-- `live.rack.<rack id>`: that rack's summary (its page renders itself again on it);
+- `live.rack.<rack id>`: that rack with its nodes, each GPU, its feeds and liquid (pages
+  that render it themselves: node, GPU);
+- `live.rack.<rack id>.changed`: `{"ts"}` only, that something of the rack changed (the
+  rack page, which the server renders again itself: it costs the publisher no figures);
 - `live.fleet`: a compact fleet summary (per site: racks by level, GPUs throttling).
 
 A publish that fails (Redis away, a slow layer) is logged, counted and dropped:
@@ -43,6 +46,10 @@ def site_group(site_id: int) -> str:
 
 def rack_group(rack_id: int) -> str:
     return f"live.rack.{rack_id}"
+
+
+def rack_changed_group(rack_id: int) -> str:
+    return f"live.rack.{rack_id}.changed"
 
 
 Changed = dict[str, set[tuple[int, ...]]]

@@ -7,6 +7,8 @@ touches; `build_updates` builds only the messages of watched groups (`fleet.live
 - `live.rack.<id>`: `{"ts", "rack": rack_payload, "nodes": {"<node id>": NodeSummary},
   "gpus": {"<GPU inventory pk>": gpu_entry}, "feeds": {"<feed id>": feed_entry},
   "liquid": liquid_entry or null}`.
+- `live.rack.<id>.changed`: `{"ts"}`, a signal for a page the server renders again itself
+  (the rack page): it costs no figures.
 - `live.site.<id>`: `{"ts", "racks": {"<rack id>": rack_payload}, "loops": {"<loop id>":
   loop_payload}, "site": site_payload}`; only what changed is in it ("loops" and "site"
   only when a loop or the facility reported).
@@ -24,7 +26,7 @@ from dataclasses import dataclass, field
 
 from dashboard.words import level_word
 from fleet import health
-from fleet.live import fleet_group, rack_group, site_group
+from fleet.live import fleet_group, rack_changed_group, rack_group, site_group
 from fleet.site_summary import site_payload
 from fleet.state import (
     GpuKey,
@@ -203,6 +205,7 @@ class UpdatePlan:
 
     def groups(self) -> set[str]:
         out = {rack_group(r) for r in self.racks} | {site_group(s) for s in self.racks.values()}
+        out |= {rack_changed_group(r) for r in self.racks}
         out |= {site_group(s) for s in (*self.facility_sites, *self.loops.values())}
         return out | {fleet_group()} if out else out
 
@@ -253,7 +256,11 @@ def build_updates(plan: UpdatePlan, wanted: set[str], now: float) -> list[tuple[
     ]
     states = rack_states(needed, now) if needed else {}
     by_site: dict[int, Payload] = {}
-    out: list[tuple[str, Payload]] = []
+    out: list[tuple[str, Payload]] = [
+        (rack_changed_group(rack_id), {"ts": now})  # a signal: no figures to build
+        for rack_id in plan.racks
+        if rack_changed_group(rack_id) in wanted
+    ]
     for rack_id, state in states.items():
         payload = rack_payload(state)
         if rack_group(rack_id) in wanted:
