@@ -1,16 +1,150 @@
-"""`make demo`: it starts everything, data flows, Ctrl-C stops it all, it can run again."""
+"""The demo: a physically plausible site (`fleet/demo.py`) whose headline fault reads as a
+story, and `make demo`: it starts everything, data flows, Ctrl-C stops it all, it can run
+again."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sqlite3
 import subprocess
 import sys
 import time
+from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
+from agents.protocol import reasons
+from agents.sim.collectors import VirtualCduCollector
+from agents.sim.faults import FaultPlan, parse_fault
+from agents.sim.fleet import LIQUID_SHARE, SiteModel
+from agents.sim.inventory import parse_inventory
+from agents.sim.physics import spec_for
+from fleet.demo import (
+    DEMO_LOOPS,
+    DEMO_RACKS,
+    NODE_UNITS,
+    RACK_UNITS,
+    feed_kw,
+    feed_warnings,
+    node_unit,
+    seed_demo_site,
+)
+from fleet.ingest.enrollment import inventory_for_site
+from fleet.models import GPU, Node, PowerFeed, Site
 from tests.support.server import ROOT, free_port
+
+CAPTURE = ROOT / "tests" / "data" / "nvml" / "h200" / "nvml_inventory.json"
+
+# -- the site: physically plausible --------------------------------------------------------
+
+
+def test_the_demo_is_512_gpus_in_64_eight_gpu_servers_over_two_halls() -> None:
+    assert sum(plan.nodes for plan in DEMO_RACKS) * 8 == 512
+    assert Counter(plan.hall for plan in DEMO_RACKS) == {"Hall A": 8, "Hall B": 8}
+    liquid = [p.name for p in DEMO_RACKS if p.loop == "CDU-1"]
+    assert liquid == ["A01", "A02"] and DEMO_RACKS[3].loop is None  # tests rely on the order
+
+
+def test_every_demo_server_fits_its_rack_and_no_two_share_a_unit() -> None:
+    for plan in DEMO_RACKS:
+        units = [
+            u
+            for n in range(1, plan.nodes + 1)
+            for u in range(node_unit(n), node_unit(n) + NODE_UNITS)
+        ]
+        assert len(units) == len(set(units)), f"{plan.name}: servers overlap"
+        assert min(units) >= 1 and max(units) <= RACK_UNITS, f"{plan.name}: past U{RACK_UNITS}"
+
+
+def test_every_demo_gpu_reports_the_memory_of_its_model() -> None:
+    h200_bytes = json.loads(CAPTURE.read_text())["devices"][0]["memory_info"]["total"]
+    memory = {plan.gpu_model: spec_for(plan.gpu_model).mem_total_mib for plan in DEMO_RACKS}
+    assert memory == {"NVIDIA H200": h200_bytes / 2**20, "NVIDIA H100 80GB HBM3": 81559.0}
+    assert all(spec_for(model).model == model for model in memory)  # no model falls back
+
+
+def test_each_feed_of_every_demo_rack_alone_carries_the_rack_budget() -> None:
+    for plan in DEMO_RACKS:
+        assert feed_kw(plan.feed_amps) >= plan.budget_kw, plan.name  # A or B can fail (2N)
+    assert feed_warnings() == []
+
+
+def test_a_plan_whose_feeds_cannot_each_carry_the_budget_is_warned_about() -> None:
+    dense = replace(DEMO_RACKS[0], budget_kw=130.0, feed_amps=125)
+    assert feed_warnings((dense,)) == [
+        "A01: one 125 A feed carries 71.9 kW, under the 130 kW budget:"
+        " losing feed A or B can trip the other"
+    ]
+
+
+def test_each_cdu_is_sized_for_the_liquid_heat_of_its_racks() -> None:
+    for loop in DEMO_LOOPS:
+        racks = [p for p in DEMO_RACKS if p.loop == loop.name]
+        heat_kw = sum(p.budget_kw * LIQUID_SHARE[str(p.cooling)] for p in racks)
+        assert heat_kw <= loop.capacity_kw <= 1.25 * heat_kw, loop.name
+        assert loop.rated_flow_lpm == round(loop.capacity_kw / (4.186 * 10.0) * 60.0)
+
+
+@pytest.mark.django_db
+def test_the_seeded_demo_site_is_the_plan() -> None:
+    site = seed_demo_site()
+    seed_demo_site()  # idempotent
+    assert GPU.objects.filter(node__rack__hall__site=site).count() == 512
+    positions = set(Node.objects.filter(rack__name="A01").values_list("position", flat=True))
+    assert positions == {1, 9, 17, 25}
+    assert set(Node.objects.values_list("model", flat=True)) == {"HGX H200 8-GPU", "HGX H100 8-GPU"}
+    for feed in PowerFeed.objects.select_related("rack"):
+        assert feed.available_kw >= feed.rack.power_budget_kw
+
+
+# -- the headline fault: a CDU's pumps fail ------------------------------------------------
+
+
+def _demo_model(site: Site, faults: list[str]) -> SiteModel:
+    """The simulator on the seeded site, as `make demo` runs it, every node training flat out."""
+    plan = FaultPlan([parse_fault(f) for f in faults])
+    model = SiteModel(parse_inventory(inventory_for_site(site)), plan, seed=0)
+    for node in model.nodes.values():
+        node.workload.kind, node.workload.load, node.workload.remaining_s = "training", 1.0, 1e9
+    return model
+
+
+@pytest.mark.django_db
+def test_cdu_pump_failure_reads_as_a_story_within_two_minutes() -> None:
+    model = _demo_model(seed_demo_site(), ["cdu-pump-fail:CDU-1@60s+10m"])
+    cooled = [g for rack in ("A01", "A02") for n in model.racks[rack].nodes for g in n.gpus]
+    others = [g for n in model.nodes.values() if n.rack.loop != "CDU-1" for g in n.gpus]
+
+    def rack_kw() -> float:
+        return (model.racks["A01"].power_w + model.racks["A02"].power_w) / 1000
+
+    def run_until(t_end: int, t_start: int) -> None:
+        for t in range(t_start, t_end):
+            model.step(1.0, float(t), wall=1_795_996_000.0 + t)
+
+    run_until(61, 0)
+    before_kw, before_pue, before_clock = (
+        rack_kw(),
+        model.total_power_w / model.it_power_w,
+        cooled[0].clock_sm_mhz,
+    )
+    loop = next(
+        s
+        for s in VirtualCduCollector(model).collect(time.time()).samples["loop"]
+        if s["loop"] == "CDU-1"
+    )
+    assert loop["pumps_failed"] == 3 and loop["flow_lpm"] == 0  # CDU-1 red at the next push
+    run_until(60 + 90, 61)  # within a minute and a half: every GPU it cools is throttling
+    assert all(g.reasons & reasons.SW_THERMAL_SLOWDOWN for g in cooled)
+    assert max(g.clock_sm_mhz for g in cooled) < before_clock - 300
+    run_until(60 + 150, 60 + 90)  # the lost kW and the PUE move
+    assert rack_kw() < 0.5 * before_kw
+    assert model.total_power_w / model.it_power_w > before_pue + 0.01
+    assert not any(g.reasons & reasons.HARMFUL for g in others)  # nothing else is touched
 
 
 def start_demo(var_dir: Path, port: int) -> tuple[subprocess.Popen[str], str]:
