@@ -110,7 +110,8 @@
     });
     lastT = newest(body);
     const perBucket = body.tier === "raw" && body.step_s === 1 ? "each sample" : `${body.step_s} s buckets`;
-    status.textContent = `Last ${config.range}: ${perBucket} from the ${body.tier} tier (mean per bucket).`;
+    const tail = body.parts.length > 1 ? ", the minutes not yet rolled up from raw samples" : "";
+    status.textContent = `Last ${config.range}: ${perBucket} from the ${body.tier} tier${tail} (mean per bucket).`;
     document.body.dataset.charts = "drawn";
   }
 

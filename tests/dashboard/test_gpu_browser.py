@@ -72,7 +72,7 @@ def test_rack_to_node_to_gpu_draws_the_history_and_appends_live_points(tmp_path:
             assert chart.count() == 1
             line = chart.locator("path.js-line").first
             assert len(line.get_attribute("d") or "") > 20  # a drawn line, not an empty path
-            assert "raw tier" in page.locator("#chart-status").inner_text()
+            assert "tier" in page.locator("#chart-status").inner_text()  # says what answered
             figures = page.locator("#gpu-figures").inner_text()
             assert "slowdown 87 °C" in figures and "cap 700 W" in figures
             # the GPU's own limits are drawn on its temperature chart, named in words

@@ -262,12 +262,12 @@ def test_history_api_answers_a_gpu_by_its_inventory_id_with_decoded_reasons(
     store_raw(node, 1, [(now - 300, 99.0, 999.0, 0)])
     url = (
         f"/api/v1/history?kind=gpu&gpu_id={gpu(node, 0).pk}"
-        "&metric=temp_gpu_c&metric=power_w&range=1h&reasons=1"
+        f"&metric=temp_gpu_c&metric=power_w&start={now - 600}&end={now}&max_points=100&reasons=1"
     )
     body = ops.get(url).json()
     assert body["tier"] == "raw" and body["key"] == {"node_id": node.id, "gpu": 0}
     temps = body["series"]["temp_gpu_c"]["points"]
-    assert body["step_s"] == 7  # an hour in at most 600 points
+    assert body["step_s"] == 7  # ten minutes in at most 100 points
     assert [t for t, _ in temps] == sorted({float(int(ts // 7) * 7) for ts in times})
     assert temps[0][1] == pytest.approx(70.0, abs=0.05) and max(v for _, v in temps) < 99.0
     assert {v for _, v in body["series"]["power_w"]["points"]} == {500.0}

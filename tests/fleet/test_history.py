@@ -60,12 +60,15 @@ def stored(db: TierDb) -> TierDb:
 
 def test_short_recent_ranges_read_raw_samples_longer_ones_the_rollups() -> None:
     now = T
-    assert choose_tier(now - 1800, now, now) == "raw"
-    assert choose_tier(now - HOUR, now, now) == "raw"
-    assert choose_tier(now - 24 * HOUR, now, now) == "1m"
-    assert choose_tier(now - 7 * 24 * HOUR, now, now) == "1h"
-    # an hour from five hours ago: raw rows are gone after 3 h, the minutes remain
-    assert choose_tier(now - 5 * HOUR, now - 4 * HOUR, now) == "1m"
+    for vendor in ("sqlite", "postgresql"):
+        assert choose_tier(now - 900, now, now, vendor) == "raw"
+        assert choose_tier(now - 24 * HOUR, now, now, vendor) == "1m"
+        assert choose_tier(now - 7 * 24 * HOUR, now, now, vendor) == "1h"
+        # an hour from five hours ago: raw rows are gone after 3 h, the minutes remain
+        assert choose_tier(now - 5 * HOUR, now - 4 * HOUR, now, vendor) == "1m"
+    # an hour of raw rows is an index range on PostgreSQL, a scan of every GPU on SQLite
+    assert choose_tier(now - HOUR, now, now, "postgresql") == "raw"
+    assert choose_tier(now - HOUR, now, now, "sqlite") == "1m"
 
 
 def test_a_raw_range_returns_the_samples_of_that_gpu_only(stored: TierDb) -> None:
@@ -80,13 +83,26 @@ def test_a_raw_range_returns_the_samples_of_that_gpu_only(stored: TierDb) -> Non
 
 
 def test_a_long_raw_range_is_bucketed_to_at_most_max_points(stored: TierDb) -> None:
-    h = history("gpu", (1, 0), ["power_w"], T - HOUR, T, 50, now=T, using=stored.alias)
+    h = history("gpu", (1, 0), ["power_w"], T - 900, T, 50, now=T, using=stored.alias)
     s = h.series["power_w"]
     assert h.tier == "raw" and len(s.points) <= 50
-    assert h.step_s == 74  # ceil(3600 / 49)
-    first = [float(300 + t % 60) for t in range(START, T, 5) if T - HOUR <= t < T]
+    assert h.step_s == 19  # ceil(900 / 49)
+    first = [float(300 + t % 60) for t in range(START, T, 5) if T - 900 <= t < T]
     assert s.min[0] is not None and s.max[0] is not None
     assert min(first) <= s.min[0] <= s.points[0][1] <= s.max[0] <= max(first)  # type: ignore[operator]
+
+
+def test_minutes_not_yet_rolled_up_come_from_the_raw_samples(db: TierDb) -> None:
+    db.insert(raw_table("gpu"), COLUMNS, rows_for(1, 0))
+    rollup("1m", "gpu", T - 1800 + 15, using=db.alias)  # the minutes of the last 30 min: not yet
+    h = history("gpu", (1, 0), ["power_w"], T - 24 * HOUR, T, 2000, now=T, using=db.alias)
+    assert h.tier == "1m" and h.parts == [("1m", T - 24 * HOUR, T - 1800), ("raw", T - 1800, T)]
+    power = h.series["power_w"]
+    assert [t for t, _ in power.points] == [float(t) for t in range(START, T, 60)]
+    assert power.min[-1] == 300.0 and power.max[-1] == 355.0  # the last minute, from raw
+    assert power.points[-1][1] == pytest.approx(sum(range(300, 360, 5)) / 12)
+    _, spans = reason_spans((1, 0), T - 24 * HOUR, T, 2000, now=T, using=db.alias)
+    assert spans[-1].mask == nvml.SW_POWER_CAP and spans[-1].end == T
 
 
 def test_a_day_reads_the_minute_rollups_with_min_mean_and_max(stored: TierDb) -> None:
@@ -122,7 +138,7 @@ def test_throttle_reasons_come_back_as_spans_of_one_mask(stored: TierDb) -> None
         (START + 3600, START + 4200, nvml.HW_THERMAL_SLOWDOWN),
         (START + 4200, T, nvml.SW_POWER_CAP),
     ]
-    tier, raw = reason_spans((1, 0), T - 1800, T, now=T, using=stored.alias)
+    tier, raw = reason_spans((1, 0), T - 900, T, now=T, using=stored.alias)
     assert tier == "raw" and {s.mask for s in raw} == {nvml.SW_POWER_CAP}
 
 
