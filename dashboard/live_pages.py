@@ -11,7 +11,8 @@ and scroll stay put).
 A browser's consumer pokes the `PageHub` whenever its Channels group says something
 changed. Every consumer of the same page in this process receives the same group
 message, so the pokes of one publish coalesce into one render; renders of a page are
-at least `every_s` apart, and a page nobody pokes is rendered again every
+at least `every_s` apart; a page is rendered when a browser joins it (a page back from an
+outage or a hidden tab is current at once), and a page nobody pokes is rendered again every
 `QUIET_REFRESH_S` so that figures which stopped arriving turn into their age instead of
 staying frozen as numbers. Rendering reads the latest state on the hub's own thread,
 never the event loop and never the thread Django's sync views share.
@@ -64,6 +65,9 @@ class PageHub:
         if page is None:
             page = self.pages[key] = _Page(render, every_s)
         page.subscribers.add(send)
+        # Render for the newcomer now: a page that reconnects (after an outage, a hidden
+        # tab) must not show what it held before as live until the next change.
+        page.wake.set()
         if page.task is None or page.task.done():
             page.task = asyncio.ensure_future(self._run(key, page))
 

@@ -7,8 +7,10 @@
 //     Opens ws(s)://<host><path> (e.g. "/ws/live/rack/12", see dashboard/routing.py) and
 //     calls onMessage(update) with each JSON message. statusEl (default #live-status)
 //     says in words where the socket stands: "connecting…", "live", "reconnecting in
-//     N s", "signed out", "not allowed"; its data-state is connecting / live / down /
-//     signed-out / refused (body[data-live] too). Several sockets may share one statusEl:
+//     N s", "signed out", "not allowed", "paused while the tab is hidden"; its data-state
+//     is connecting / live / down / signed-out / refused / paused (body[data-live] too).
+//     A tab hidden for 60 s lets its sockets go and reopens them when it is shown again
+//     (FleetLive.setHiddenPause(s) changes the 60 s). Several sockets may share one statusEl:
 //     it shows the worst. Lost sockets come back after 1 s, doubling to 30 s (±20 %
 //     jitter so a restarted server is not stormed). Close codes: 4401 signed out (the
 //     page reloads, which leads to the login), 4000 routine session re-check (reconnect
@@ -42,7 +44,11 @@
   const MAX_RETRY_S = 30;
   const LEVEL_WORDS = { ok: "OK", warn: "Warning", crit: "Critical", unknown: "No data" };
   // Worst first: what a status shared by several sockets shows.
-  const SEVERITY = ["signed-out", "refused", "down", "connecting", "live"];
+  const SEVERITY = ["signed-out", "refused", "down", "paused", "connecting", "live"];
+  // A tab hidden this long lets its sockets go (the server renders and sends nothing for
+  // it) and takes them back when shown again: dashboards left open in background tabs
+  // cost nothing. FleetLive.setHiddenPause(s) changes it (tests).
+  let hiddenPauseS = 60;
 
   let clockSkewS = 0; // browser clock minus server clock
   function now() { return Date.now() / 1000 - clockSkewS; }
@@ -69,7 +75,7 @@
       if (SEVERITY.indexOf(c.state) < SEVERITY.indexOf(worst.state)) worst = c;
     }
     let words = { live: "live", connecting: "connecting…", "signed-out": "signed out",
-      refused: "not allowed" }[worst.state];
+      refused: "not allowed", paused: "paused while the tab is hidden" }[worst.state];
     if (worst.state === "down") {
       const left = Math.max(1, Math.ceil((worst.retryAt - Date.now()) / 1000));
       words = "reconnecting in " + left + " s";
@@ -84,7 +90,7 @@
   // countdown ticking every second: the visible status stops being a live region and a
   // visually hidden one beside it is told only the state.
   const ANNOUNCED = { live: "live", connecting: "connecting", down: "connection lost, reconnecting",
-    "signed-out": "signed out", refused: "not allowed" };
+    "signed-out": "signed out", refused: "not allowed", paused: "paused" };
   function announce(el, state) {
     if (!el.__fleetSaid) {
       el.removeAttribute("aria-live");
@@ -110,8 +116,31 @@
     let ws = null;
     let timer = null;
     let closed = false;
+    let paused = false;
+    let hiddenTimer = null;
 
     function set(state) { conn.state = state; renderStatus(el); }
+    function pause() {
+      if (closed || paused || conn.state === "refused" || conn.state === "signed-out") return;
+      paused = true;
+      clearTimeout(timer);
+      if (ws) { ws.onclose = null; ws.close(1000); }
+      set("paused");
+    }
+    function resume() {
+      clearTimeout(hiddenTimer);
+      if (!paused || closed) return;
+      paused = false;
+      retryS = FIRST_RETRY_S;
+      set("connecting");
+      open();
+    }
+    function onVisibility() {
+      if (!document.hidden) { resume(); return; }
+      clearTimeout(hiddenTimer);
+      hiddenTimer = setTimeout(pause, hiddenPauseS * 1000);
+    }
+    document.addEventListener("visibilitychange", onVisibility);
     function open() {
       const proto = location.protocol === "https:" ? "wss://" : "ws://";
       ws = new WebSocket(proto + location.host + path);
@@ -139,6 +168,8 @@
       close() {
         closed = true;
         clearTimeout(timer);
+        clearTimeout(hiddenTimer);
+        document.removeEventListener("visibilitychange", onVisibility);
         if (ws) ws.close();
         el.__fleetLive.delete(key);
         renderStatus(el);
@@ -242,6 +273,7 @@
     ageWords: ageWords,
     levelWord: levelWord,
     morph: morph,
+    setHiddenPause(seconds) { hiddenPauseS = seconds; },
   };
   const region = document.getElementById("live-page");
   if (region && region.dataset.livePath) servedPage(region);

@@ -55,6 +55,15 @@ async def test_three_browsers_on_one_page_cost_one_render_per_update() -> None:
     assert render.calls == 1
 
 
+async def test_a_browser_joining_gets_the_page_at_once_without_waiting_for_a_change() -> None:
+    hub, render = PageHub(quiet_refresh_s=60), Renders()
+    first, second = Browser(), Browser()
+    hub.join("rack-1", render, first.send, every_s=0.01)
+    assert await first.next() == {"render": 1}
+    hub.join("rack-1", render, second.send, every_s=0.01)  # e.g. a tab shown again
+    assert await second.next() == {"render": 2}
+
+
 async def test_pokes_during_a_render_make_one_more_render_not_one_each() -> None:
     hub, render = PageHub(quiet_refresh_s=60), Renders()
     browser = Browser()

@@ -1,7 +1,7 @@
 """The rack and cooling pages in a real browser follow the fleet by push: a GPU past its
 slowdown limit and a CDU whose pumps failed appear without a reload, the morph leaves the
-reader's focus where it was, and a server that goes away is said in words until the page
-is live again by itself."""
+reader's focus where it was, a hidden tab lets its socket go until shown again, and a
+server that goes away is said in words until the page is live again by itself."""
 
 from __future__ import annotations
 
@@ -19,6 +19,10 @@ from tests.support.server import FleetServer
 pytestmark = pytest.mark.browser
 
 PUSH_MS = 10_000  # a bound on a hang, not a timing assertion
+HIDE = (  # what the browser does when the tab is hidden (true) or shown again (false)
+    "Object.defineProperty(document, 'hidden', {value: %s, configurable: true});"
+    " document.dispatchEvent(new Event('visibilitychange'))"
+)
 
 
 def test_rack_and_cooling_pages_follow_by_push_and_say_when_not_live(tmp_path: Path) -> None:
@@ -64,6 +68,18 @@ def test_rack_and_cooling_pages_follow_by_push_and_say_when_not_live(tmp_path: P
             assert page.evaluate("window.__reloaded") is False  # pushed, not reloaded
             assert page.evaluate("document.activeElement.id") == "loop-link"
             shot(page, tmp_path / "rack-live.png")
+
+            # A tab left hidden lets its socket go, and takes it back when shown again.
+            page.evaluate("FleetLive.setHiddenPause(0.2)")
+            before = float(page.evaluate("document.body.dataset.lastUpdate"))
+            page.evaluate(HIDE % "true")
+            page.wait_for_selector("#live-status[data-state='paused']", timeout=PUSH_MS)
+            assert page.locator("#live-status").inner_text() == "paused while the tab is hidden"
+            page.evaluate(HIDE % "false")
+            page.wait_for_selector("#live-status[data-state='live']", timeout=PUSH_MS)
+            page.wait_for_function(
+                f"Number(document.body.dataset.lastUpdate) > {before}", timeout=PUSH_MS
+            )
 
             page.click("#loop-link")
             page.wait_for_selector("#live-status[data-state='live']")
