@@ -163,6 +163,7 @@ class PageLatency:
     sample_to_dom: list[float] = field(default_factory=list)  # one per GPU sample
     per_key_tick: list[float] = field(default_factory=list)  # one per (element, tick)
     push_first: list[float] = field(default_factory=list)  # first push carrying the tick
+    push_built: list[float] = field(default_factory=list)  # … its build started (its `ts`)
     mixed: int = 0  # DOM texts between two levels (nodes straddling ticks)
     never: int = 0  # (element, tick) pairs never shown
     pushes: int = 0
@@ -212,12 +213,12 @@ def page_latency(
         shown = [t for t in ticks if t.level == lvl and t.ts <= at]
         if shown:
             first.setdefault((key, shown[-1].tick), at)
-    pushed: dict[tuple[str, float], float] = {}
+    pushed: dict[tuple[str, float], tuple[float, float]] = {}  # (arrived, built)
     for push in records["pushes"]:
         out.pushes += 1
         out.push_bytes += push["bytes"]
         for key, ts in push["racks"].items():
-            pushed.setdefault((key, round(ts, 3)), push["at"] / 1000)
+            pushed.setdefault((key, round(ts, 3)), (push["at"] / 1000, push["ts"] or math.nan))
     for w in watches:
         seen = sorted((t, at) for (k, t), at in first.items() if k == w.key)
         for tick in ticks:
@@ -228,9 +229,10 @@ def page_latency(
             out.never += not later
             out.per_key_tick.append(latency)
             out.sample_to_dom.extend([latency] * w.gpus)
-            arrived = pushed.get((w.rack, round(tick.ts, 3)))
-            if arrived is not None:
-                out.push_first.append(arrived - tick.ts)
+            push = pushed.get((w.rack, round(tick.ts, 3)))
+            if push is not None:
+                out.push_first.append(push[0] - tick.ts)
+                out.push_built.append(push[1] - tick.ts)
     return out
 
 
@@ -247,16 +249,21 @@ class BrowserRun:
     nodes: int
 
 
-def fleet_server(var_dir: Path, db: str) -> contextlib.AbstractContextManager[FleetServer]:
+def fleet_server(
+    var_dir: Path, args: argparse.Namespace
+) -> contextlib.AbstractContextManager[FleetServer]:
+    env = {
+        "FLEETWATCH_LIVE_INTERVAL_S": f"{args.live_s:g}",  # production 0.5 (tests: 0.2)
+        "FLEETWATCH_REVALIDATE_S": "5",
+        "DJANGO_SUPERUSER_PASSWORD": PASSWORD,
+    }
+    if args.latest_save_s is not None:  # else the live interval, as in production
+        env["FLEETWATCH_LATEST_SAVE_S"] = f"{args.latest_save_s:g}"
     return FleetServer.started(
         var_dir,
-        tier="services" if db == "postgres" else "embedded",
+        tier="services" if args.db == "postgres" else "embedded",
         racks=1000,  # `seed_demo --racks N` seeds the first N: the whole demo site
-        extra_env={
-            "FLEETWATCH_LIVE_INTERVAL_S": "0.5",  # production (the test fixture's is 0.2)
-            "FLEETWATCH_REVALIDATE_S": "5",
-            "DJANGO_SUPERUSER_PASSWORD": PASSWORD,
-        },
+        extra_env=env,
     )
 
 
@@ -304,7 +311,7 @@ def browser_freshness(args: argparse.Namespace) -> BrowserRun:
     notes: list[str] = []
     with (
         tempfile.TemporaryDirectory(prefix="fw-bench-fresh-") as tmp,
-        fleet_server(Path(tmp), args.db) as server,
+        fleet_server(Path(tmp), args) as server,
     ):
         server.manage("createsuperuser", "--noinput", "--username", USER, "--email", "b@x.io")
         creds = Path(tmp) / "creds.json"
@@ -371,13 +378,16 @@ def open_gpu_page(context: Any, server: FleetServer, notes: list[str]) -> tuple[
     return page, watches
 
 
-def print_browser(run: BrowserRun, seconds: int, nodes: int) -> None:
+def print_browser(run: BrowserRun, args: argparse.Namespace) -> None:
+    seconds, nodes = args.seconds, run.nodes
+    save = args.live_s if args.latest_save_s is None else args.latest_save_s
     measured = [t for t in run.ticks[WARMUP_S:]]
     acks = [t.ack_s for t in measured if t.ack_s is not None]
     print()
     print(
         f"sample → DOM: {len(measured)} ticks at 1 Hz ({seconds} s after {WARMUP_S} s warm-up),"
-        f" {nodes} nodes × {GPUS_PER_NODE} GPUs; live interval 0.5 s"
+        f" {nodes} nodes × {GPUS_PER_NODE} GPUs; live interval {args.live_s:g} s,"
+        f" latest-state save every {save:g} s"
     )
     if acks:
         print(
@@ -391,6 +401,7 @@ def print_browser(run: BrowserRun, seconds: int, nodes: int) -> None:
             ("sample → DOM, per GPU sample (upper bound)", page.sample_to_dom),
             ("sample → DOM, per tile and tick", page.per_key_tick),
             ("sample → first push with it (lower bound)", page.push_first),
+            ("  of which: sample → that push's build began", page.push_built),
         )
         for label, values in rows:
             print(
@@ -587,7 +598,12 @@ def main() -> int:
     parser.add_argument("--seconds", type=int, default=60, help="measured ticks (1 Hz)")
     parser.add_argument("--gpus", type=int, default=10_000, help="GPUs for the fleet page")
     parser.add_argument("--requests", type=int, default=20, help="timed GET / requests")
-    parser.add_argument("--skip-browser", action="store_true", help="only the fleet page")
+    parser.add_argument("--skip-browser", action="store_true", help="only the large fleet page")
+    parser.add_argument("--skip-page", action="store_true", help="only the browser part")
+    parser.add_argument("--live-s", type=float, default=0.5, help="FLEETWATCH_LIVE_INTERVAL_S")
+    parser.add_argument(
+        "--latest-save-s", type=float, help="FLEETWATCH_LATEST_SAVE_S (default: the live interval)"
+    )
     parser.add_argument("--profile", action="store_true", help="cProfile GET / even if fast")
     args = parser.parse_args()
     print(
@@ -598,16 +614,19 @@ def main() -> int:
     p95_dom = math.nan
     if not args.skip_browser:
         run = browser_freshness(args)
-        print_browser(run, args.seconds, run.nodes)
+        print_browser(run, args)
         p95 = {page.page: percentile(page.sample_to_dom, 95) for page in run.pages}
         p95_dom = max(p95.values())
         print(
             "p95 sample → DOM per page (the last line gives the worst): "
             + ", ".join(f"{page}={fmt_s(v)} s" for page, v in p95.items())
         )
+    dom = "skipped" if math.isnan(p95_dom) else "inf" if math.isinf(p95_dom) else f"{p95_dom:.3f}"
+    if args.skip_page:
+        print(f"p95_sample_to_dom_s={dom} fleet_page_ms=skipped fleet_page_kb=skipped gpus=0")
+        return 0
     page = time_fleet_page(args)
     print_page(page, args.requests)
-    dom = "skipped" if math.isnan(p95_dom) else "inf" if math.isinf(p95_dom) else f"{p95_dom:.3f}"
     print(
         f"p95_sample_to_dom_s={dom} fleet_page_ms={statistics.median(page.times_ms):.1f}"
         f" fleet_page_kb={page.body_bytes / 1024:.1f} gpus={page.gpus}"
