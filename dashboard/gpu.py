@@ -67,6 +67,7 @@ class EventRow:
     kind: str
     code: str
     detail: str
+    gpu: str  # "GPU 3", or "node" for the host's own
 
 
 @dataclass
@@ -244,8 +245,12 @@ def timeline(gpu: GPU, range_name: str, now: float) -> tuple[str, list[ReasonRow
     return tier, rows
 
 
-def gpu_events(gpu: GPU, now: float) -> list[EventRow]:
-    rows = Event.objects.filter(node_id=gpu.node_id, gpu_index=gpu.index).order_by("-ts")
+def event_rows(node_id: int, gpu_index: int | None, now: float) -> list[EventRow]:
+    """The newest events of one GPU, or of a whole node (its GPUs' and its own) when
+    `gpu_index` is None; `gpu` says which GPU an event came from on the node page."""
+    rows = Event.objects.filter(node_id=node_id).order_by("-ts")
+    if gpu_index is not None:
+        rows = rows.filter(gpu_index=gpu_index)
     return [
         EventRow(
             when=_clock(e.ts),
@@ -253,6 +258,7 @@ def gpu_events(gpu: GPU, now: float) -> list[EventRow]:
             kind=e.kind,
             code="" if e.code is None else str(e.code),
             detail=e.detail,
+            gpu="node" if e.gpu_index is None else f"GPU {e.gpu_index}",
         )
         for e in rows[:EVENTS_SHOWN]
     ]
@@ -290,7 +296,7 @@ def gpu_page(gpu: GPU, range_name: str, now: float, figures_only: bool = False) 
     )
     if not figures_only:
         page.timeline_tier, page.timeline = timeline(gpu, range_name, now)
-        page.events = gpu_events(gpu, now)
+        page.events = event_rows(gpu.node_id, gpu.index, now)
     return page
 
 

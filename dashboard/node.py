@@ -15,6 +15,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
+from dashboard.gpu import EventRow, event_rows
 from dashboard.rack import GpuTile, gpu_tile
 from dashboard.words import as_of, level_word, no_data_words
 from fleet import health
@@ -61,6 +62,7 @@ class NodePage:
     clock_offset: str
     last_heard: str
     as_of: str
+    events: list[EventRow]
 
 
 def _fresh(reading: health.Reading, metric: str, now: float) -> float | None:
@@ -142,7 +144,7 @@ def tuning_findings(info: Any) -> list[str] | None:
 
 def last_data_words(ts: float | None, now: float) -> str:
     if ts is None:
-        return "no data yet"
+        return "never"
     age = max(0.0, now - ts)
     return "just now" if age < 1 else no_data_words(ts, now).replace("no data for ", "") + " ago"
 
@@ -204,6 +206,7 @@ def node_page(node: Node, now: float) -> NodePage:
         clock_offset=clock_offset_text(None if token is None else token.agent_stats),
         last_heard=last_data_words(None if token is None else token.last_seen, now),
         as_of=as_of(now),
+        events=event_rows(node.id, None, now),
     )
 
 

@@ -213,6 +213,17 @@ def test_a_gpu_without_limits_shows_its_figures_and_says_why_it_is_not_judged(
     assert "not judged: a GPU's headroom to its own slowdown limit is unknown" in node_page
 
 
+def test_a_gpu_and_node_that_never_reported_say_so_instead_of_failing(
+    ops: Client, node: Node
+) -> None:
+    gpu_page = text(ops.get(f"/gpus/{gpu(node, 1).pk}/"))
+    assert "No data · no data yet" in gpu_page and "GPU temperature not reported" in gpu_page
+    assert "No clock-event reasons recorded" in gpu_page and "No events from this GPU" in gpu_page
+    node_page = text(ops.get(f"/nodes/{node.id}/"))
+    assert "No data · last data never" in node_page and "Last heard never" in node_page
+    assert "The host has not reported any figures" in node_page
+
+
 def test_gpu_page_decodes_throttle_reasons_over_the_range_and_lists_its_events(
     ops: Client, node: Node
 ) -> None:
@@ -246,6 +257,9 @@ def test_gpu_page_decodes_throttle_reasons_over_the_range_and_lists_its_events(
     assert "throttling hw_thermal: hardware thermal slowdown (>=2x)" in page
     assert "no reason: full clocks" in page
     assert "xid 79 GPU has fallen off the bus" in page and "not this GPU" not in page
+    node_page = text(ops.get(f"/nodes/{node.id}/"))
+    assert "GPU 0 xid 79 GPU has fallen off the bus" in node_page
+    assert "GPU 1 ecc_dbe 1 not this GPU" in node_page
 
 
 # -- history API ---------------------------------------------------------------------------
