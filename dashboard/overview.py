@@ -16,6 +16,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from django.urls import reverse
+
 from dashboard.words import level_word
 from fleet import health
 from fleet.health import STALE_AFTER_S
@@ -38,6 +40,9 @@ DEFAULT_MODE = MODES[0][0]
 
 @dataclass
 class RackTile:
+    """One tile as first rendered: every text worked out here, once, so the template only
+    places strings (500 tiles: template lookups and URL reversing add up)."""
+
     id: int
     name: str
     site_id: int
@@ -45,21 +50,13 @@ class RackTile:
     cooling_label: str
     loop_id: int | None  # the tile links its loop to the cooling page
     data: dict[str, Any]
-
-    @property
-    def word(self) -> str:
-        """The rack's overall level in a word (the default mode's)."""
-        return level_word(health.Level(self.data["level"]))
-
-    @property
-    def figure(self) -> str:
-        """Why, in words: the default mode's figure (static/dashboard/fleet.js says the same)."""
-        return overall_figure(self.data)
-
-    @property
-    def loop_word(self) -> str:
-        level = self.data.get("loop_level")
-        return "" if level is None else level_word(health.Level(level))
+    href: str
+    loop_href: str
+    word: str  # the rack's overall level in a word (the default mode's)
+    figure: str  # why, in words (the default mode's figure)
+    loop_word: str
+    power: str  # kW now, or "–"
+    budget: str  # kW
 
 
 @dataclass
@@ -124,8 +121,9 @@ def fleet_overview(now: float, sites: set[int] | None = None) -> tuple[Halls, di
     names = site_names({s.info.site_id for s in states.values()} if sites is None else sites)
     halls = Halls()
     racks: dict[str, Any] = {}
+    links = Links.reverse()
     for rack_id, state in states.items():
-        tile = rack_tile(state)
+        tile = rack_tile(state, links)
         racks[str(rack_id)] = tile.data
         hall = state.info.hall
         if len(names) > 1:
@@ -144,11 +142,39 @@ def fleet_overview(now: float, sites: set[int] | None = None) -> tuple[Halls, di
     return halls, payload
 
 
-def rack_tile(state: RackState) -> RackTile:
+@dataclass(frozen=True)
+class Links:
+    """The rack and cooling pages' URLs, reversed once per render, not per tile."""
+
+    rack: str  # with "{}" for the rack id
+    cooling: str
+
+    @classmethod
+    def reverse(cls) -> Links:
+        marker = 987654321
+        rack = reverse("rack", args=[marker]).replace(str(marker), "{}")
+        return cls(rack, reverse("cooling"))
+
+
+def rack_tile(state: RackState, links: Links) -> RackTile:
     info = state.info
-    label = COOLING_LABELS.get(info.cooling, "")
+    data = rack_payload(state)
+    loop_level = data.get("loop_level")
     return RackTile(
-        info.id, info.name, info.site_id, info.cooling, label, info.loop_id, rack_payload(state)
+        id=info.id,
+        name=info.name,
+        site_id=info.site_id,
+        cooling=info.cooling,
+        cooling_label=COOLING_LABELS.get(info.cooling, ""),
+        loop_id=info.loop_id,
+        data=data,
+        href=links.rack.format(info.id),
+        loop_href=f"{links.cooling}#loop-{info.loop_id}",
+        word=level_word(health.Level(data["level"])),
+        figure=overall_figure(data),
+        loop_word="" if loop_level is None else level_word(health.Level(loop_level)),
+        power="–" if data["power_kw"] is None else f"{data['power_kw']:.1f}",
+        budget=f"{info.budget_kw:.0f}",
     )
 
 

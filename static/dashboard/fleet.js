@@ -204,20 +204,7 @@
   }
   document.body.dataset.mode = mode;
 
-  let backoff = 500;
-  function connect() {
-    const proto = location.protocol === "https:" ? "wss://" : "ws://";
-    const ws = new WebSocket(proto + location.host + "/ws/live/fleet");
-    ws.onopen = () => { backoff = 500; status.textContent = "live"; status.dataset.state = "live"; };
-    ws.onmessage = (e) => apply(JSON.parse(e.data));
-    ws.onclose = (e) => {
-      if (e.code === 4401) { location.reload(); return; } // logged out: back to the login
-      if (e.code === 4000) { connect(); return; }          // routine session re-check
-      status.textContent = "reconnecting…"; status.dataset.state = "down";
-      setTimeout(connect, backoff); backoff = Math.min(backoff * 2, 10000);
-    };
-  }
   renderAll();
   setInterval(renderAll, 5000); // age out racks and sites whose data went stale
-  connect();
+  FleetLive.connect("/ws/live/fleet", apply, status); // static/dashboard/live.js
 })();

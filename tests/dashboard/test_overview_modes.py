@@ -149,3 +149,10 @@ def test_a_site_without_facility_data_says_no_data(client: Client) -> None:
     strip = fold(client.get("/").content.decode())
     assert "Facility power no data" in strip and "PUE now Power & PUE no data" in strip
     assert "Agents stale 0 of 5 nodes · 5 never sent data" in strip
+
+
+def test_each_tile_links_to_its_rack_page(client: Client) -> None:
+    a01 = Rack.objects.get(name="A01")
+    assert f'<a class="rack-name" href="/racks/{a01.id}/">A01</a>' in tile(
+        client.get("/").content.decode(), "A01"
+    )
