@@ -232,14 +232,29 @@ def plan_updates(changed: dict[str, set[tuple[int, ...]]]) -> UpdatePlan:
     return UpdatePlan(racks, {key[0] for key in changed.get("facility", ())}, loops)
 
 
-def _rack_message(state: RackState, payload: Payload, now: float) -> Payload:
-    ids = gpu_ids(state.info.nodes)
+@dataclass
+class RackExtras:
+    """What rack messages need beyond the rack states, read once for every watched rack
+    of a publish (not a query per rack)."""
+
+    gpu_ids: dict[GpuKey, int]
+    feeds: dict[int, dict[str, Payload]]
+
+    @classmethod
+    def read(cls, states: Iterable[RackState], now: float) -> RackExtras:
+        states = list(states)
+        nodes = [n for state in states for n in state.info.nodes]
+        return cls(gpu_ids(nodes), rack_feeds([s.info.id for s in states], now))
+
+
+def _rack_message(state: RackState, payload: Payload, extras: RackExtras, now: float) -> Payload:
+    ids = {key: pk for key, pk in extras.gpu_ids.items() if key[0] in state.info.nodes}
     return {
         "ts": now,
         "rack": payload,
         "nodes": {str(n): plain(s) for n, s in state.nodes.items()},
         "gpus": rack_gpus(state, ids, now),
-        "feeds": rack_feeds([state.info.id], now).get(state.info.id, {}),
+        "feeds": extras.feeds.get(state.info.id, {}),
         "liquid": liquid_entry(state, now),
     }
 
@@ -261,10 +276,12 @@ def build_updates(plan: UpdatePlan, wanted: set[str], now: float) -> list[tuple[
         for rack_id in plan.racks
         if rack_changed_group(rack_id) in wanted
     ]
+    watched = [state for rack_id, state in states.items() if rack_group(rack_id) in wanted]
+    extras = RackExtras.read(watched, now) if watched else None
     for rack_id, state in states.items():
         payload = rack_payload(state)
-        if rack_group(rack_id) in wanted:
-            out.append((rack_group(rack_id), _rack_message(state, payload, now)))
+        if extras is not None and rack_group(rack_id) in wanted:
+            out.append((rack_group(rack_id), _rack_message(state, payload, extras, now)))
         site = by_site.setdefault(state.info.site_id, {"ts": now, "racks": {}})
         site["racks"][str(rack_id)] = payload
     loops = [lid for lid, site_id in plan.loops.items() if site_group(site_id) in wanted]

@@ -13,7 +13,7 @@ from django.db import connection
 from agents.protocol import reasons as nvml
 from fleet.demo import DEMO_RACKS, seed_demo_site
 from fleet.live import fleet_group, rack_group, site_group
-from fleet.models import GPU, CoolingLoop, Node, Rack, Site
+from fleet.models import GPU, CoolingLoop, Node, PowerFeed, Rack, Site
 from fleet.payloads import build_updates, plan_updates
 from fleet.state import rack_payload, rack_states
 from fleet.storage.db import Row, Upsert
@@ -164,3 +164,16 @@ def test_a_site_message_names_only_the_loops_that_changed(site: Site) -> None:
     message = updates_for({"gpu": {(node.id, 0)}}, now)[site_group(site.id)]
     assert "loops" not in message
     assert set(message["racks"]) == {str(Rack.objects.get(name="A01").id)}
+
+
+def test_each_rack_message_holds_only_its_own_gpus_and_feeds(site: Site) -> None:
+    now = time.time()
+    changed: set[tuple[int, ...]] = set()
+    for node in Node.objects.all():
+        store("gpu", (node.id, 0), now, temp_gpu_c=60.0)
+        changed.add((node.id, 0))
+    updates = updates_for({"gpu": changed}, now)
+    for rack in Rack.objects.all():
+        message = updates[rack_group(rack.id)]
+        assert set(message["gpus"]) == {str(g.pk) for g in GPU.objects.filter(node__rack=rack)}
+        assert set(message["feeds"]) == {str(f.pk) for f in PowerFeed.objects.filter(rack=rack)}
