@@ -2,7 +2,7 @@
 ISO/IEC 30134-2 category, alerts firing (per rack and loop too, for the overview's alert
 mode) and node agents gone quiet.
 
-`site_payload` is what `fleet.state.build_updates` pushes to a site's group whenever the
+`site_payload` is what `fleet.payloads.build_updates` pushes to a site's group whenever the
 site's facility data changes, so the alert and agent counts, which move with other
 entities, are refreshed with every facility push. `site_payloads` builds the same for
 many sites with one query per figure (the overview page renders every site at once).

@@ -121,3 +121,17 @@ def test_many_sites_are_built_at_once_each_with_its_own_figures(site: Site) -> N
     assert both[site.pk]["pue"] is None
     assert both[other.pk]["pue"] == pytest.approx(1.25)
     assert both[other.pk]["agents"]["nodes"] == 1 and both[site.pk]["agents"]["nodes"] == 4
+
+
+def test_a_facility_push_to_the_site_group_carries_the_refreshed_counts(site: Site) -> None:
+    from fleet.live import site_group
+    from fleet.payloads import UpdatePlan, build_updates
+
+    now = time.time()
+    store("facility", (site.pk,), now, total_power_w=1.3e6, it_power_w=1.0e6, pue_category=2)
+    fire("critical", rack=Rack.objects.get(name="A01"))
+    [(group, message)] = build_updates(UpdatePlan({}, {site.pk}), {site_group(site.pk)}, now)
+    assert group == site_group(site.pk)
+    pushed = message["site"]
+    assert pushed["site_id"] == site.pk  # the page knows whose strip it is
+    assert pushed["alerts"]["firing"] == 1 and pushed["agents"]["never"] == 4
