@@ -200,6 +200,12 @@ ALERT_GROUP_INTERVAL_S = env_float("FLEETWATCH_ALERT_GROUP_INTERVAL_S", 60, mini
 # A group firing unacknowledged is announced again this often, unless its rule says (s).
 ALERT_REPEAT_S = env_float("FLEETWATCH_ALERT_REPEAT_S", 4 * 3600, minimum=60)
 
+# /metrics (fleet/prometheus): a bearer token Prometheus must send (unset: open, like
+# other exporters; restrict it at the proxy then), and which sites get per-GPU series
+# ("all", "none", or comma-separated site slugs; racks, loops, feeds and sites always).
+METRICS_TOKEN = env_str("FLEETWATCH_METRICS_TOKEN")
+METRICS_GPU_SITES = env_str("FLEETWATCH_METRICS_GPU_SITES", "all")
+
 SLACK_WEBHOOK_URL = env_str("SLACK_WEBHOOK_URL")
 # Where people reach this Fleetwatch (e.g. https://fleet.example.com): alert messages link
 # to it. Unset: messages carry no dashboard button (Slack refuses relative links).

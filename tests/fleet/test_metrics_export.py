@@ -1,0 +1,141 @@
+"""/metrics: Fleetwatch's view (headroom to each GPU's own limit, decoded throttling,
+rack power against budget, CDU state, PUE with its category) as Prometheus series,
+rendered from the database; a bearer token when one is configured."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from django.test import Client, override_settings
+from prometheus_client.parser import text_string_to_metric_families
+
+from agents.protocol import reasons as nvml
+from fleet.demo import DEMO_RACKS, seed_demo_site
+from fleet.models import GPU, CoolingLoop, Node, Rack, Site
+from tests.fleet.test_state import store
+
+pytestmark = pytest.mark.django_db
+
+Series = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+@pytest.fixture
+def site() -> Site:
+    racks = tuple(replace(plan, nodes=1, budget_kw=100) for plan in DEMO_RACKS[:2])
+    site = seed_demo_site("demo", racks, gpus_per_node=2)
+    GPU.objects.update(slowdown_c=87.0, shutdown_c=92.0)
+    CoolingLoop.objects.update(capacity_kw=300, rated_flow_lpm=600, liquid_class="W32")
+    return site
+
+
+def scrape(token: str | None = None) -> tuple[int, str]:
+    headers = {} if token is None else {"HTTP_AUTHORIZATION": f"Bearer {token}"}
+    response = Client().get("/metrics", **headers)  # type: ignore[arg-type]
+    return response.status_code, response.content.decode()
+
+
+def series(text: str) -> Series:
+    out: Series = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            out[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return out
+
+
+def gpu_labels(node: str, gpu: int, **extra: str) -> tuple[tuple[str, str], ...]:
+    labels = {"site": "demo", "rack": node.split("-")[1].upper(), "node": node, "gpu": str(gpu)}
+    return tuple(sorted({**labels, **extra}.items()))
+
+
+def test_a_throttled_gpu_reads_as_headroom_and_decoded_reasons(site: Site) -> None:
+    now = time.time()
+    node = Node.objects.get(rack__name="A01")
+    store(
+        "gpu",
+        (node.id, 0),
+        now,
+        temp_gpu_c=89.0,
+        power_w=350.0,
+        power_limit_w=700.0,
+        clock_sm_mhz=345.0,
+        clock_event_reasons=nvml.HW_THERMAL_SLOWDOWN,
+    )
+    status, text = scrape()
+    assert status == 200
+    got = series(text)
+    assert got[("fleetwatch_gpu_temperature_celsius", gpu_labels(node.name, 0))] == 89.0
+    assert got[("fleetwatch_gpu_slowdown_headroom_celsius", gpu_labels(node.name, 0))] == -2.0
+    assert got[("fleetwatch_gpu_power_cap_ratio", gpu_labels(node.name, 0))] == 0.5
+    assert got[("fleetwatch_gpu_sm_clock_hertz", gpu_labels(node.name, 0))] == 345e6
+    thermal = gpu_labels(node.name, 0, kind="thermal")
+    assert got[("fleetwatch_gpu_throttling", thermal)] == 1.0
+    reason = gpu_labels(node.name, 0, reason="hw_thermal")
+    assert got[("fleetwatch_gpu_clock_event_reason", reason)] == 1.0
+    assert got[("fleetwatch_gpu_health_level", gpu_labels(node.name, 0))] == 2.0
+    # GPU 1 sent nothing: no figures, marked stale, never a frozen number.
+    assert ("fleetwatch_gpu_temperature_celsius", gpu_labels(node.name, 1)) not in got
+    assert got[("fleetwatch_gpu_stale", gpu_labels(node.name, 1))] == 1.0
+
+
+def test_rack_power_against_budget_loop_state_and_pue_category(site: Site) -> None:
+    now = time.time()
+    rack = Rack.objects.get(name="A01")
+    store("rack", (rack.id,), now, power_w=97_000.0)
+    loop = CoolingLoop.objects.get(name="CDU-1")
+    store("loop", (loop.id,), now, supply_c=30.0, flow_lpm=0.0, pumps_running=0, pumps_failed=3)
+    store(
+        "facility",
+        (site.id,),
+        now,
+        total_power_w=1_300_000.0,
+        it_power_w=1_000_000.0,
+        pue_category=2,
+    )
+    got = series(scrape()[1])
+    a01 = (("rack", "A01"), ("site", "demo"))
+    assert got[("fleetwatch_rack_power_watts", a01)] == 97_000.0
+    assert got[("fleetwatch_rack_power_budget_watts", a01)] == 100_000.0
+    assert got[("fleetwatch_rack_power_budget_ratio", a01)] == pytest.approx(0.97)
+    cdu = (("loop", "CDU-1"), ("site", "demo"))
+    assert got[("fleetwatch_loop_flow_liters_per_minute", cdu)] == 0.0
+    assert got[("fleetwatch_loop_pumps_failed", cdu)] == 3.0
+    assert got[("fleetwatch_loop_health_level", cdu)] == 2.0
+    assert got[("fleetwatch_rack_health_level", a01)] == 2.0  # its loop's state
+    assert got[("fleetwatch_site_pue", (("site", "demo"),))] == pytest.approx(1.3)
+    categories = [k for k in got if k[0] == "fleetwatch_site_pue_category_info"]
+    assert len(categories) == 1
+
+
+def test_per_gpu_series_can_be_left_out_for_large_fleets(site: Site) -> None:
+    node = Node.objects.get(rack__name="A01")
+    store("gpu", (node.id, 0), time.time(), temp_gpu_c=60.0)
+    with override_settings(METRICS_GPU_SITES="none"):
+        got = series(scrape()[1])
+    assert not any(name.startswith("fleetwatch_gpu_") for name, _ in got)
+    assert ("fleetwatch_rack_power_budget_watts", (("rack", "A01"), ("site", "demo"))) in got
+
+
+@override_settings(METRICS_TOKEN="prom-secret-1")
+def test_a_configured_token_is_required(site: Site) -> None:
+    assert scrape()[0] == 401
+    assert scrape("wrong")[0] == 403
+    status, text = scrape("prom-secret-1")
+    assert status == 200 and "fleetwatch_rack_power_budget_watts" in text
+
+
+def test_the_output_passes_promtool(site: Site, tmp_path: Path) -> None:
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.skip("promtool is not installed (Debian package prometheus)")
+    node = Node.objects.get(rack__name="A01")
+    store("gpu", (node.id, 0), time.time(), temp_gpu_c=60.0, clock_event_reasons=0)
+    text = scrape()[1]
+    checked = subprocess.run(
+        [promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
