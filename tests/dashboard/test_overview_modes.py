@@ -156,3 +156,22 @@ def test_each_tile_links_to_its_rack_page(client: Client) -> None:
     assert f'<a class="rack-name" href="/racks/{a01.id}/">A01</a>' in tile(
         client.get("/").content.decode(), "A01"
     )
+
+
+def test_the_overview_holds_only_the_sites_it_is_given_naming_each_sites_halls(
+    site: None,
+) -> None:
+    from dataclasses import replace
+
+    from dashboard.overview import fleet_overview
+    from fleet.demo import DEMO_RACKS, seed_demo_site
+
+    north = seed_demo_site("north", (replace(DEMO_RACKS[0], name="N01", nodes=1),), 1)
+    Site.objects.filter(pk=north.pk).update(name="North")
+    demo = Site.objects.get(slug="demo")
+    halls, data = fleet_overview(time.time(), {north.pk})
+    assert [t.name for tiles in halls.values() for t in tiles] == ["N01"]
+    assert list(data["sites"]) == [str(north.pk)] and len(data["racks"]) == 1
+    halls, data = fleet_overview(time.time(), None)  # every site: halls say whose they are
+    assert set(halls) == {"Demo datacentre · Hall A", "North · Hall A"}
+    assert set(data["sites"]) == {str(demo.pk), str(north.pk)}
