@@ -58,6 +58,8 @@ class GPU(models.Model):
 
     class Meta:
         ordering = ("node", "index")
+        verbose_name = "GPU"
+        verbose_name_plural = "GPUs"
         constraints = [models.UniqueConstraint(fields=("node", "index"), name="gpu_unique_index")]
 
     def __str__(self) -> str:
