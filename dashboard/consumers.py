@@ -7,6 +7,8 @@ script through `static/dashboard/live.js`):
 - `/ws/live/fleet` (the overview): the groups of the sites the user sees.
 - `/ws/live/site/<id>`: one site's racks, loops and facility figures.
 - `/ws/live/rack/<id>`: one rack with its nodes, GPUs, feeds and liquid.
+- `/ws/live/rack/<id>/changed`: only `{"ts"}` when something of the rack changed (a page
+  that fetches its own figures then; the publisher builds none for it).
 
 Pages the server renders (rack, cooling): a group message only says something changed;
 the page's HTML is rendered again by the process's `PageHub` (once however many browsers
@@ -131,6 +133,15 @@ class RackConsumer(ForwardingConsumer):
 
     def groups_for(self, user: Any) -> list[str] | None:
         return _rack_groups(user, int(self.scope["url_route"]["kwargs"]["rack_id"]))
+
+
+class RackSignalConsumer(ForwardingConsumer):
+    """Only `{"ts"}` when something of the rack changed: for a page that fetches or
+    renders its own figures then (the publisher builds no rack figures for it)."""
+
+    def groups_for(self, user: Any) -> list[str] | None:
+        rack_id = int(self.scope["url_route"]["kwargs"]["rack_id"])
+        return [rack_changed_group(rack_id)] if _may_see_rack(user, rack_id) else None
 
 
 class ServedPageConsumer(LiveConsumer):

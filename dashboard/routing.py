@@ -9,6 +9,7 @@ from dashboard.consumers import (
     FleetConsumer,
     RackConsumer,
     RackPageConsumer,
+    RackSignalConsumer,
     SiteConsumer,
 )
 
@@ -16,6 +17,7 @@ websocket_urlpatterns = [
     path("ws/live/fleet", FleetConsumer.as_asgi()),
     path("ws/live/site/<int:site_id>", SiteConsumer.as_asgi()),
     path("ws/live/rack/<int:rack_id>", RackConsumer.as_asgi()),
+    path("ws/live/rack/<int:rack_id>/changed", RackSignalConsumer.as_asgi()),
     path("ws/live/rack/<int:rack_id>/page", RackPageConsumer.as_asgi()),
     path("ws/live/cooling", CoolingConsumer.as_asgi()),
 ]

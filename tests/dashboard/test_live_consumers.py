@@ -105,6 +105,7 @@ def live_paths(site_id: int, rack_id: int) -> tuple[str, ...]:
         "/ws/live/fleet",
         f"/ws/live/site/{site_id}",
         f"/ws/live/rack/{rack_id}",
+        f"/ws/live/rack/{rack_id}/changed",
         f"/ws/live/rack/{rack_id}/page",
         "/ws/live/cooling",
     )
@@ -118,7 +119,7 @@ async def test_a_visitor_without_a_session_is_refused_on_every_live_socket(site:
 
 
 async def test_a_rack_or_site_that_does_not_exist_is_not_allowed(ops: User) -> None:
-    for path in ("/ws/live/rack/999999", "/ws/live/rack/999999/page", "/ws/live/site/999999"):
+    for path in live_paths(999999, 999999)[1:5]:
         assert await closed_with(socket(path, ops)) == consumers.CLOSE_NOT_ALLOWED
 
 
@@ -127,9 +128,9 @@ async def test_a_rack_or_site_the_user_may_not_see_is_not_allowed(
 ) -> None:
     monkeypatch.setattr(consumers, "can_view_site", lambda user, site_id: False)
     rack_id = await Rack.objects.values_list("id", flat=True).afirst()
-    for path in (f"/ws/live/rack/{rack_id}", f"/ws/live/rack/{rack_id}/page"):
+    assert rack_id is not None
+    for path in live_paths(site.id, rack_id)[1:5]:
         assert await closed_with(socket(path, ops)) == consumers.CLOSE_NOT_ALLOWED
-    assert await closed_with(socket(f"/ws/live/site/{site.id}", ops)) == 4403
 
 
 async def test_a_rack_subscriber_gets_its_rack_with_each_gpu_and_another_rack_gets_nothing(
@@ -162,6 +163,18 @@ async def test_a_rack_subscriber_gets_its_rack_with_each_gpu_and_another_rack_ge
     assert await bystander.receive_nothing(timeout=0.3)
     await watcher.disconnect()
     await bystander.disconnect()
+
+
+async def test_a_rack_signal_subscriber_is_told_only_that_its_rack_changed(ops: User) -> None:
+    rack = await Rack.objects.aget(name="A01")
+    ws = socket(f"/ws/live/rack/{rack.id}/changed", ops)
+    assert (await ws.connect())[0]
+    node = await Node.objects.filter(rack=rack).afirst()
+    assert node is not None
+    await store_async("gpu", (node.id, 0), time.time(), temp_gpu_c=70.0)
+    await LivePublisher().publish({"gpu": {(node.id, 0)}})
+    assert set(await ws.receive_json_from()) == {"ts"}
+    await ws.disconnect()
 
 
 async def test_a_loop_serving_no_rack_reaches_its_site_subscribers(site: Site, ops: User) -> None:
