@@ -8,6 +8,7 @@
   const config = JSON.parse(document.getElementById("gpu-config").textContent);
   const status = document.getElementById("chart-status");
   const LIVE_EVERY_MS = 2000; // pushes come up to twice a second: fetch at most every 2 s
+  const TIER_WORDS = { raw: "raw samples", "1m": "1-minute rollups", "1h": "1-hour rollups" };
 
   const memPct = (v) => (v === null || !config.mem_total_mib ? null : (100 * v) / config.mem_total_mib);
   // Per chart: its element, y-axis title, and [metric, legend name, transform] traces.
@@ -21,8 +22,11 @@
     },
   ];
   const METRICS = CHARTS.flatMap((c) => c.traces.map((t) => t[0]));
-  let lastT = null; // newest point drawn (epoch s)
+  // Live points are fetched from the end of the last answer on: samples before it are
+  // already drawn (in its buckets), so a sample is never drawn twice.
+  let appendFrom = null;
   let drawn = []; // per chart: the metrics it drew, in trace order
+  let drawnSeries = {}; // the series the charts were drawn from (their limit lines follow it)
 
   function css(name, fallback) {
     return getComputedStyle(document.documentElement).getPropertyValue(name).trim() || fallback;
@@ -108,19 +112,16 @@
                      { displaylogo: false, responsive: true });
       return metrics;
     });
-    lastT = newest(body);
+    appendFrom = hasPoints(body) ? body.end : null;
+    drawnSeries = body.series;
     const perBucket = body.tier === "raw" && body.step_s === 1 ? "each sample" : `${body.step_s} s buckets`;
-    const tail = body.parts.length > 1 ? ", the minutes not yet rolled up from raw samples" : "";
-    status.textContent = `Last ${config.range}: ${perBucket} from the ${body.tier} tier${tail} (mean per bucket).`;
+    const sources = [...new Set(body.parts.map((p) => TIER_WORDS[p.tier]))].join(", then ");
+    status.textContent = `Last ${config.range}: ${perBucket} (mean per bucket) from ${sources || "no stored data"}.`;
     document.body.dataset.charts = "drawn";
   }
 
-  function newest(body) {
-    let t = lastT;
-    for (const s of Object.values(body.series)) {
-      for (const p of s.points) if (p[1] !== null && (t === null || p[0] > t)) t = p[0];
-    }
-    return t;
+  function hasPoints(body) {
+    return Object.values(body.series).some((s) => s.points.some((p) => p[1] !== null));
   }
 
   // New points only, appended to the traces already drawn (no redraw).
@@ -129,14 +130,14 @@
       if (!metrics.length) return;
       const update = { x: [], y: [] };
       for (const [metric, transform] of metrics) {
-        const pts = (body.series[metric] || { points: [] }).points.filter((p) => lastT === null || p[0] > lastT);
+        const pts = (body.series[metric] || { points: [] }).points;
         const { x, y } = xy(pts, transform);
         update.x.push(x);
         update.y.push(y);
       }
       Plotly.extendTraces(CHARTS[i].el, update, metrics.map((_, j) => j));
     });
-    lastT = newest(body);
+    appendFrom = body.end;
   }
 
   async function getJson(url) {
@@ -168,10 +169,10 @@
     busy = true;
     fetchedAt = now;
     try {
-      if (lastT === null) {
+      if (appendFrom === null) {
         draw(await getJson(historyUrl({ range: config.range }))); // empty until now: draw afresh
-      } else if (now / 1000 - lastT > 1) {
-        extend(await getJson(historyUrl({ start: String(lastT + 0.001), max_points: "5000" })));
+      } else {
+        extend(await getJson(historyUrl({ start: String(appendFrom), max_points: "5000" })));
       }
       await refreshFigures();
     } catch (err) {
@@ -180,6 +181,14 @@
       busy = false;
     }
   }
+
+  // The theme toggle (base.html) changes the page's colours: the charts follow.
+  new MutationObserver(() => {
+    CHARTS.forEach((chart) => {
+      const el = document.getElementById(chart.el);
+      if (el.classList.contains("js-plotly-plot")) Plotly.relayout(el, layout(chart, limitsFor(chart, drawnSeries)));
+    });
+  }).observe(document.documentElement, { attributes: true, attributeFilter: ["data-theme"] });
 
   getJson(historyUrl({ range: config.range }))
     .then((body) => {

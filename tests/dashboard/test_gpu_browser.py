@@ -72,7 +72,8 @@ def test_rack_to_node_to_gpu_draws_the_history_and_appends_live_points(tmp_path:
             assert chart.count() == 1
             line = chart.locator("path.js-line").first
             assert len(line.get_attribute("d") or "") > 20  # a drawn line, not an empty path
-            assert "tier" in page.locator("#chart-status").inner_text()  # says what answered
+            # it says what answered: no rollup runs in this test, so the raw samples did
+            assert "from raw samples" in page.locator("#chart-status").inner_text()
             figures = page.locator("#gpu-figures").inner_text()
             assert "slowdown 87 °C" in figures and "cap 700 W" in figures
             # the GPU's own limits are drawn on its temperature chart, named in words
@@ -88,4 +89,14 @@ def test_rack_to_node_to_gpu_draws_the_history_and_appends_live_points(tmp_path:
                 timeout=15_000,
             )
             page.wait_for_selector("#gpu-figures:has-text('75 °C')", timeout=15_000)
+
+            # the other theme: the charts take its colours too
+            before_theme = page.evaluate("document.documentElement.dataset.theme || ''")
+            page.click("#theme-toggle")
+            page.wait_for_function(
+                "getComputedStyle(document.documentElement).getPropertyValue('--text').trim()"
+                " === document.getElementById('chart-temp').layout.font.color"
+            )
+            assert page.evaluate("document.documentElement.dataset.theme") != before_theme
+            shot(page, tmp_path / "gpu-other-theme.png")
             browser.close()
