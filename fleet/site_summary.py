@@ -111,28 +111,31 @@ def _add_alerts(place: dict[str, Payload], entity_id: int, severity: str, count:
 
 def agent_freshness(site_ids: list[int], now: float) -> dict[int, Payload]:
     """Per site: nodes in the inventory, those whose newest data (node or GPU sample) is
-    older than `health.STALE_AFTER_S`, and those that never sent any. One grouped query
-    over the latest-state tables (no per-node work)."""
+    older than `health.STALE_AFTER_S`, and those that never sent any. Three plain reads
+    joined here: as one query, PostgreSQL without table statistics nested-looped the
+    per-node aggregate (0.5 s for 1,250 nodes; this way ~10 ms)."""
     if not site_ids:
         return {}
     marks = ", ".join(["%s"] * len(site_ids))
-    sql = (
-        "WITH newest AS (SELECT node_id, MAX(ts) AS ts FROM ("
-        " SELECT node_id, ts FROM fw_node_latest"
-        " UNION ALL SELECT node_id, MAX(ts) FROM fw_gpu_latest GROUP BY node_id"
-        ") t GROUP BY node_id)"
-        " SELECT h.site_id, COUNT(*),"
-        " SUM(CASE WHEN w.ts IS NOT NULL AND w.ts <= %s THEN 1 ELSE 0 END),"
-        " SUM(CASE WHEN w.ts IS NULL THEN 1 ELSE 0 END)"
-        " FROM fleet_node n JOIN fleet_rack r ON r.id = n.rack_id"
-        " JOIN fleet_hall h ON h.id = r.hall_id LEFT JOIN newest w ON w.node_id = n.id"
-        f" WHERE h.site_id IN ({marks}) GROUP BY h.site_id"
+    nodes = _select(
+        "SELECT n.id, h.site_id FROM fleet_node n JOIN fleet_rack r ON r.id = n.rack_id"
+        f" JOIN fleet_hall h ON h.id = r.hall_id WHERE h.site_id IN ({marks})",
+        site_ids,
     )
-    rows = _select(sql, [now - health.STALE_AFTER_S, *site_ids])
-    return {
-        site_id: {"nodes": int(nodes), "stale": int(stale or 0), "never": int(never or 0)}
-        for site_id, nodes, stale, never in rows
-    }
+    newest: dict[int, float] = dict(_select("SELECT node_id, ts FROM fw_node_latest", []))
+    for node_id, ts in _select("SELECT node_id, MAX(ts) FROM fw_gpu_latest GROUP BY node_id", []):
+        newest[node_id] = max(ts, newest.get(node_id, ts))
+    out: dict[int, Payload] = {}
+    quiet_since = now - health.STALE_AFTER_S
+    for node_id, site_id in nodes:
+        counts = out.setdefault(site_id, {"nodes": 0, "stale": 0, "never": 0})
+        counts["nodes"] += 1
+        ts = newest.get(node_id)
+        if ts is None:
+            counts["never"] += 1
+        elif ts <= quiet_since:
+            counts["stale"] += 1
+    return out
 
 
 def _select(sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
