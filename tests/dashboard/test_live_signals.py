@@ -53,6 +53,5 @@ async def test_a_rack_page_gets_new_figures_and_the_publisher_builds_none_for_it
     assert rack_changed_group(rack.id) in plan.groups()
     await publisher.publish({"gpu": {(node.id, 0)}})  # what ingest reports as saved
     assert publisher.counters.build_failed == 0 and publisher.counters.published == 1
-    update = await page.receive_json_from()
-    assert "4 °C past slowdown" in update["html"]  # 91 °C against its own 87 °C limit
+    assert await page.page_showing("4 °C past slowdown")  # 91 °C against its own 87 °C limit
     await page.disconnect()
