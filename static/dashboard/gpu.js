@@ -11,10 +11,11 @@
   const TIER_WORDS = { raw: "raw samples", "1m": "1-minute rollups", "1h": "1-hour rollups" };
 
   const memPct = (v) => (v === null || !config.mem_total_mib ? null : (100 * v) / config.mem_total_mib);
-  // Per chart: its element, y-axis title, and [metric, legend name, transform] traces.
+  // Per chart: its element, y-axis title, [metric, legend name, transform] traces, and the
+  // metric whose bucket maximum is drawn too: a mean hides the spike that reached a limit.
   const CHARTS = [
-    { el: "chart-temp", unit: "°C", traces: [["temp_gpu_c", "GPU"], ["temp_mem_c", "HBM"]] },
-    { el: "chart-power", unit: "W", traces: [["power_w", "power"], ["power_limit_w", "cap (enforced)"]] },
+    { el: "chart-temp", unit: "°C", peak: "temp_gpu_c", traces: [["temp_gpu_c", "GPU"], ["temp_mem_c", "HBM"]] },
+    { el: "chart-power", unit: "W", peak: "power_w", traces: [["power_w", "power"], ["power_limit_w", "cap (enforced)"]] },
     { el: "chart-clocks", unit: "MHz", traces: [["clock_sm_mhz", "SM"], ["clock_mem_mhz", "memory"]] },
     {
       el: "chart-util", unit: "%",
@@ -38,9 +39,11 @@
     return "/api/v1/history?" + q.toString();
   }
 
-  function xy(points, transform) {
+  // A series as Plotly x (ms) and y: its bucket means, or its bucket maxima.
+  function xy(series, transform, stat) {
     const f = transform || ((v) => v);
-    return { x: points.map((p) => p[0] * 1000), y: points.map((p) => f(p[1])) };
+    const ys = stat === "max" ? series.max : series.points.map((p) => p[1]);
+    return { x: series.points.map((p) => p[0] * 1000), y: ys.map(f) };
   }
 
   // A limit as a dashed line across the chart, named in words (colour is not the signal).
@@ -58,7 +61,8 @@
     const lines = [];
     if (chart.el === "chart-temp") {
       const colours = { slowdown: css("--warn", "#d29922"), shutdown: css("--crit", "#f85149") };
-      config.limits.forEach((lim, i) => {
+      const byValue = [...config.limits].sort((a, b) => a.value_c - b.value_c); // neighbours alternate
+      byValue.forEach((lim, i) => {
         const colour = colours[lim.name] || css("--muted", "#9aa7b4");
         lines.push(limitLine(lim.value_c, `${lim.name} ${lim.value_c.toFixed(0)} °C`, colour, i % 2 === 1));
       });
@@ -97,8 +101,13 @@
         const s = body.series[metric];
         if (!s || !s.points.some((p) => p[1] !== null)) continue; // not reported: no line
         if (transform === memPct && !config.mem_total_mib) continue;
-        traces.push({ type: "scatter", mode: "lines", name, connectgaps: false, ...xy(s.points, transform) });
-        metrics.push([metric, transform]);
+        traces.push({ type: "scatter", mode: "lines", name, connectgaps: false, ...xy(s, transform) });
+        metrics.push([metric, transform, "mean"]);
+        if (metric === chart.peak && body.step_s > 1) {
+          traces.push({ type: "scatter", mode: "lines", name: `${name}, max per bucket`, connectgaps: false,
+                        line: { dash: "dot", width: 1 }, ...xy(s, transform, "max") });
+          metrics.push([metric, transform, "max"]);
+        }
       }
       const el = document.getElementById(chart.el);
       if (!traces.length) {
@@ -129,9 +138,8 @@
     drawn.forEach((metrics, i) => {
       if (!metrics.length) return;
       const update = { x: [], y: [] };
-      for (const [metric, transform] of metrics) {
-        const pts = (body.series[metric] || { points: [] }).points;
-        const { x, y } = xy(pts, transform);
+      for (const [metric, transform, stat] of metrics) {
+        const { x, y } = xy(body.series[metric] || { points: [], max: [] }, transform, stat);
         update.x.push(x);
         update.y.push(y);
       }

@@ -78,6 +78,8 @@ def test_rack_to_node_to_gpu_draws_the_history_and_appends_live_points(tmp_path:
             assert "slowdown 87 °C" in figures and "cap 700 W" in figures
             # the GPU's own limits are drawn on its temperature chart, named in words
             assert "slowdown 87 °C" in chart.locator(".annotation-text").all_text_contents()
+            # bucketed: the bucket maxima are drawn too, so a mean cannot hide a spike
+            assert "GPU, max per bucket" in chart.locator(".legendtext").all_text_contents()
             shot(page, tmp_path / "gpu.png")
 
             before = page.evaluate("document.getElementById('chart-temp').data[0].x.length")
