@@ -262,6 +262,15 @@ def test_gpu_page_decodes_throttle_reasons_over_the_range_and_lists_its_events(
     assert "GPU 1 ecc_dbe 1 not this GPU" in node_page
 
 
+def test_gpu_page_range_picks_the_charts_and_timeline_range(ops: Client, node: Node) -> None:
+    url = f"/gpus/{gpu(node, 0).pk}/"
+    response = ops.get(url + "?range=7d")
+    week = response.content.decode()
+    assert '"range": "7d"' in week and "Clock-event reasons last 7d" in text(response)
+    assert 'href="?range=7d" data-range="7d" aria-current="true"' in week
+    assert '"range": "1h"' in ops.get(url + "?range=1y").content.decode()  # unknown: the default
+
+
 # -- history API ---------------------------------------------------------------------------
 
 
