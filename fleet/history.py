@@ -5,9 +5,9 @@ range (docs/storage.md): raw samples for short ranges still inside raw retention
 hour on PostgreSQL, 15 minutes on SQLite: `RAW_MAX_RANGE_S`), 1-minute rollups inside
 theirs, 1-hour rollups beyond; it says which tier answered. What the rollup has not reached
 yet (the last minute or two) is read from the next finer tier, so a chart ends at the last
-sample. Every metric comes from ONE statement, grouped in the database into at most
-`max_points` buckets (a bucket's mean, with its min and max), so a long range never ships
-more points than a chart can draw. Raw SQL through Django's connection, one code path for
+sample. Every metric comes from one statement per tier read, grouped in the database into
+at most `max_points` buckets (a bucket's mean, with its min and max), so a long range never
+ships more points than a chart can draw. Raw SQL through Django's connection, one code path for
 SQLite and PostgreSQL (only the raw bucket expression differs, `dialect.bucket_expr`).
 
 `reason_spans` reads the clock-event (throttle) bitmask the same way but keeps it a mask:
