@@ -1,6 +1,6 @@
 """The node and GPU pages in a real browser: drill from the rack page to a node and on to
-one of its GPUs; the GPU page draws its Plotly history from the history API, and a new
-sample pushed while it is open is appended to the chart without a reload."""
+one of its GPUs. Both follow new samples without a reload; the GPU page draws its Plotly
+history from the history API and appends a new sample to the chart."""
 
 from __future__ import annotations
 
@@ -64,6 +64,14 @@ def test_rack_to_node_to_gpu_draws_the_history_and_appends_live_points(tmp_path:
             assert page.locator("a.gpu-link").count() == 8
             assert "°C" in page.locator("#node-gpus").inner_text()
             shot(page, tmp_path / "node.png")
+            # the node page follows its rack's pushes without a reload
+            page.evaluate("window.__stayed = true")
+            page.wait_for_selector("#live-status[data-state='live']")
+            batch = gpu_batch(NODE, seq, temp_gpu_c=66)
+            assert post_json(server.url + "/api/v1/ingest", batch, token)[0] == 200
+            page.wait_for_selector("#node-gpus:has-text('66 °C')", timeout=15_000)
+            assert page.evaluate("window.__stayed === true")
+            seq += 1
 
             page.click(f"a.gpu-link[href='/gpus/{gpu_pk}/']")
             page.wait_for_selector("h1:has-text('GPU 0')")
