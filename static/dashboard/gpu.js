@@ -1,6 +1,6 @@
 // The GPU page's history charts (Plotly, served from /vendor/plotly.min.js) and its live
-// figures. History comes from the one history API (/api/v1/history); each push on the
-// rack's socket (FleetLive, live.js) says something changed, and then the page fetches
+// figures. History comes from the one history API (/api/v1/history); each signal on the
+// rack's /changed socket (FleetLive, live.js) says something changed, and the page fetches
 // only the points newer than its last one (appended with Plotly.extendTraces, no redraw)
 // and the server-rendered figures (morphed in, so the words stay the server's).
 (function () {
@@ -8,6 +8,7 @@
   const config = JSON.parse(document.getElementById("gpu-config").textContent);
   const status = document.getElementById("chart-status");
   const LIVE_EVERY_MS = 2000; // pushes come up to twice a second: fetch at most every 2 s
+  const QUIET_REFRESH_MS = 10000;
   const TIER_WORDS = { raw: "raw samples", "1m": "1-minute rollups", "1h": "1-hour rollups" };
 
   const memPct = (v) => (v === null || !config.mem_total_mib ? null : (100 * v) / config.mem_total_mib);
@@ -201,7 +202,9 @@
   getJson(historyUrl({ range: config.range }))
     .then((body) => {
       draw(body);
-      if (window.FleetLive) FleetLive.connect(`/ws/live/rack/${config.rack_id}`, onPush);
+      if (window.FleetLive) FleetLive.connect(`/ws/live/rack/${config.rack_id}/changed`, onPush);
+      // No signal while the GPU is quiet: refresh anyway, so its figures turn into their age.
+      setInterval(() => { if (Date.now() - fetchedAt >= QUIET_REFRESH_MS) onPush(); }, QUIET_REFRESH_MS);
     })
     .catch((err) => { status.textContent = `History could not be loaded: ${err.message}`; });
 })();

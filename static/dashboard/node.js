@@ -1,11 +1,12 @@
-// The node page, live: each push on its rack's socket (FleetLive, live.js) says something
-// in the rack changed; the page then fetches itself again (at most every 2 s) and morphs
+// The node page, live: each signal on its rack's /changed socket (FleetLive, live.js) says
+// something in the rack changed; the page then fetches itself again (at most every 2 s) and morphs
 // the node's region in, so every word and unit stays the server's.
 (function () {
   "use strict";
   const region = document.getElementById("node-live");
   if (!region || !window.FleetLive) return;
   const EVERY_MS = 2000;
+  const QUIET_REFRESH_MS = 10000;
   let busy = false;
   let fetchedAt = 0;
 
@@ -29,5 +30,7 @@
     }
   }
 
-  FleetLive.connect(`/ws/live/rack/${region.dataset.rack}`, refresh);
+  FleetLive.connect(`/ws/live/rack/${region.dataset.rack}/changed`, refresh);
+  // No signal while the node is quiet: refresh anyway, so its figures turn into their age.
+  setInterval(() => { if (Date.now() - fetchedAt >= QUIET_REFRESH_MS) refresh(); }, QUIET_REFRESH_MS);
 })();
