@@ -21,9 +21,13 @@ from fleet.health import STALE_AFTER_S
 from fleet.models import Site
 from fleet.pue import DAY_S, RollingPue, kept_s, power_series, rolling_pues
 from fleet.site_summary import site_payloads
-from fleet.storage.schema import TIER_SECONDS
 
-CHART_SPAN_S = DAY_S  # the chart: the last day of 1-minute means
+# The chart's spans: (key, label, seconds, tier). The first is drawn first and extended
+# by live pushes; the rest are a click away.
+CHART_SPANS: tuple[tuple[str, str, int, str], ...] = (
+    ("day", "last 24 h (1-minute means)", DAY_S, "1m"),
+    ("month", "last 30 d (1-hour means)", 30 * DAY_S, "1h"),
+)
 
 
 @dataclass
@@ -66,7 +70,7 @@ class SitePower:
     name: str
     now: dict[str, Any]  # fleet.site_summary's figures
     rolling: list[RollingRow]
-    chart: dict[str, Any]
+    chart: dict[str, dict[str, Any]]  # per span key: power_series
 
     @property
     def total_power(self) -> str:
@@ -127,7 +131,7 @@ def power_page(sites: list[tuple[int, str]], now: float) -> list[SitePower]:
             name,
             figures[site_id],
             [RollingRow(r) for r in rolling_pues(site_id, now)],
-            power_series(site_id, now - CHART_SPAN_S, "1m"),
+            {key: power_series(site_id, now - span, tier) for key, _, span, tier in CHART_SPANS},
         )
         for site_id, name in sites
     ]
@@ -144,9 +148,9 @@ def power_view(request: HttpRequest) -> HttpResponse:
             "now": now,
             "sites": {str(s.id): s.now for s in sites},
             "charts": {str(s.id): s.chart for s in sites},
-            "chart_step_s": TIER_SECONDS["1m"],
             "stale_after_s": STALE_AFTER_S,
         },
+        "chart_spans": [(key, label) for key, label, _, _ in CHART_SPANS],
         "kept_1m": span_words(int(kept_s("1m"))),
         "kept_1h": span_words(int(kept_s("1h"))),
     }

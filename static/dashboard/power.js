@@ -46,15 +46,17 @@
 
   // ---- the chart
 
-  function drawChart(id, series) {
+  function drawChart(id, span) {
     const el = document.getElementById("chart-" + id);
     if (!el) return;
     if (typeof window.Plotly === "undefined") { el.dataset.chart = "unavailable"; return; }
+    const series = state.charts[id][span];
     const when = series.t.map((t) => new Date(t * 1000));
     const kw = (values) => values.map((w) => (w === null ? null : w / 1000));
     const css = getComputedStyle(document.body);
-    el.textContent = "";
-    window.Plotly.newPlot(el, [
+    const note = el.querySelector(".chart-note"); // only the placeholder: a drawn plot stays
+    if (note) note.remove();
+    window.Plotly.react(el, [
       { x: when, y: kw(series.facility_w), name: "Facility power (kW)", mode: "lines" },
       { x: when, y: kw(series.it_w), name: "IT power (kW)", mode: "lines", line: { dash: "dot" } },
     ], {
@@ -65,14 +67,19 @@
       legend: { orientation: "h" },
     }, { displaylogo: false, responsive: true });
     el.dataset.chart = "drawn";
+    el.dataset.span = span;
   }
 
   function extendChart(id, s) {
-    const el = document.getElementById("chart-" + id);
-    if (!el || el.dataset.chart !== "drawn" || s.ts === null) return;
-    if (s.ts - (lastPoint.get(id) || 0) < CHART_POINT_EVERY_S) return;
+    if (s.ts === null || s.ts - (lastPoint.get(id) || 0) < CHART_POINT_EVERY_S) return;
     if (s.total_power_w === null && s.it_power_w === null) return;
     lastPoint.set(id, s.ts);
+    // Live points join the 1-minute series (kept for when that view is drawn again),
+    // not the 30-day one, which holds hourly means.
+    const day = state.charts[id].day;
+    day.t.push(s.ts); day.facility_w.push(s.total_power_w); day.it_w.push(s.it_power_w);
+    const el = document.getElementById("chart-" + id);
+    if (!el || el.dataset.chart !== "drawn" || el.dataset.span !== "day") return;
     const at = [new Date(s.ts * 1000)];
     const kw = (w) => (w === null ? null : w / 1000);
     window.Plotly.extendTraces(el, { x: [at, at], y: [[kw(s.total_power_w)], [kw(s.it_power_w)]] }, [0, 1]);
@@ -93,7 +100,10 @@
   }
 
 
-  for (const [id, series] of Object.entries(state.charts)) drawChart(id, series);
+  for (const id of Object.keys(state.charts)) drawChart(id, "day");
+  document.querySelectorAll(".chart-spans input").forEach((input) => {
+    input.addEventListener("change", () => drawChart(input.dataset.site, input.value));
+  });
   for (const [id, s] of sites) if (s.ts) lastPoint.set(id, s.ts);
   renderAll();
   setInterval(renderAll, 5000); // age out figures that stopped arriving

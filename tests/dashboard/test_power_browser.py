@@ -66,6 +66,11 @@ def test_power_page_shows_live_figures_and_a_chart(tmp_path: Path) -> None:
             drawn = chart.get_attribute("data-chart")
             if drawn == "drawn":
                 assert chart.locator(".main-svg").count() > 0
+                site.locator("input[value=month]").check()  # the 30-day view, hourly means
+                assert chart.get_attribute("data-span") == "month"
+                site.locator("input[value=day]").check()
+                assert chart.get_attribute("data-span") == "day"
+                assert chart.locator("g.trace").count() == 2  # both lines drawn again
             else:  # plotly.js not served yet: the numbers stand, the chart says so
                 assert "chart unavailable" in chart.inner_text()
             page.wait_for_selector("#live-status[data-state='live']")

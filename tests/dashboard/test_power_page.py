@@ -145,7 +145,9 @@ def test_rolling_pue_rows_say_their_span_and_when_history_is_short(
     assert "24 h no data – no history" in page  # no 1-minute means at all
 
 
-def test_the_chart_gets_the_last_days_facility_and_it_power(client: Client, site: Site) -> None:
+def test_the_chart_gets_the_last_days_and_months_facility_and_it_power(
+    client: Client, site: Site
+) -> None:
     now = time.time()
     minute = int(now // MINUTE) * MINUTE
     seed(
@@ -157,8 +159,9 @@ def test_the_chart_gets_the_last_days_facility_and_it_power(client: Client, site
     html = client.get("/power/").content.decode()
     found = re.search(r'<script id="power-data" type="application/json">(.*?)</script>', html)
     assert found is not None
-    chart = json.loads(found.group(1))["charts"][str(site.pk)]
-    assert chart == {
+    charts = json.loads(found.group(1))["charts"][str(site.pk)]
+    assert charts["month"] == {"t": [], "facility_w": [], "it_w": []}  # no hourly means yet
+    assert charts["day"] == {
         "t": [minute - 120, minute - 60],
         "facility_w": [1.3e6, 1.4e6],
         "it_w": [1e6, 1.1e6],
