@@ -82,6 +82,7 @@ class GpuPage:
     rack_name: str
     hall: str
     site_id: int
+    site_name: str
     level: str
     level_word: str
     reasons: list[str]
@@ -281,6 +282,7 @@ def gpu_page(gpu: GPU, range_name: str, now: float, figures_only: bool = False) 
         rack_name=rack.name,
         hall=rack.hall.name,
         site_id=rack.hall.site_id,
+        site_name=rack.hall.site.name,
         level=tile.level,
         level_word=tile.level_word,
         reasons=tile.reasons,
@@ -312,7 +314,7 @@ def _float(value: float | int | None) -> float | None:
 
 
 def _visible_gpu(request: HttpRequest, gpu_id: int) -> GPU:
-    gpu = GPU.objects.select_related("node__rack__hall").filter(pk=gpu_id).first()
+    gpu = GPU.objects.select_related("node__rack__hall__site").filter(pk=gpu_id).first()
     if gpu is None or not can_view_site(request.user, gpu.node.rack.hall.site_id):
         raise Http404("no such GPU")
     return gpu

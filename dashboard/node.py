@@ -49,6 +49,7 @@ class NodePage:
     rack_id: int
     rack_name: str
     hall: str
+    site_id: int
     site_name: str
     level: str
     level_word: str
@@ -102,7 +103,7 @@ def _rate(reading: health.Reading, metric: str, now: float) -> str | None:
 
 HOST_FIGURES: tuple[tuple[str, str, str, str], ...] = (
     ("CPU busy", "cpu_pct", "%", ".0f"),
-    ("Load (1 min)", "load1", "", ".2f"),
+    ("Load, 1-min average", "load1", "runnable tasks", ".2f"),
     ("Hottest CPU package", "temp_cpu_c", "°C", ".0f"),
     ("Inlet air", "temp_inlet_c", "°C", ".1f"),
     ("Outlet air", "temp_outlet_c", "°C", ".1f"),
@@ -189,6 +190,7 @@ def node_page(node: Node, now: float) -> NodePage:
         rack_id=rack.id,
         rack_name=rack.name,
         hall=rack.hall.name,
+        site_id=rack.hall.site_id,
         site_name=rack.hall.site.name,
         level=summary.level.value,
         level_word=level_word(summary.level),

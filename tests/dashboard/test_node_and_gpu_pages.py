@@ -132,7 +132,7 @@ def test_node_page_shows_linked_gpu_tiles_host_figures_tuning_agent_and_clock(
     response = ops.get(f"/nodes/{node.id}/")
     html, page = response.content.decode(), text(response)
     assert f'href="/gpus/{gpu(node, 0).pk}/"' in html and f'href="/gpus/{gpu(node, 1).pk}/"' in html
-    assert f'href="/racks/{node.rack_id}/"' in html
+    assert f'href="/racks/{node.rack_id}/"' in html and f'href="/#site-{site.id}"' in html
     assert "70 °C" in page and "17 °C to slowdown" in page and "600 W (86 % of cap)" in page
     assert "hw_thermal: hardware thermal slowdown (>=2x)" in page and "Critical" in page
     assert "CPU busy 42 %" in page and "Inlet air 24.5 °C" in page
