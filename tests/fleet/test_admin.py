@@ -56,7 +56,8 @@ def fast_passwords(settings: Any) -> None:
 
 @pytest.fixture
 def site() -> Site:
-    racks = tuple(replace(plan, nodes=2) for plan in DEMO_RACKS[:2])
+    # A01, A02 with the figures these tests read (not the demo's current sizing).
+    racks = tuple(replace(plan, nodes=2, budget_kw=130, feed_amps=125) for plan in DEMO_RACKS[:2])
     site = seed_demo_site("demo", racks, gpus_per_node=2)
     EnrollmentToken.issue(site, label="rollout")
     SourceToken.objects.create(

@@ -17,7 +17,7 @@ from tests.support.agent import enroll, post_json
 from tests.support.fuzz import batches, good_batch, json_values
 from tests.support.server import FleetServer
 
-NODE = "gpu-a02-16"
+NODE = "gpu-a03-04"
 _seq = itertools.count(10**12)  # good batches' seqs, above any a fuzzed batch acks
 
 

@@ -71,8 +71,8 @@ def test_unknown_token_is_refused_with_401_and_4401(fleet_server: FleetServer) -
 
 
 def test_a_token_cannot_write_another_nodes_data(fleet_server: FleetServer) -> None:
-    token = enroll(fleet_server, "node:gpu-a01-05")
-    other = gpu_batch("gpu-a01-06", 1)
+    token = enroll(fleet_server, "node:gpu-a03-01")
+    other = gpu_batch("gpu-a03-02", 1)
     status, body = post_json(fleet_server.url + "/api/v1/ingest", other, token)
     assert status == 403 and body["error"]["field"] == "source"
     with ws_connect(fleet_server, token) as ws:
@@ -82,7 +82,7 @@ def test_a_token_cannot_write_another_nodes_data(fleet_server: FleetServer) -> N
             ws.recv(timeout=10)
     assert nack["error"]["code"] == 403
     assert e.value.rcvd is not None and e.value.rcvd.code == 4403
-    assert stored_for(fleet_server, "gpu-a01-06") == 0
+    assert stored_for(fleet_server, "gpu-a03-02") == 0
 
 
 # One fixed time for the good batch of every case: its resends are stored once.
@@ -110,7 +110,7 @@ GOOD_TS = time.time() - 600
 def test_malformed_batch_is_refused_naming_the_field_and_stores_nothing(
     fleet_server: FleetServer, mutate, field: str, reason: str
 ) -> None:
-    node = "gpu-a01-07"
+    node = "gpu-a03-03"
     token = enroll(fleet_server, f"node:{node}")
     batch = gpu_batch(node, 1)
     mutate(batch)
@@ -128,7 +128,7 @@ def test_malformed_batch_is_refused_naming_the_field_and_stores_nothing(
 
 
 def test_invalid_json_is_refused_with_400(fleet_server: FleetServer) -> None:
-    token = enroll(fleet_server, "node:gpu-a01-08")
+    token = enroll(fleet_server, "node:gpu-a03-04")
     status, body = post_json(fleet_server.url + "/api/v1/ingest", b"{not json", token)
     assert status == 400 and "JSON" in body["error"]["reason"]
 
@@ -136,7 +136,7 @@ def test_invalid_json_is_refused_with_400(fleet_server: FleetServer) -> None:
 def test_oversized_batch_is_refused_with_413_and_stores_nothing(
     fleet_server: FleetServer,
 ) -> None:
-    node = "gpu-a01-09"
+    node = "gpu-a04-01"
     token = enroll(fleet_server, f"node:{node}")
     huge = gpu_batch(node, 1)
     huge["events"] = [{"ts": time.time(), "kind": "note", "detail": "x" * 1_100_000}]
@@ -152,7 +152,7 @@ def test_oversized_batch_is_refused_with_413_and_stores_nothing(
 def test_latest_state_is_the_newest_sample_with_slow_fields_kept(
     fleet_server: FleetServer,
 ) -> None:
-    node = "gpu-a01-10"
+    node = "gpu-a04-02"
     token = enroll(fleet_server, f"node:{node}")
     t0 = time.time() - 10
     url = fleet_server.url + "/api/v1/ingest"
@@ -179,19 +179,19 @@ def test_latest_state_is_the_newest_sample_with_slow_fields_kept(
 def test_one_agents_pipelined_rejections_do_not_disconnect_other_agents(
     fleet_server: FleetServer,
 ) -> None:
-    bystander = enroll(fleet_server, "node:gpu-a01-15")
-    offender = enroll(fleet_server, "node:gpu-a01-16")
+    bystander = enroll(fleet_server, "node:gpu-a04-03")
+    offender = enroll(fleet_server, "node:gpu-a04-04")
     with ws_connect(fleet_server, bystander) as calm, ws_connect(fleet_server, offender) as bad:
         with pytest.raises(ConnectionClosed) as closed:
             # three batches for another node, pipelined in one go (the server may close
             # the connection before the last is sent)
             for seq in (1, 2, 3):
-                bad.send(json.dumps(gpu_batch("gpu-a01-15", seq)))
+                bad.send(json.dumps(gpu_batch("gpu-a04-03", seq)))
             while True:
                 bad.recv(timeout=10)
-        calm.send(json.dumps(gpu_batch("gpu-a01-15", 1)))
+        calm.send(json.dumps(gpu_batch("gpu-a04-03", 1)))
         assert json.loads(calm.recv(timeout=10))["ack"] == 1
-        calm.send(json.dumps(gpu_batch("gpu-a01-15", 2, ts=time.time() + 1)))
+        calm.send(json.dumps(gpu_batch("gpu-a04-03", 2, ts=time.time() + 1)))
         assert json.loads(calm.recv(timeout=10))["ack"] == 2
     assert closed.value.rcvd is not None and closed.value.rcvd.code == 4403
 
@@ -237,7 +237,7 @@ def test_a_node_token_cannot_grow_the_inventory_past_the_gpu_limit(
     """One batch describing 1,016 GPUs is refused; so is growing there a batch at a time."""
     from agents.protocol import MAX_GPUS_PER_NODE
 
-    node = "gpu-a02-13"
+    node = "gpu-a05-01"
     token = enroll(fleet_server, f"node:{node}")
     url = fleet_server.url + "/api/v1/ingest"
 

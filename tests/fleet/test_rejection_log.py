@@ -32,11 +32,11 @@ def log_line(server: FleetServer, *needles: str, timeout: float = 10) -> str:
 def test_an_http_batch_refused_is_logged_with_address_and_source(
     fleet_server: FleetServer,
 ) -> None:
-    token = enroll(fleet_server, "node:gpu-a02-11")
-    batch = gpu_batch("gpu-a02-11", 1)
+    token = enroll(fleet_server, "node:gpu-a03-01")
+    batch = gpu_batch("gpu-a03-01", 1)
     batch["gpu"][0]["power_w"] = -5
     assert post_json(fleet_server.url + "/api/v1/ingest", batch, token)[0] == 400
-    line = log_line(fleet_server, "HTTP ingest", "'node:gpu-a02-11'")
+    line = log_line(fleet_server, "HTTP ingest", "'node:gpu-a03-01'")
     assert "from 127.0.0.1" in line and "400 gpu[0].power_w" in line
 
 
@@ -55,8 +55,8 @@ def test_a_refused_enrolment_is_logged_with_address_and_source(fleet_server: Fle
 
 
 def test_a_websocket_nack_is_logged_with_address_and_source(fleet_server: FleetServer) -> None:
-    token = enroll(fleet_server, "node:gpu-a02-12")
-    batch = gpu_batch("gpu-a02-12", 1)
+    token = enroll(fleet_server, "node:gpu-a03-02")
+    batch = gpu_batch("gpu-a03-02", 1)
     batch["gpu"][1]["bogus_w"] = 1
     with connect(
         fleet_server.ws_url + "/ws/ingest/v1",
@@ -65,7 +65,7 @@ def test_a_websocket_nack_is_logged_with_address_and_source(fleet_server: FleetS
     ) as ws:
         ws.send(json.dumps(batch))
         assert "nack" in json.loads(ws.recv(timeout=10))
-    line = log_line(fleet_server, "WebSocket ingest", "'node:gpu-a02-12'")
+    line = log_line(fleet_server, "WebSocket ingest", "'node:gpu-a03-02'")
     # uvicorn trusts X-Forwarded-For from 127.0.0.1 (the proxy's place): the agent's address
     assert "from 203.0.113.9 source=" in line and "gpu[1].bogus_w" in line
 

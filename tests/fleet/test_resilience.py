@@ -256,7 +256,7 @@ def ops_cookie(fleet_server: FleetServer) -> Iterator[str]:
 def test_hostile_batches_are_refused_alone_while_a_pipelining_neighbour_keeps_being_acked(
     fleet_server: FleetServer, ops_cookie: str
 ) -> None:
-    good_node, bad_node = "gpu-a01-05", "gpu-a01-06"
+    good_node, bad_node = "gpu-a03-01", "gpu-a03-02"
     good_token = enroll(fleet_server, f"node:{good_node}")
     bad_token = enroll(fleet_server, f"node:{bad_node}")
     now = time.time()
@@ -290,7 +290,7 @@ def test_hostile_batches_are_refused_alone_while_a_pipelining_neighbour_keeps_be
 def test_an_agent_that_stops_reading_does_not_delay_another_agents_acks(
     fleet_server: FleetServer,
 ) -> None:
-    stalled_node, calm_node = "gpu-a01-07", "gpu-a01-08"
+    stalled_node, calm_node = "gpu-a03-03", "gpu-a03-04"
     stalled_token = enroll(fleet_server, f"node:{stalled_node}")
     calm_token = enroll(fleet_server, f"node:{calm_node}")
     stalled = StalledWebSocket("127.0.0.1", fleet_server.port, "/ws/ingest/v1", stalled_token)

@@ -37,7 +37,7 @@ def _ws(server: FleetServer, token: str):  # type: ignore[no-untyped-def]
 
 
 def test_a_2_mib_websocket_frame_is_refused_at_once(fleet_server: FleetServer) -> None:
-    token = enroll(fleet_server, "node:gpu-a02-14")
+    token = enroll(fleet_server, "node:gpu-a03-01")
     with _ws(fleet_server, token) as ws:
         started = time.monotonic()
         ws.send("x" * (2 << 20))
@@ -50,7 +50,7 @@ def test_a_2_mib_websocket_frame_is_refused_at_once(fleet_server: FleetServer) -
 def test_a_frame_between_the_protocol_limit_and_the_cap_is_a_413_nack(
     fleet_server: FleetServer,
 ) -> None:
-    token = enroll(fleet_server, "node:gpu-a02-15")
+    token = enroll(fleet_server, "node:gpu-a03-02")
     with _ws(fleet_server, token) as ws:
         ws.send("x" * (MAX_BATCH_BYTES + 1000))
         nack = json.loads(ws.recv(timeout=10))

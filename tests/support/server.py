@@ -42,7 +42,7 @@ class FleetServer:
         *,
         database_url: str | None = None,
         redis_url: str | None = None,
-        racks: int = 2,
+        racks: int = 8,  # A01–A08: 32 nodes of 4 (the demo plan), enough distinct nodes per module
         extra_env: dict[str, str] | None = None,
     ) -> None:
         self.var_dir = var_dir
