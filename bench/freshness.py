@@ -432,7 +432,7 @@ class PageTiming:
     cpu_ms: list[float]  # this process's CPU (the view, SQLite and the template all run here)
     body_bytes: int
     gzip_bytes: int
-    phases_ms: dict[str, float]  # CPU, medians
+    phases_ms: dict[str, float]  # CPU per request by phase, medians
     profile: str | None
     load: float  # 1-minute load average when done (2 cores; other work shares them)
 
@@ -486,12 +486,15 @@ def time_fleet_page(args: argparse.Namespace) -> PageTiming:
         for _ in range(2):
             get()  # warm-up: templates compiled, connection open
         times, cpu_times, body = [], [], b""
-        for _ in range(args.requests):
-            rules.refresh(time.time())  # a live fleet: every sample time moves on
-            took, cpu_ms, body = get()
-            times.append(took)
-            cpu_times.append(cpu_ms)
-        phases = page_phases(statistics.median(cpu_times))
+        per_request: list[dict[str, float]] = []
+        with phase_clock() as clock:
+            for _ in range(args.requests):
+                rules.refresh(time.time())  # a live fleet: every sample time moves on
+                took, cpu_ms, body = get()
+                times.append(took)
+                cpu_times.append(cpu_ms)
+                per_request.append(split_phases(cpu_ms / 1000, clock.take()))
+        phases = {k: statistics.median(p[k] for p in per_request) for k in per_request[0]}
         profile = None
         if statistics.median(times) > TARGET_PAGE_MS or args.profile:
             profile = profile_page(get)
@@ -508,37 +511,67 @@ def time_fleet_page(args: argparse.Namespace) -> PageTiming:
         )
 
 
-def page_phases(get_cpu_ms: float, rounds: int = 5) -> dict[str, float]:
-    """Where GET / spends its CPU, each phase timed alone (medians of `rounds`): reading
-    the latest state, deriving every figure (`fleet.health`), the rest of building the
-    overview (payloads, site strips), and rendering with the middleware (the remainder)."""
-    from dashboard.overview import fleet_overview
+class PhaseClock:
+    """CPU spent inside given module functions during a request, per phase (patched in
+    for the timed requests: every phase of the same requests, so they add up)."""
+
+    def __init__(self) -> None:
+        self.spent: dict[str, float] = {}
+        self._undo: list[tuple[Any, str, Any]] = []
+
+    def wrap(self, module: Any, name: str, phase: str) -> None:
+        original = getattr(module, name, None)
+        if original is None:
+            return  # renamed: that phase reads 0 and the remainder absorbs it
+
+        def timed(*a: Any, **kw: Any) -> Any:
+            started = time.process_time()
+            try:
+                return original(*a, **kw)
+            finally:
+                self.spent[phase] = self.spent.get(phase, 0.0) + time.process_time() - started
+
+        setattr(module, name, timed)
+        self._undo.append((module, name, original))
+
+    def take(self) -> dict[str, float]:
+        spent, self.spent = self.spent, {}
+        return spent
+
+    def close(self) -> None:
+        for module, name, original in reversed(self._undo):
+            setattr(module, name, original)
+
+
+@contextlib.contextmanager
+def phase_clock() -> Iterator[PhaseClock]:
+    """Reads of the latest state (`fleet.state` readers, as `rack_states` calls them),
+    `rack_states` as the overview calls it, and the overview as the view calls it."""
+    import dashboard.overview
+    import dashboard.views
     from fleet import state
 
-    read, derive, overview = [], [], []
-    for _ in range(rounds):
-        now = time.time()
-        started = time.process_time()
-        infos = state.rack_infos(None)
-        nodes = [n for info in infos.values() for n in info.nodes]
-        pre = state.Preread(
-            state.latest_readings("gpu", nodes),
-            state.latest_readings("node", nodes),
-            state.latest_readings("rack", infos),
-            state.gpu_limits(nodes),
-        )
-        read_at = time.process_time()
-        state.rack_states(None, now, pre)
-        derive_at = time.process_time()
-        fleet_overview(now)
-        done = time.process_time()
-        read.append(read_at - started)
-        derive.append(derive_at - read_at)
-        overview.append(done - derive_at)
-    ms = {name: 1000 * statistics.median(v) for name, v in (("read", read), ("derive", derive))}
-    ms["payloads"] = 1000 * statistics.median(overview) - ms["read"] - ms["derive"]
-    ms["render"] = get_cpu_ms - 1000 * statistics.median(overview)
-    return ms
+    clock = PhaseClock()
+    for name in ("rack_infos", "_readings", "gpu_limits"):
+        clock.wrap(state, name, "read")
+    clock.wrap(dashboard.overview, "rack_states", "rack_states")
+    clock.wrap(dashboard.views, "build_overview", "overview")
+    try:
+        yield clock
+    finally:
+        clock.close()
+
+
+def split_phases(get_cpu_s: float, spent: dict[str, float]) -> dict[str, float]:
+    """One request's CPU, in ms, by phase."""
+    read, states = spent.get("read", 0.0), spent.get("rack_states", 0.0)
+    overview = spent.get("overview", 0.0)
+    return {
+        "read": 1000 * read,
+        "derive": 1000 * (states - read),
+        "payloads": 1000 * (overview - states),
+        "render": 1000 * (get_cpu_s - overview),
+    }
 
 
 def profile_page(get: Any, top: int = 20) -> str:
@@ -574,12 +607,12 @@ def print_page(page: PageTiming, requests: int) -> None:
         " (the server does not compress)"
     )
     labels = {
-        "read": "read latest state (rack_infos, latest_readings gpu/node/rack, gpu_limits)",
-        "derive": "derive figures (rack_states over the read: node and rack summaries)",
+        "read": "read the latest state (fleet.state: rack_infos, _readings, gpu_limits)",
+        "derive": "derive figures (the rest of rack_states: node and rack summaries)",
         "payloads": "rack payloads, tiles, site strips (the rest of dashboard.overview)",
-        "render": "template render, middleware, session (GET − overview, CPU medians)",
+        "render": "template render, middleware, session (the rest of the request)",
     }
-    print("  phases, CPU, each timed alone (medians of 5):")
+    print("  CPU per request by phase (medians over the timed requests):")
     for name, label in labels.items():
         print(f"    {label:76s} {page.phases_ms[name]:7.1f} ms")
     if page.profile:
