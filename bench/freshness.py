@@ -432,6 +432,7 @@ class PageTiming:
     cpu_ms: list[float]  # this process's CPU (the view, SQLite and the template all run here)
     body_bytes: int
     gzip_bytes: int
+    json_bytes: int  # of the body: the page's initial payload (<script id="fleet-data">)
     phases_ms: dict[str, float]  # CPU per request by phase, medians
     profile: str | None
     load: float  # 1-minute load average when done (2 cores; other work shares them)
@@ -505,10 +506,17 @@ def time_fleet_page(args: argparse.Namespace) -> PageTiming:
             cpu_times,
             len(body),
             len(gzip.compress(body)),
+            json_script_bytes(body, b"fleet-data"),
             phases,
             profile,
             os.getloadavg()[0],
         )
+
+
+def json_script_bytes(body: bytes, element_id: bytes) -> int:
+    start = body.find(b'id="' + element_id + b'"')
+    end = body.find(b"</script>", start)
+    return 0 if start < 0 or end < 0 else end - start
 
 
 class PhaseClock:
@@ -603,8 +611,9 @@ def print_page(page: PageTiming, requests: int) -> None:
         f" {os.cpu_count()} cores)"
     )
     print(
-        f"  body: {page.body_bytes / 1024:.1f} KiB raw, {page.gzip_bytes / 1024:.1f} KiB gzipped"
-        " (the server does not compress)"
+        f"  body: {page.body_bytes / 1024:.1f} KiB raw ({page.json_bytes / 1024:.1f} KiB of it the"
+        f" initial JSON payload), {page.gzip_bytes / 1024:.1f} KiB gzipped (the server does not"
+        " compress)"
     )
     labels = {
         "read": "read the latest state (fleet.state: rack_infos, _readings, gpu_limits)",
