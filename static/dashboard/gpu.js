@@ -124,10 +124,48 @@
     });
     appendFrom = hasPoints(body) ? body.end : null;
     drawnSeries = body.series;
+    if (body.reasons) drawReasons(body.reasons.spans, firstPoint(body) ?? body.start, body.end);
     const perBucket = body.tier === "raw" && body.step_s === 1 ? "each sample" : `${body.step_s} s buckets`;
     const sources = [...new Set(body.parts.map((p) => TIER_WORDS[p.tier]))].join(", then ");
     status.textContent = `Last ${config.range}: ${perBucket} (mean per bucket) from ${sources || "no stored data"}.`;
     document.body.dataset.charts = "drawn";
+  }
+
+  // The clock-event reasons as a timeline: one row per reason (its name on the axis, so
+  // colour is not the signal), a bar wherever the GPU reported it.
+  function drawReasons(spans, start, end) {
+    const el = document.getElementById("chart-reasons");
+    const rows = new Map(); // reason name -> {x, y} with null breaks between spans
+    for (const span of spans) {
+      for (const words of span.reasons) {
+        const name = words.split(":")[0];
+        const row = rows.get(name) || { x: [], y: [], words };
+        row.x.push(span.start * 1000, span.end * 1000, null);
+        row.y.push(name, name, null);
+        rows.set(name, row);
+      }
+    }
+    if (!rows.size) {
+      el.innerHTML = `<p class="empty">No clock-event reasons in the last ${config.range}: full clocks, or not reported.</p>`;
+      return;
+    }
+    const traces = [...rows.values()].map((row) => ({
+      type: "scatter", mode: "lines", name: row.words, x: row.x, y: row.y,
+      line: { width: 12 }, hovertemplate: "%{y}<extra></extra>",
+    }));
+    const look = layout({ el: "chart-reasons", unit: "" }, []);
+    look.height = 80 + 28 * rows.size;
+    look.xaxis.range = [start * 1000, end * 1000];
+    look.yaxis = { type: "category", automargin: true, gridcolor: look.xaxis.gridcolor };
+    look.showlegend = false;
+    el.innerHTML = "";
+    Plotly.newPlot(el, traces, look, { displaylogo: false, responsive: true });
+  }
+
+  // Where the data starts: the timeline lines up with the charts, which start there.
+  function firstPoint(body) {
+    const times = Object.values(body.series).flatMap((s) => s.points.filter((p) => p[1] !== null).map((p) => p[0]));
+    return times.length ? Math.min(...times) : null;
   }
 
   function hasPoints(body) {
@@ -179,7 +217,7 @@
     fetchedAt = now;
     try {
       if (appendFrom === null) {
-        draw(await getJson(historyUrl({ range: config.range }))); // empty until now: draw afresh
+        draw(await getJson(historyUrl({ range: config.range, reasons: "1" }))); // nothing yet: afresh
       } else {
         extend(await getJson(historyUrl({ start: String(appendFrom), max_points: "5000" })));
       }
@@ -197,9 +235,15 @@
       const el = document.getElementById(chart.el);
       if (el.classList.contains("js-plotly-plot")) Plotly.relayout(el, layout(chart, limitsFor(chart, drawnSeries)));
     });
+    const reasons = document.getElementById("chart-reasons");
+    if (reasons.classList.contains("js-plotly-plot")) {
+      const look = layout({ unit: "" }, []);
+      Plotly.relayout(reasons, { "font.color": look.font.color, "xaxis.gridcolor": look.xaxis.gridcolor,
+                                 "yaxis.gridcolor": look.xaxis.gridcolor });
+    }
   }).observe(document.documentElement, { attributes: true, attributeFilter: ["data-theme"] });
 
-  getJson(historyUrl({ range: config.range }))
+  getJson(historyUrl({ range: config.range, reasons: "1" }))
     .then((body) => {
       draw(body);
       if (window.FleetLive) FleetLive.connect(`/ws/live/rack/${config.rack_id}/changed`, onPush);

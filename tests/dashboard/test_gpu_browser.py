@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from agents.protocol import reasons as nvml
 from tests.dashboard.test_fleet_page_live import ARGS, CHROMIUM, login
 from tests.dashboard.test_rack_cooling_browser import shot
 from tests.support.agent import enroll, gpu_batch, post_json
@@ -28,7 +29,8 @@ def feed_history(server: FleetServer, token: str, now: float) -> int:
     """Two minutes of samples, one batch per 10 s, warming up; returns the next seq."""
     url = server.url + "/api/v1/ingest"
     for seq, age in enumerate(range(120, -1, -10), start=1):
-        batch = gpu_batch(NODE, seq, ts=now - age, temp_gpu_c=60 + (120 - age) / 10)
+        held = {"clock_event_reasons": nvml.SW_POWER_CAP} if age <= 40 else {}  # the last 40 s
+        batch = gpu_batch(NODE, seq, ts=now - age, temp_gpu_c=60 + (120 - age) / 10, **held)
         if seq == 1:  # the agent describes its GPUs once: each one's own limits
             batch["gpu_info"] = [
                 {"gpu": i, "model": "NVIDIA H200", "limits": LIMITS} for i in range(8)
@@ -86,6 +88,10 @@ def test_rack_to_node_to_gpu_draws_the_history_and_appends_live_points(tmp_path:
             assert "slowdown 87 °C" in figures and "cap 700 W" in figures
             # the GPU's own limits are drawn on its temperature chart, named in words
             assert "slowdown 87 °C" in chart.locator(".annotation-text").all_text_contents()
+            # the power cap held the clocks for the last 40 s: a row of the reasons timeline
+            reasons = page.locator("#chart-reasons.js-plotly-plot")
+            assert "power_cap" in reasons.locator(".ytick text").all_text_contents()
+            assert "power_cap: clocks reduced" in page.locator("#gpu-timeline").inner_text()
             # bucketed: the bucket maxima are drawn too, so a mean cannot hide a spike
             assert "GPU, max per bucket" in chart.locator(".legendtext").all_text_contents()
             shot(page, tmp_path / "gpu.png")
