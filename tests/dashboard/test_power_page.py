@@ -177,3 +177,10 @@ def test_only_the_sites_a_user_may_see_are_shown(
     monkeypatch.setattr(access, "visible_site_ids", lambda user: {other.pk})
     page = client.get("/power/").content.decode()
     assert f'id="power-site-{other.pk}"' in page and f'id="power-site-{site.pk}"' not in page
+
+
+def test_a_site_without_facility_data_reads_no_data_everywhere(client: Client) -> None:
+    page = fold(client.get("/power/").content.decode())
+    assert "Facility power no data IT power no data Cooling power no data" in page
+    assert "PUE now no data" in page
+    assert "24 h no data – no history" in page and "; no history yet." in page
