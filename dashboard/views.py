@@ -25,7 +25,7 @@ from fleet.models import Rack
 
 @login_required
 def fleet_overview(request: HttpRequest) -> HttpResponse:
-    halls, payload = build_overview(time.time())
+    halls, payload = build_overview(time.time(), visible_site_ids(request.user))
     context = {
         "halls": halls,
         "payload": payload,

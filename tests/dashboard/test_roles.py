@@ -212,3 +212,13 @@ def test_signed_out_sees_nothing_and_operates_nowhere() -> None:
     nobody = AnonymousUser()
     assert visible_site_ids(nobody) == set()
     assert not can_operate(nobody) and not can_administer(nobody)
+
+
+def test_the_fleet_page_shows_only_the_racks_of_ones_sites(sites: tuple[Site, Site]) -> None:
+    """A viewer of one site gets that site's racks on the first render, not every site's."""
+    north_viewer = signed_in(person("north-viewer", north="viewer"))
+    page = north_viewer.get("/").content.decode()
+    assert "N01" in page
+    assert "A01" not in page and "A02" not in page
+    everyone = signed_in(person("no-role")).get("/").content.decode()
+    assert "N01" in everyone and "A01" in everyone
