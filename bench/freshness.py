@@ -70,7 +70,7 @@ CHROMIUM_ARGS = [
 ]
 USER, PASSWORD = "bench", "bench-password-1"
 WARMUP_S = 5  # ticks before the window: connections, first latest-state saves, first pushes
-SETTLE_S = 3.0  # watched after the last tick, so its samples can still appear
+SETTLE_S = 6.0  # watched after the last tick (a quiet page refresh may show it)
 TARGET_DOM_S, TARGET_PAGE_MS, TARGET_PAGE_KB = 1.0, 300.0, 1024.0
 
 # Runs before the page's own scripts. Pushes: every message on a /ws/live/ socket, stamped
