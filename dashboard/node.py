@@ -15,7 +15,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from dashboard.gpu import EventRow, event_rows
+from dashboard.gpu import PLOTLY_VERSION, EventRow, event_rows
 from dashboard.rack import GpuTile, gpu_tile
 from dashboard.words import as_of, level_word, no_data_words
 from fleet import health
@@ -218,4 +218,5 @@ def node_view(request: HttpRequest, node_id: int) -> HttpResponse:
     node = Node.objects.select_related("rack__hall__site").filter(pk=node_id).first()
     if node is None or not can_view_site(request.user, node.rack.hall.site_id):
         raise Http404("no such node")
-    return render(request, "dashboard/node.html", {"node": node_page(node, time.time())})
+    context = {"node": node_page(node, time.time()), "plotly_version": PLOTLY_VERSION}
+    return render(request, "dashboard/node.html", context)

@@ -10,6 +10,55 @@
   let busy = false;
   let fetchedAt = 0;
 
+  // The host's last day (the one history API, 1-minute rollups), drawn once per page load.
+  const CHARTS = [
+    { el: "node-chart-power", unit: "W", traces: [["power_w", "input power"]] },
+    { el: "node-chart-temps", unit: "°C", traces: [["temp_inlet_c", "inlet air"], ["temp_outlet_c", "outlet air"], ["temp_cpu_c", "hottest CPU"]] },
+    { el: "node-chart-cpu", unit: "%", traces: [["cpu_pct", "CPU busy"]] },
+  ];
+
+  function css(name, fallback) {
+    return getComputedStyle(document.documentElement).getPropertyValue(name).trim() || fallback;
+  }
+
+  function drawChart(chart, series) {
+    const el = document.getElementById(chart.el);
+    const traces = chart.traces
+      .filter(([metric]) => series[metric] && series[metric].points.some((p) => p[1] !== null))
+      .map(([metric, name]) => ({
+        type: "scatter", mode: "lines", name, connectgaps: false,
+        x: series[metric].points.map((p) => p[0] * 1000), y: series[metric].points.map((p) => p[1]),
+      }));
+    if (!traces.length) {
+      el.innerHTML = '<p class="empty">Not reported by this host in the last 24 h.</p>';
+      return;
+    }
+    const grid = css("--muted", "#9aa7b4") + "33";
+    Plotly.newPlot(el, traces, {
+      height: 220, margin: { l: 56, r: 12, t: 8, b: 36 },
+      paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "rgba(0,0,0,0)",
+      font: { color: css("--text", "#e6edf3"), size: 12 },
+      xaxis: { type: "date", gridcolor: grid }, yaxis: { title: { text: chart.unit }, gridcolor: grid, rangemode: chart.unit === "°C" ? "normal" : "tozero" },
+      legend: { orientation: "h", y: -0.25 }, showlegend: true,
+    }, { displaylogo: false, responsive: true });
+  }
+
+  async function drawHistory() {
+    const status = document.getElementById("node-chart-status");
+    const q = new URLSearchParams({ kind: "node", node_id: document.getElementById("node-history").dataset.node, range: "24h" });
+    CHARTS.forEach((c) => c.traces.forEach(([metric]) => q.append("metric", metric)));
+    try {
+      const response = await fetch("/api/v1/history?" + q.toString(), { credentials: "same-origin" });
+      if (!response.ok) throw new Error(String(response.status));
+      const body = await response.json();
+      CHARTS.forEach((chart) => drawChart(chart, body.series));
+      status.textContent = `Last 24 h: ${body.step_s} s buckets (mean per bucket).`;
+      document.body.dataset.charts = "drawn";
+    } catch (err) {
+      status.textContent = `History could not be loaded: ${err.message}`;
+    }
+  }
+
   async function refresh() {
     const now = Date.now();
     if (busy || now - fetchedAt < EVERY_MS) return;
@@ -30,6 +79,7 @@
     }
   }
 
+  drawHistory();
   FleetLive.connect(`/ws/live/rack/${region.dataset.rack}/changed`, refresh);
   // No signal while the node is quiet: refresh anyway, so its figures turn into their age.
   setInterval(() => { if (Date.now() - fetchedAt >= QUIET_REFRESH_MS) refresh(); }, QUIET_REFRESH_MS);

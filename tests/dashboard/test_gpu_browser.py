@@ -31,6 +31,8 @@ def feed_history(server: FleetServer, token: str, now: float) -> int:
     for seq, age in enumerate(range(120, -1, -10), start=1):
         held = {"clock_event_reasons": nvml.SW_POWER_CAP} if age <= 40 else {}  # the last 40 s
         batch = gpu_batch(NODE, seq, ts=now - age, temp_gpu_c=60 + (120 - age) / 10, **held)
+        host = {"cpu_pct": 40.0, "temp_inlet_c": 24.0, "power_w": 9_000.0}
+        batch["node"] = [{"ts": now - age, **host}]
         if seq == 1:  # the agent describes its GPUs once: each one's own limits
             batch["gpu_info"] = [
                 {"gpu": i, "model": "NVIDIA H200", "limits": LIMITS} for i in range(8)
@@ -65,6 +67,10 @@ def test_rack_to_node_to_gpu_draws_the_history_and_appends_live_points(tmp_path:
             page.wait_for_selector(f"h1:has-text('{NODE}')")
             assert page.locator("a.gpu-link").count() == 8
             assert "°C" in page.locator("#node-gpus").inner_text()
+            assert "Inlet air\n24.0 °C" in page.locator("#node-host").inner_text()
+            page.wait_for_selector("body[data-charts='drawn']")
+            temps = page.locator("#node-chart-temps.js-plotly-plot .scatterlayer path.js-line")
+            assert temps.count() == 1  # the host reports its inlet only: one line
             shot(page, tmp_path / "node.png")
             # the node page follows its rack's pushes without a reload
             page.evaluate("window.__stayed = true")
