@@ -60,6 +60,15 @@ def schedule_alert_evaluation(sender: Celery, **kwargs: Any) -> None:
         "schedule": watch,
         "options": {"expires": watch * 0.8},
     }
+    # Prometheus sources (fleet/prometheus/pull.py): beside the rules, on their queue.
+    sender.autodiscover_tasks(["fleet.prometheus"])
+    sender.conf.task_routes["prometheus.pull"] = {"queue": "rules"}
+    pull = float(settings.PROMETHEUS_PULL_S)
+    sender.conf.beat_schedule["prometheus-pull"] = {
+        "task": "prometheus.pull",
+        "schedule": pull,
+        "options": {"expires": pull * 0.9},
+    }
 
 
 @app.on_after_configure.connect

@@ -205,6 +205,8 @@ ALERT_REPEAT_S = env_float("FLEETWATCH_ALERT_REPEAT_S", 4 * 3600, minimum=60)
 # ("all", "none", or comma-separated site slugs; racks, loops, feeds and sites always).
 METRICS_TOKEN = env_str("FLEETWATCH_METRICS_TOKEN")
 METRICS_GPU_SITES = env_str("FLEETWATCH_METRICS_GPU_SITES", "all")
+# How often the enabled Prometheus sources are pulled (s) (fleet/prometheus/pull.py).
+PROMETHEUS_PULL_S = env_float("FLEETWATCH_PROMETHEUS_PULL_S", 15, minimum=1)
 
 SLACK_WEBHOOK_URL = env_str("SLACK_WEBHOOK_URL")
 # Where people reach this Fleetwatch (e.g. https://fleet.example.com): alert messages link

@@ -8,6 +8,7 @@ from fleet.models.cooling import CoolingLoop
 from fleet.models.events import Event
 from fleet.models.facility import FacilityMeter, pue_category_for_roles
 from fleet.models.nodes import GPU, Node
+from fleet.models.prometheus import PrometheusSource, PulledGPU, UnmatchedSeries
 from fleet.models.racks import PowerFeed, Rack
 from fleet.models.rejections import RejectionTally
 from fleet.models.sites import Hall, Site
@@ -21,12 +22,15 @@ __all__ = (
     "Hall",
     "Node",
     "PowerFeed",
+    "PrometheusSource",
+    "PulledGPU",
     "Rack",
     "RejectionTally",
     "Site",
     "SiteRole",
     "SiteRoleChoices",
     "SourceToken",
+    "UnmatchedSeries",
     "hash_token",
     "new_secret",
     "pue_category_for_roles",
