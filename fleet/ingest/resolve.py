@@ -140,10 +140,11 @@ class Resolver:
         statements: list[tuple[str, Row]] = []
         jp = json_param(self.db.vendor)
         if batch.node_info is not None:
+            merged = {**self._node_info(node_id), **batch.node_info}
             statements.append(
                 (
                     f"UPDATE fleet_node SET info = {jp} WHERE id = %s",
-                    (to_json(batch.node_info, "node_info"), node_id),
+                    (to_json(merged, "node_info"), node_id),
                 )
             )
         if batch.gpu_info:
@@ -152,6 +153,18 @@ class Resolver:
         for i, info in enumerate(batch.gpu_info):
             statements.append(_gpu_upsert(node_id, info, jp, f"gpu_info[{i}]", discovered))
         return statements
+
+    def _node_info(self, node_id: int) -> dict[str, Any]:
+        """What the node's agent reported before: a `node_info` updates the keys it carries
+        (an agent sends `agent_version` once, then only what changed, e.g. `tuning`)."""
+        rows = self.db.query("SELECT info FROM fleet_node WHERE id = %s", (node_id,))
+        raw = rows[0][0] if rows else None
+        if isinstance(raw, str):
+            try:
+                raw = orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                return {}
+        return raw if isinstance(raw, dict) else {}
 
     def _check_gpu_count(self, node_id: int, batch: Batch) -> None:
         """A node's GPU rows (the inventory's and those agents described) stay within

@@ -323,3 +323,21 @@ def test_batches_of_one_round_cannot_together_pass_the_gpu_limit(
         (node_pk,),
     )
     assert int(discovered[0][0]) == room  # the agent's new GPUs wait for an admin
+
+
+def test_a_later_node_info_updates_only_the_keys_it_carries(pipeline: IngestPipeline) -> None:
+    """The agent sends its version once, then only what changed (its tuning audit): the
+    version must stay known."""
+    node = NODES[1]
+    first = {"protocol": 1, "source": f"node:{node}", "seq": 50}
+    first["node_info"] = {"agent_version": "0.9.1", "tuning": {"findings": ["old"]}}
+    later = {"protocol": 1, "source": f"node:{node}", "seq": 51}
+    later["node_info"] = {"tuning": {"findings": []}}
+    for batch in (first, later):
+        [result] = pipeline.process([(2, frame(batch))], time.time())
+        assert result.code == 0, result
+    (raw,) = pipeline.db.query(
+        "SELECT info FROM fleet_node WHERE id = %s", (node_id(pipeline, node),)
+    )[0]
+    info = json.loads(raw) if isinstance(raw, str) else raw
+    assert info == {"agent_version": "0.9.1", "tuning": {"findings": []}}
