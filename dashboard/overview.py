@@ -23,7 +23,7 @@ from fleet import health
 from fleet.health import STALE_AFTER_S
 from fleet.models import Rack, Site
 from fleet.site_summary import site_payloads
-from fleet.state import RackState, rack_payload, rack_states
+from fleet.state import RackState, rack_payload, rack_summaries
 
 COOLING_LABELS = dict(Rack._meta.get_field("cooling").choices or [])
 
@@ -115,7 +115,7 @@ def fleet_overview(now: float, sites: set[int] | None = None) -> tuple[Halls, di
     `sites`: the sites the user may see (None: all, as `fleet.access.visible_site_ids`)."""
     states = {
         rack_id: state
-        for rack_id, state in rack_states(None, now).items()
+        for rack_id, state in rack_summaries(None, now).items()
         if sites is None or state.info.site_id in sites
     }
     names = site_names({s.info.site_id for s in states.values()} if sites is None else sites)

@@ -35,10 +35,10 @@ from django.db import connection
 
 from agents.protocol import reasons as nvml
 from dashboard.words import level_word, no_data_words
-from fleet import health
+from fleet import health, summaries_sql
 from fleet.choices import LiquidClassChoices
-from fleet.storage.latest import rows_to_latest, select_latest_sql
-from fleet.storage.schema import ENTITY_COLUMNS
+from fleet.storage.latest import merge_columns, rows_to_latest, select_latest_sql
+from fleet.storage.schema import ENTITY_COLUMNS, latest_table
 
 Payload = dict[str, Any]
 GpuKey = tuple[int, int]  # (node id, GPU index)
@@ -242,6 +242,81 @@ def rack_states(
         level = summary.level if loop is None else health.worst(summary.level, loop.level)
         rack_gpus = {k: v for n in info.nodes for k, v in per_node.get(n, {}).items()}
         out[rack_id] = RackState(info, summary, summaries, loop, level, reading, rack_gpus)
+    return out
+
+
+# The fields `health.node_summary` and `health.rack_summary` read of a node and a rack.
+SUMMARY_FIELDS = {"node": ("power_w", "temp_inlet_c"), "rack": ("power_w", "temp_inlet_c", "leak")}
+
+
+def summary_readings(kind: str, column: str, ids: Iterable[int]) -> dict[tuple[int, ...], Any]:
+    """Latest readings holding only the fields the summaries judge (`SUMMARY_FIELDS`) and
+    the row's newest sample time, which is all `health.stale` and `newest_ts` look at."""
+    marks, params = in_list(ids)
+    if not params:
+        return {}
+    names = SUMMARY_FIELDS[kind]
+    columns = merge_columns(kind, names)  # keys, ts, the fields, their sample times
+    records = select_rows(
+        f"SELECT {', '.join(columns)} FROM {latest_table(kind)} WHERE {column} IN ({marks})",
+        params,
+    )
+    nkey, n = len(ENTITY_COLUMNS[kind]), len(names)
+    out: dict[tuple[int, ...], health.Reading] = {}
+    for rec in records:
+        values: dict[str, Any] = {}
+        times: dict[str, float] = {}
+        for i, name in enumerate(names):
+            value = rec[nkey + 1 + i]
+            if value is not None:  # as `rows_to_latest`: absent = unsupported or never seen
+                values[name] = value
+                times[name] = rec[nkey + 1 + n + i]
+        out[tuple(rec[:nkey])] = health.Reading(values, times, rec[nkey])
+    return out
+
+
+def node_gpu_totals(node_ids: Iterable[int] | None, now: float) -> dict[int, health.GpuTotals]:
+    """Each node's GPUs folded in the database (`fleet.summaries_sql`): what
+    `health.node_summary` needs of them, without reading every GPU's figures."""
+    where, params = "", list[int]()
+    if node_ids is not None:
+        marks, params = in_list(node_ids)
+        where = f"l.node_id IN ({marks})"
+    rows = select_rows(
+        summaries_sql.totals_sql(where), [*summaries_sql.totals_params(now, STALE), *params]
+    )
+    power = select_rows(
+        summaries_sql.power_sql(where), [*summaries_sql.power_params(now, STALE), *params]
+    )
+    return summaries_sql.totals_from_rows(rows, power)
+
+
+def rack_summaries(rack_ids: Iterable[int] | None, now: float) -> dict[int, RackState]:
+    """`rack_states` for pages that show racks and nodes, never single GPUs (the fleet
+    overview): the same summaries, loops and levels, so the same `rack_payload`, with each
+    node's GPUs folded in the database. Its states carry no GPUs (`gpus` is empty) and
+    their `reading` only the rack fields the summary judges."""
+    infos = rack_infos(rack_ids)
+    node_ids = [n for info in infos.values() for n in info.nodes]
+    # Every GPU row in one scan when all racks are wanted (cheaper than a long IN list).
+    totals = node_gpu_totals(None if rack_ids is None else node_ids, now)
+    nodes = summary_readings("node", "node_id", node_ids)
+    racks = summary_readings("rack", "rack_id", infos)
+    loops = loop_states({i.loop_id for i in infos.values() if i.loop_id is not None}, now)
+    no_gpus = health.gpu_totals((), now)
+    out: dict[int, RackState] = {}
+    for rack_id, info in infos.items():
+        summaries = {
+            node_id: health.node_summary_of(
+                totals.get(node_id, no_gpus), nodes.get((node_id,)), now, STALE
+            )
+            for node_id in info.nodes
+        }
+        reading = racks.get((rack_id,)) or health.EMPTY
+        summary = health.rack_summary(reading, list(summaries.values()), info.budget_kw, now)
+        loop = loops.get(info.loop_id) if info.loop_id is not None else None
+        level = summary.level if loop is None else health.worst(summary.level, loop.level)
+        out[rack_id] = RackState(info, summary, summaries, loop, level, reading)
     return out
 
 

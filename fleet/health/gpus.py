@@ -175,6 +175,46 @@ class NodeSummary:
     level: Level
 
 
+@dataclass(frozen=True, slots=True)
+class GpuTotals:
+    """What a node's summary needs of its GPUs, already folded: `gpu_totals` folds the
+    GPUs' readings; `fleet.summaries_sql` computes the same in the database (the fleet
+    overview summarises every node without reading every GPU's figures)."""
+
+    count: int  # GPUs with a latest state
+    fresh: int  # of them, those not stale
+    power_w: tuple[float, ...]  # the fresh power of each fresh GPU reporting one, GPU order
+    max_temp_c: float | None  # hottest fresh GPU
+    min_headroom_c: float | None  # least headroom to slowdown of any fresh GPU
+    throttling_thermal: int  # fresh GPUs in thermal slowdown
+    throttling_power: int  # fresh GPUs held by power cap or power brake
+    level: Level  # the worst GPU level, stale GPUs included (unknown when count is 0)
+    ts: float | None  # the newest sample of any GPU
+
+
+def gpu_totals(
+    gpus: Iterable[tuple[Reading, GpuLimits | None]],
+    now: float,
+    stale_after_s: float = STALE_AFTER_S,
+) -> GpuTotals:
+    """Fold a node's GPUs (in GPU order) into what `node_summary_of` needs."""
+    summaries = [gpu_summary(r, lim, now, stale_after_s) for r, lim in gpus]
+    fresh = [g for g in summaries if not g.stale]
+    return GpuTotals(
+        count=len(summaries),
+        fresh=len(fresh),
+        power_w=tuple(g.power_w for g in fresh if g.power_w is not None),
+        max_temp_c=max((g.temp_c for g in fresh if g.temp_c is not None), default=None),
+        min_headroom_c=min(
+            (h for g in fresh if (h := g.headroom.slowdown_c) is not None), default=None
+        ),
+        throttling_thermal=sum(1 for g in fresh if g.throttle.thermal),
+        throttling_power=sum(1 for g in fresh if g.throttle.power),
+        level=worst(*(g.level for g in summaries)),
+        ts=max((t for g in summaries if (t := g.ts) is not None), default=None),
+    )
+
+
 def node_summary(
     gpus: Iterable[tuple[Reading, GpuLimits | None]],
     node: Reading | None,
@@ -182,27 +222,29 @@ def node_summary(
     stale_after_s: float = STALE_AFTER_S,
 ) -> NodeSummary:
     """The figures a fleet page shows per node, from its GPUs and its own reading."""
+    return node_summary_of(gpu_totals(gpus, now, stale_after_s), node, now, stale_after_s)
+
+
+def node_summary_of(
+    gpus: GpuTotals, node: Reading | None, now: float, stale_after_s: float = STALE_AFTER_S
+) -> NodeSummary:
+    """`node_summary` from its GPUs already folded (`gpu_totals`, or the database)."""
     node = node or EMPTY
-    summaries = [gpu_summary(r, lim, now, stale_after_s) for r, lim in gpus]
-    fresh = [g for g in summaries if not g.stale]
-    power = [g.power_w for g in fresh if g.power_w is not None]
-    temps = [g.temp_c for g in fresh if g.temp_c is not None]
-    heads = [h for g in fresh if (h := g.headroom.slowdown_c) is not None]
     node_power = node.fresh("power_w", now, stale_after_s)
     inlet = node.fresh("temp_inlet_c", now, stale_after_s)
-    is_stale = not fresh and stale(node, now, stale_after_s)
-    levels = [g.level for g in summaries]
+    is_stale = not gpus.fresh and stale(node, now, stale_after_s)
+    levels = [gpus.level] if gpus.count else []
     if inlet is not None:
         levels.append(inlet_level(inlet))
-    stamps = [t for t in (newest_ts(node), *(g.ts for g in summaries)) if t is not None]
+    stamps = [t for t in (newest_ts(node), gpus.ts) if t is not None]
     return NodeSummary(
-        gpu_power_w=round(sum(power), 1) if power else None,
+        gpu_power_w=round(sum(gpus.power_w), 1) if gpus.power_w else None,
         power_w=None if node_power is None else float(node_power),
-        max_temp_c=max(temps, default=None),
-        min_headroom_c=min(heads, default=None),
-        throttling_thermal=sum(1 for g in fresh if g.throttle.thermal),
-        throttling_power=sum(1 for g in fresh if g.throttle.power),
-        stale_gpus=len(summaries) - len(fresh),
+        max_temp_c=gpus.max_temp_c,
+        min_headroom_c=gpus.min_headroom_c,
+        throttling_thermal=gpus.throttling_thermal,
+        throttling_power=gpus.throttling_power,
+        stale_gpus=gpus.count - gpus.fresh,
         inlet_c=None if inlet is None else float(inlet),
         ts=max(stamps, default=None),
         stale=is_stale,

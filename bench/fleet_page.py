@@ -1,0 +1,140 @@
+"""The fleet overview at 10,000 GPUs (issue 9): `.venv/bin/python bench/fleet_page.py
+[--db sqlite|postgres] [--gpus N] [--requests N] [--profile]`.
+
+bench/rules.py's inventory and latest state (500 racks, 1,250 nodes × 8 GPUs, every entity
+fresh, 433 of them breaching a warning), as bench/freshness.py builds it. Then:
+
+1. the rack payloads of every rack through `fleet.state.rack_states` (every GPU's reading,
+   judged in Python) and through `fleet.state.rack_summaries` (GPUs folded per node in the
+   database, `fleet.summaries_sql`) must be equal; each path timed (wall and CPU, median
+   of N after a warm-up, the latest state refreshed before each);
+2. GET / in this process through Django's test client with a logged-in user: median and
+   p95 server time over N requests after two warm-ups, and its CPU;
+3. with --profile, a cProfile of one GET /.
+
+Last line: `fleet_page_ms=X p95_ms=X cpu_ms=X rack_states_ms=X rack_summaries_ms=X`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import os
+import platform
+import pstats
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.freshness import PASSWORD, USER, large_inventory  # noqa: E402
+
+
+def timed(fn: Callable[[], Any], runs: int, before: Callable[[], None]) -> tuple[float, float]:
+    """Median wall and CPU milliseconds of `fn` over `runs` calls (after one warm-up)."""
+    fn()
+    walls, cpus = [], []
+    for _ in range(runs):
+        before()
+        wall, cpu = time.perf_counter(), time.process_time()
+        fn()
+        walls.append((time.perf_counter() - wall) * 1000)
+        cpus.append((time.process_time() - cpu) * 1000)
+    return statistics.median(walls), statistics.median(cpus)
+
+
+def p95(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--db", choices=("sqlite", "postgres"), default="sqlite")
+    parser.add_argument("--gpus", type=int, default=10_000)
+    parser.add_argument("--requests", type=int, default=12)
+    parser.add_argument("--profile", action="store_true")
+    args = parser.parse_args()
+    print(
+        f"machine: {platform.machine()}, {os.cpu_count()} cores, Python"
+        f" {platform.python_version()}; store: {args.db}; load average"
+        f" {os.getloadavg()[0]:.1f}",
+        flush=True,
+    )
+    with large_inventory(args.db, args.gpus):
+        from django.contrib.auth.models import User
+        from django.test import Client
+
+        from bench import rules
+        from fleet.state import rack_payload, rack_states, rack_summaries
+
+        def refresh() -> None:
+            rules.refresh(time.time())
+
+        now = time.time()
+        old = {r: rack_payload(s) for r, s in rack_states(None, now).items()}
+        new = {r: rack_payload(s) for r, s in rack_summaries(None, now).items()}
+        differ = [r for r in old if old[r] != new.get(r)]
+        print(f"payloads: {len(old)} racks, {len(differ)} differ", flush=True)
+        if differ or set(old) != set(new):
+            print("first difference:", old[differ[0]], new.get(differ[0]), sep="\n")
+            return 1
+
+        def old_path() -> None:
+            t = time.time()
+            [rack_payload(s) for s in rack_states(None, t).values()]
+
+        def new_path() -> None:
+            t = time.time()
+            [rack_payload(s) for s in rack_summaries(None, t).values()]
+
+        old_ms = timed(old_path, args.requests, refresh)
+        new_ms = timed(new_path, args.requests, refresh)
+        print(f"rack_states + payloads:    wall {old_ms[0]:7.1f} ms, CPU {old_ms[1]:7.1f} ms")
+        print(f"rack_summaries + payloads: wall {new_ms[0]:7.1f} ms, CPU {new_ms[1]:7.1f} ms")
+
+        user = User.objects.create_user(USER, password=PASSWORD, is_staff=True)
+        client = Client(SERVER_NAME="127.0.0.1")
+        client.force_login(user)
+
+        def get() -> None:
+            response = client.get("/")
+            assert response.status_code == 200, response.status_code
+
+        for _ in range(2):
+            get()
+        walls, cpus = [], []
+        for _ in range(args.requests):
+            refresh()
+            wall, cpu = time.perf_counter(), time.process_time()
+            get()
+            walls.append((time.perf_counter() - wall) * 1000)
+            cpus.append((time.process_time() - cpu) * 1000)
+        print(
+            f"GET / ({args.requests} requests): median {statistics.median(walls):.1f} ms,"
+            f" p95 {p95(walls):.1f} ms, min {min(walls):.1f} ms; CPU median"
+            f" {statistics.median(cpus):.1f} ms; load average {os.getloadavg()[0]:.1f}",
+            flush=True,
+        )
+        if args.profile:
+            profile = cProfile.Profile()
+            profile.runcall(get)
+            out = io.StringIO()
+            pstats.Stats(profile, stream=out).sort_stats("tottime").print_stats(25)
+            print(out.getvalue())
+        print(
+            f"fleet_page_ms={statistics.median(walls):.1f} p95_ms={p95(walls):.1f}"
+            f" cpu_ms={statistics.median(cpus):.1f} rack_states_ms={old_ms[0]:.1f}"
+            f" rack_summaries_ms={new_ms[0]:.1f}"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
