@@ -87,14 +87,39 @@ async def _agent(*args: str, stop_after_s: float | None = None) -> tuple[int, st
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
+    early = b""
     if stop_after_s is not None:
-        # Sleep on the loop, not the thread: the peers on this loop must keep answering.
+        # The clock starts once it says it started (a loaded machine can take seconds to
+        # import it, and a SIGTERM before its handler is set kills it outright). Sleep on
+        # the loop, not the thread: the peers on this loop must keep answering.
+        early = await _read_until(process, b"agent starting", timeout_s=60)
         await asyncio.sleep(stop_after_s)
         if process.returncode is None:
             process.send_signal(signal.SIGTERM)
     stdout, stderr = await asyncio.wait_for(process.communicate(), timeout=60)
     assert process.returncode is not None
-    return process.returncode, stdout.decode(), stderr.decode()
+    return process.returncode, stdout.decode(), (early + stderr).decode()
+
+
+async def _read_until(
+    process: asyncio.subprocess.Process, marker: bytes, timeout_s: float
+) -> bytes:
+    """stderr up to and including the line holding `marker` (all of it if it ends first)."""
+    assert process.stderr is not None
+    seen = b""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while marker not in seen:
+        left = deadline - asyncio.get_running_loop().time()
+        if left <= 0:
+            break
+        try:
+            line = await asyncio.wait_for(process.stderr.readline(), timeout=left)
+        except TimeoutError:
+            break
+        if not line:
+            break
+        seen += line
+    return seen
 
 
 def _pdu(site: Site) -> str:
