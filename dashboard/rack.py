@@ -31,6 +31,7 @@ __all__ = ("REASON_WORDS", "gpu_tile", "rack_page", "throttle_words")
 
 @dataclass
 class GpuTile:
+    pk: int  # the GPU page: /gpus/<pk>/
     index: int
     model: str
     level: str
@@ -135,6 +136,7 @@ def tile_from_entry(gpu: GPU, entry: Payload, now: float) -> GpuTile:
     else:
         power = f"{power_w:.0f} W ({100 * frac:.0f} % of cap)"
     return GpuTile(
+        pk=gpu.pk,
         index=gpu.index,
         model=gpu.model,
         level=entry["level"],

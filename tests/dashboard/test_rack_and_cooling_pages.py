@@ -224,3 +224,13 @@ def test_fleet_tiles_link_to_rack_pages_and_their_loop_to_the_cooling_page(
     assert f'href="/racks/{a01.id}/"' in html and f'href="/racks/{a04.id}/"' in html
     assert f'href="/cooling/#loop-{a01.loop_id}"' in html
     assert '<a href="/cooling/"' in html  # the nav
+
+
+def test_the_rack_page_links_each_node_and_gpu_to_its_own_page(client: Client) -> None:
+    rack = Rack.objects.get(name="A01")
+    node = Node.objects.filter(rack=rack).first()
+    assert node is not None
+    page = client.get(f"/racks/{rack.id}/").content.decode()
+    assert f'href="/nodes/{node.id}/"' in page
+    for gpu in node.gpus.all():
+        assert f'href="/gpus/{gpu.pk}/"' in page
