@@ -77,23 +77,24 @@ class LoopPlan:
         return round(kg_s * 60.0)
 
 
+RACKS_PER_HALL = 8
+AIR: tuple[str, str | None] = (RackCoolingChoices.AIR, None)
+
+
 def _hall(
-    hall: str, prefix: str, gpu_model: str, cooling: dict[int, tuple[str, str]]
+    hall: str, prefix: str, gpu_model: str, liquid: dict[int, tuple[str, str | None]]
 ) -> tuple[RackPlan, ...]:
-    """Eight racks of a hall; `cooling` names the liquid ones (number → cooling, loop)."""
-    return tuple(
-        RackPlan(
-            hall,
-            f"{prefix}{n:02d}",
-            cooling.get(n, (RackCoolingChoices.AIR, ""))[0],
-            RACK_BUDGET_KW,
-            NODES_PER_RACK,
-            cooling.get(n, (RackCoolingChoices.AIR, ""))[1] or None,
-            FEED_AMPS,
-            gpu_model,
+    """The racks of a hall, air-cooled unless `liquid` gives their cooling and loop."""
+    plans = []
+    for number in range(1, RACKS_PER_HALL + 1):
+        cooling, loop = liquid.get(number, AIR)
+        name = f"{prefix}{number:02d}"
+        plans.append(
+            RackPlan(
+                hall, name, cooling, RACK_BUDGET_KW, NODES_PER_RACK, loop, FEED_AMPS, gpu_model
+            )
         )
-        for n in range(1, 9)
-    )
+    return tuple(plans)
 
 
 DEMO_RACKS: tuple[RackPlan, ...] = (
@@ -127,7 +128,7 @@ def node_unit(number: int) -> int:
 
 
 def node_model(gpu_model: str) -> str:
-    """ "HGX H200 8-GPU" for "NVIDIA H200"."""
+    """The server model for its GPU model: "HGX H200 8-GPU" for "NVIDIA H200"."""
     return f"HGX {gpu_model.split()[1]} 8-GPU"
 
 
