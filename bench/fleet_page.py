@@ -49,6 +49,33 @@ def timed(fn: Callable[[], Any], runs: int, before: Callable[[], None]) -> tuple
     return statistics.median(walls), statistics.median(cpus)
 
 
+def parts() -> dict[str, Callable[[], Any]]:
+    """What GET / computes, part by part (the rest of the request is the template)."""
+    from dashboard.overview import fleet_overview
+    from fleet import state
+    from fleet.site_summary import site_payloads
+
+    now = time.time
+    infos = state.rack_infos(None)
+    node_ids = [n for info in infos.values() for n in info.nodes]
+    loops = {i.loop_id for i in infos.values() if i.loop_id is not None}
+    sites = {i.site_id for i in infos.values()}
+    return {
+        "rack_infos (inventory)": lambda: state.rack_infos(None),
+        "node_gpu_totals (GPUs folded in SQL, 2 queries)": lambda: state.node_gpu_totals(
+            None, now()
+        ),
+        "summary_readings node + rack": lambda: (
+            state.summary_readings("node", "node_id", node_ids),
+            state.summary_readings("rack", "rack_id", infos),
+        ),
+        "loop_states": lambda: state.loop_states(loops, now()),
+        "rack_summaries (all of the above + summaries)": lambda: state.rack_summaries(None, now()),
+        "site_payloads (facility, alerts, agents)": lambda: site_payloads(sites, now()),
+        "dashboard.overview.fleet_overview (all content)": lambda: fleet_overview(now()),
+    }
+
+
 def p95(values: list[float]) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
@@ -98,6 +125,10 @@ def main() -> int:
         new_ms = timed(new_path, args.requests, refresh)
         print(f"rack_states + payloads:    wall {old_ms[0]:7.1f} ms, CPU {old_ms[1]:7.1f} ms")
         print(f"rack_summaries + payloads: wall {new_ms[0]:7.1f} ms, CPU {new_ms[1]:7.1f} ms")
+
+        print("CPU of each part of the page's content (median ms):", flush=True)
+        for name, part in parts().items():
+            print(f"  {name:<52} {timed(part, args.requests, refresh)[1]:7.1f}", flush=True)
 
         user = User.objects.create_user(USER, password=PASSWORD, is_staff=True)
         client = Client(SERVER_NAME="127.0.0.1")

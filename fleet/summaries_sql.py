@@ -98,14 +98,17 @@ def totals_sql(where: str = "") -> str:
         " CASE WHEN mem IS NOT NULL AND mem_max_c IS NOT NULL THEN mem_max_c - mem END AS mem_head"
         f" FROM ({inner}) f"
     )
+    # MATERIALIZED: inlined, each per-GPU expression would be evaluated once per use in
+    # the aggregates (SQLite 28 → 23 ms, PostgreSQL 28 → 16 ms at 10,000 GPUs).
     return (
-        "SELECT node_id, COUNT(*), SUM(fresh),"
+        f"WITH h AS MATERIALIZED ({headrooms})"
+        " SELECT node_id, COUNT(*), SUM(fresh),"
         " MAX(CASE WHEN fresh = 1 THEN temp END), MIN(CASE WHEN fresh = 1 THEN head END),"
         f" SUM(CASE WHEN fresh = 1 AND (mask & {THERMAL_REASONS}) <> 0 THEN 1 ELSE 0 END),"
         f" SUM(CASE WHEN fresh = 1 AND (mask & {POWER_REASONS}) <> 0 THEN 1 ELSE 0 END),"
         f" MAX({_headroom_level('head', UNKNOWN)}), MAX({_headroom_level('mem_head', OK)}),"
         f" MAX({_mask_level('mask')}), MAX(ts)"
-        f" FROM ({headrooms}) h GROUP BY node_id"
+        " FROM h GROUP BY node_id"
     )
 
 
