@@ -6,10 +6,11 @@ core and GIL, while the server's event loop only moves bytes (the design that me
 the throughput bar in reference/ingest-feasibility.md).
 
 Natural group commit: it takes everything readable, commits once, answers every
-batch in one RESULTS frame, and repeats; no linger timer. Every
-`FLEETWATCH_LIVE_INTERVAL_S` it merges pending latest state (if no commit did) and
-sends a CHANGED frame naming the entities whose latest state moved, for the
-server's live publisher. It does not start Django: the server passes the database
+batch in one RESULTS frame, and repeats; no linger timer. After a commit, and on a tick
+every `FLEETWATCH_LIVE_INTERVAL_S` when none came, it merges the pending latest state once
+`FLEETWATCH_LATEST_SAVE_S` has passed since the last save, and follows every save at once
+with a CHANGED frame naming the entities whose latest state moved, for the server's live
+publisher. It does not start Django: the server passes the database
 settings in `FLEETWATCH_CHILD_CONFIG`. It answers READY before touching the
 database, so a database that is down at start makes batches 503, not the server fail.
 """
@@ -69,6 +70,11 @@ class ChildLoop:
         self.pipeline.flush(time.time())
 
     def _tick(self) -> None:
+        """Merge the pending latest state when `latest_save_s` has passed and tell the
+        server's live publisher what moved. Run after every commit as well as on the live
+        tick: a sample's latest state is saved and announced right after the commit that
+        acked it once the save is due, rather than at the next tick (which cost it up to
+        one more live interval on its way to a page)."""
         self.pipeline.flush(time.time())
         changed = self.pipeline.take_changed()
         if changed:
@@ -115,6 +121,7 @@ class ChildLoop:
                 byes.append(conn_id)
         if batches:
             self.send(frames.RESULTS, _encode(self.pipeline.process(batches, time.time())))
+            self._tick()  # saves the latest state if it is due, and says what moved
         for conn_id in byes:
             self.pipeline.bye(conn_id)
 

@@ -7,7 +7,7 @@
   "use strict";
   const config = JSON.parse(document.getElementById("gpu-config").textContent);
   const status = document.getElementById("chart-status");
-  const LIVE_EVERY_MS = 2000; // pushes come up to twice a second: fetch at most every 2 s
+  const LIVE_EVERY_MS = 2000; // history points: appended at most every 2 s (figures: every push)
   const QUIET_REFRESH_MS = 10000;
   const TIER_WORDS = { raw: "raw samples", "1m": "1-minute rollups", "1h": "1-hour rollups" };
 
@@ -208,25 +208,54 @@
     if (asOf && here) here.textContent = asOf.textContent;
   }
 
-  let busy = false;
-  let fetchedAt = 0;
-  async function onPush() {
-    const now = Date.now();
-    if (busy || now - fetchedAt < LIVE_EVERY_MS) return;
-    busy = true;
-    fetchedAt = now;
+  // Figures follow every push (one fetch at a time; a push during one fetches once more
+  // after it), so a new sample shows within a push. History points are appended at most
+  // every LIVE_EVERY_MS, with one trailing append so the last push is never dropped.
+  let lastPushAt = 0;
+  let figuresBusy = false;
+  let figuresAgain = false;
+  async function followFigures() {
+    if (figuresBusy) { figuresAgain = true; return; }
+    figuresBusy = true;
+    try {
+      do { figuresAgain = false; await refreshFigures(); } while (figuresAgain);
+    } catch (err) {
+      status.textContent = `Live figures paused: ${err.message}`;
+    } finally {
+      figuresBusy = false;
+    }
+  }
+
+  let historyBusy = false;
+  let historyAt = 0;
+  let historyLater = null;
+  async function followHistory() {
+    const wait = historyAt + LIVE_EVERY_MS - Date.now();
+    if (historyBusy || wait > 0) {
+      if (historyLater === null) {
+        historyLater = setTimeout(() => { historyLater = null; followHistory(); }, Math.max(wait, 200));
+      }
+      return;
+    }
+    historyBusy = true;
+    historyAt = Date.now();
     try {
       if (appendFrom === null) {
         draw(await getJson(historyUrl({ range: config.range, reasons: "1" }))); // nothing yet: afresh
       } else {
         extend(await getJson(historyUrl({ start: String(appendFrom), max_points: "5000" })));
       }
-      await refreshFigures();
     } catch (err) {
       status.textContent = `Live points paused: ${err.message}`;
     } finally {
-      busy = false;
+      historyBusy = false;
     }
+  }
+
+  function onPush() {
+    lastPushAt = Date.now();
+    followFigures();
+    followHistory();
   }
 
   // The theme toggle (base.html) changes the page's colours: the charts follow.
@@ -248,7 +277,7 @@
       draw(body);
       if (window.FleetLive) FleetLive.connect(`/ws/live/rack/${config.rack_id}/changed`, onPush);
       // No signal while the GPU is quiet: refresh anyway, so its figures turn into their age.
-      setInterval(() => { if (Date.now() - fetchedAt >= QUIET_REFRESH_MS) onPush(); }, QUIET_REFRESH_MS);
+      setInterval(() => { if (Date.now() - lastPushAt >= QUIET_REFRESH_MS) onPush(); }, QUIET_REFRESH_MS);
     })
     .catch((err) => { status.textContent = `History could not be loaded: ${err.message}`; });
 })();

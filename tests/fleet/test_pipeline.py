@@ -341,3 +341,27 @@ def test_a_later_node_info_updates_only_the_keys_it_carries(pipeline: IngestPipe
     )[0]
     info = json.loads(raw) if isinstance(raw, str) else raw
     assert info == {"agent_version": "0.9.1", "tuning": {"findings": []}}
+
+
+def test_the_child_announces_saved_latest_state_right_after_the_commit(db_path: Path) -> None:
+    """A live page hears of a sample when its commit saved it, not at the next live tick."""
+    import socket as socketlib
+
+    from fleet.ingest import frames
+    from fleet.ingest.child import ChildLoop
+
+    server_end, child_end = socketlib.socketpair()
+    pipeline = IngestPipeline(PickyDb(str(db_path)), save_interval_s=0.0)
+    loop = ChildLoop(child_end, pipeline, live_s=3600.0, revalidate_s=3600.0)
+    hello = {"source": f"node:{NODES[0]}", "site_id": 1}
+    batch = frame(gpu_batch(NODES[0], 900))
+    loop._process([(frames.HELLO, 1, json.dumps(hello).encode()), (frames.BATCH, 1, batch)])
+    server_end.settimeout(5)
+    received = bytearray()
+    while len(frames.split_frames(bytearray(received))) < 2:
+        received += server_end.recv(1 << 16)
+    kinds = [kind for kind, _, _ in frames.split_frames(received)]
+    assert kinds[:2] == [frames.RESULTS, frames.CHANGED]
+    pipeline.db.close()
+    server_end.close()
+    child_end.close()
