@@ -13,9 +13,11 @@ The site: A01 and A02 (direct liquid, 2 nodes of 8 H200 each) on CDU-1, A03 (imm
 (a rack's water warms at Q / (25 kg · c_p) with the pumps stopped: ~0.1 °C/s for 16 kW),
 so `rack-overload` with factor 0.85 keeps every rack flat out at 85 % of its budget
 (under the 90 % rack-power rule; A03's load also keeps CDU-2's ΔT above the 1 °C
-ΔT-collapse rule): with CDU-1's pumps stopped the water in A01/A02 reaches 95 °C in
-~75 s, the GPUs' thermal-slowdown bits flicker from ~70 s and hold from ~100 s
-(agents/sim/fleet.py, physics.py; 40 s cold-plate lag).
+ΔT-collapse rule): with CDU-1's pumps stopped the water in A01/A02 levels off near 85 °C
+(the hosts' heat leaves it above 70 °C), the first thermal alert (headroom critical) fires
+~86 s after the fault and hardware thermal slowdown ~150 s (measured once on the 2-core
+VM; agents/sim/fleet.py, physics.py; 40 s cold-plate lag). The GPUs slow down but stay
+on the bus (tests/agents/test_sim_physics.py guards that).
 """
 
 from __future__ import annotations
