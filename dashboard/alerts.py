@@ -10,11 +10,12 @@ place was deleted) only to those who see every site."""
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Collection
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from django.db.models import Count, Prefetch, Q, QuerySet
+from django.urls import reverse
 
 from dashboard.muting import silence_sites
 from fleet.access import can_operate
@@ -26,7 +27,7 @@ from fleet.alerts.models import (
     Silence,
 )
 from fleet.alerts.muting import Mutes, matchers_text
-from fleet.models import Site
+from fleet.models import GPU, Site
 from fleet.notifications.models import Delivery, DeliveryAttempt, Route
 from fleet.notifications.slack import redact_url
 
@@ -54,6 +55,7 @@ class ActiveAlert:
     site_id: int | None = None
     operable: bool = False  # the viewer may acknowledge it (operator at its site)
     silence_matchers: str = ""  # the lines a "silence like this" form starts from
+    entity_url: str = ""  # the page of what breached: GPU, node, rack, loop or site
 
 
 def can_acknowledge(user: Any) -> bool:
@@ -76,7 +78,8 @@ def alerts_page(
         .select_related("rule")
         .order_by("state", "-started_at")[:MAX_ACTIVE]
     )
-    rows = [_active(inst, mutes, operated) for inst in active]
+    gpus = _gpu_pks(inst for inst in active if inst.scope == "gpu")
+    rows = [_active(inst, mutes, operated, gpus) for inst in active]
     rows.sort(key=lambda a: (a.state != "firing", _rank(a.severity), a.since))
     return {
         "now": now,
@@ -152,8 +155,39 @@ def _rank(severity: str) -> int:
     return {"critical": 0, "warning": 1, "info": 2}.get(severity, 3)
 
 
+def _gpu_pks(instances: Iterable[AlertInstance]) -> dict[str, int]:
+    """The inventory pk of each GPU-scope alert's GPU (entity "node id:index"), one query."""
+    keys: set[tuple[int, int]] = set()
+    for inst in instances:
+        node, _, index = inst.entity.partition(":")
+        if node.isdigit() and index.isdigit():
+            keys.add((int(node), int(index)))
+    if not keys:
+        return {}
+    found = GPU.objects.filter(node_id__in={n for n, _ in keys}).values_list(
+        "node_id", "index", "pk"
+    )
+    return {f"{n}:{i}": pk for n, i, pk in found if (n, i) in keys}
+
+
+def _entity_url(inst: AlertInstance, gpus: Mapping[str, int]) -> str:
+    """Where to look: the GPU's, node's or rack's page, the loop on the cooling page."""
+    if inst.scope == "gpu" and inst.entity in gpus:
+        return reverse("gpu", args=[gpus[inst.entity]])
+    if inst.node_id is not None:
+        return reverse("node", args=[inst.node_id])
+    if inst.rack_id is not None:
+        return reverse("rack", args=[inst.rack_id])
+    if inst.loop_id is not None:
+        return reverse("cooling") + f"#loop-{inst.loop_id}"
+    return reverse("power") if inst.scope == "site" else ""
+
+
 def _active(
-    inst: AlertInstance, mutes: Mutes, operated: Collection[int] | None = ()
+    inst: AlertInstance,
+    mutes: Mutes,
+    operated: Collection[int] | None = (),
+    gpus: Mapping[str, int] | None = None,
 ) -> ActiveAlert:
     labels = inst.labels or {}
     where = " / ".join(
@@ -180,6 +214,7 @@ def _active(
         site_id=inst.site_id,
         operable=operated is None or inst.site_id in operated,
         silence_matchers=_silence_like(labels),
+        entity_url=_entity_url(inst, gpus or {}),
     )
 
 

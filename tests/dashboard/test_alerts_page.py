@@ -124,3 +124,17 @@ def test_acknowledge_refuses_a_bad_id_and_a_get(client: Client) -> None:
 def test_the_page_needs_a_login(client: Client) -> None:
     answer = client.get("/alerts/")
     assert answer.status_code == 302 and "/login" in answer["Location"]
+
+
+def test_each_alert_links_to_the_page_of_what_breached(client: Client) -> None:
+    from dataclasses import replace
+
+    from fleet.demo import DEMO_RACKS, seed_demo_site
+    from fleet.models import GPU, Node
+
+    seed_demo_site("demo", tuple(replace(p, nodes=1) for p in DEMO_RACKS[:1]), 2)
+    node = Node.objects.get()
+    gpu = GPU.objects.get(node=node, index=1)
+    firing(entity=f"{node.pk}:1")
+    page = login(client, "dana", operator=False).get("/alerts/").content.decode()
+    assert f'href="/gpus/{gpu.pk}/"' in page
