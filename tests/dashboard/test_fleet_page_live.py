@@ -188,3 +188,53 @@ def test_heat_map_modes_switch_with_the_keyboard_and_stay_in_the_url(
     assert page.locator("input[name=mode][value=headroom]").is_checked()
     assert shows()[2] == "hottest GPU 1 °C to slowdown"
     page.close()
+
+
+def test_a_cdu_pump_failure_turns_its_loop_and_racks_red_with_throttling_within_2_s(
+    fleet_server: FleetServer,
+    ops_user: None,
+    browser,  # type: ignore[no-untyped-def]
+) -> None:
+    """The headline scenario's data (CDU-1: pumps failed, no flow; A01's GPUs in hardware
+    thermal slowdown) reaches the open fleet page within 2 s of the server taking it."""
+    from agents.protocol import reasons as nvml
+
+    page = browser.new_page(viewport={"width": 1280, "height": 800})
+    login(page, fleet_server)
+    page.wait_for_selector("#live-status[data-state='live']")
+    rack_id = fleet_server.query("SELECT id FROM fleet_rack WHERE name = 'A01'")[0][0]
+    tile = page.locator(f"#rack-{rack_id}")
+    assert tile.get_attribute("data-level") != "crit"
+
+    site = enroll(fleet_server, "site:demo")
+    loop = {"ts": time.time(), "loop": "CDU-1", "supply_c": 34.0, "return_c": 34.2}
+    loop |= {"flow_lpm": 0.0, "pumps_running": 0, "pumps_failed": 3}
+    node = enroll(fleet_server, "node:gpu-a01-04")
+    gpus = gpu_batch(
+        "gpu-a01-04", 1, temp_gpu_c=90, power_w=180.0, clock_event_reasons=nvml.HW_THERMAL_SLOWDOWN
+    )
+    gpus["gpu_info"] = [
+        {"gpu": i, "model": "NVIDIA H200", "limits": {"slowdown_c": 89}} for i in range(8)
+    ]
+    ingest = fleet_server.url + "/api/v1/ingest"
+    assert (
+        post_json(ingest, {"protocol": 1, "source": "site:demo", "seq": 1, "loop": [loop]}, site)[0]
+        == 200
+    )
+    assert post_json(ingest, gpus, node)[0] == 200
+    arrived = time.monotonic()
+    page.wait_for_function(
+        "el => el.dataset.level === 'crit'"
+        " && el.querySelector('[data-field=loop-word]').dataset.level === 'crit'"
+        " && el.querySelector('[data-field=throttle]').textContent"
+        "   .includes('8 GPU(s) in thermal slowdown')",
+        arg=tile.element_handle(),
+        timeout=2000,
+    )
+    took = time.monotonic() - arrived
+    assert took <= 2.0
+    assert "CRITICAL" in tile.inner_text().upper()  # a word, not only a colour
+    strip = page.locator("[data-field=throttling]").first
+    assert strip.inner_text().startswith("8 in thermal slowdown")
+    page.screenshot(path=str(fleet_server.var_dir / "fleet-cdu-failure.png"))
+    page.close()
