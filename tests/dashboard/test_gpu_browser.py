@@ -62,8 +62,7 @@ def test_rack_to_node_to_gpu_draws_the_history_and_appends_live_points(tmp_path:
             login(page, server)
             page.goto(f"{server.url}/racks/{rack_id}/")
             page.wait_for_selector("h1:has-text('Rack A01')")
-            # The rack page does not link its nodes yet (dashboard/rack.py is not ours): go by URL.
-            page.goto(f"{server.url}/nodes/{node_id}/")
+            page.click(f"a.node-name[href='/nodes/{node_id}/']")
             page.wait_for_selector(f"h1:has-text('{NODE}')")
             assert page.locator("a.gpu-link").count() == 8
             assert "°C" in page.locator("#node-gpus").inner_text()
