@@ -33,6 +33,9 @@ log = logging.getLogger("fleet.live")
 
 LIVE_UPDATE = "live.update"  # the consumer method `live_update`
 SEND_TIMEOUT_S = 2.0
+# Every site's strip (alerts firing, agents stale: figures that move without its facility
+# reporting) is refreshed with a publish at least this often while data flows.
+SITE_REFRESH_S = 10.0
 LOG_EVERY_S = 60.0
 
 
@@ -70,6 +73,7 @@ class LivePublisher:
     _wake: asyncio.Event | None = None
     _task: asyncio.Task[None] | None = None
     _logged_at: float = 0.0
+    _sites_refreshed_at: float = 0.0
 
     def note_changed(self, changed: dict[str, list[list[int]]]) -> None:
         """Called by ingest links (never blocks): remember what moved, wake the loop."""
@@ -96,8 +100,11 @@ class LivePublisher:
         if layer is None:
             return
         loop = asyncio.get_running_loop()
+        refresh_sites = time.monotonic() - self._sites_refreshed_at >= SITE_REFRESH_S
+        if refresh_sites:
+            self._sites_refreshed_at = time.monotonic()
         try:
-            plan = await loop.run_in_executor(_reader(), _plan, changed)
+            plan = await loop.run_in_executor(_reader(), _plan, changed, refresh_sites)
             wanted = await watched(layer, plan.groups())
             if not wanted:
                 return  # nobody watches these: no reads, no figures, no sends
@@ -129,9 +136,10 @@ class LivePublisher:
             )
 
 
-def _plan(changed: Changed) -> Any:
+def _plan(changed: Changed, refresh_sites: bool = False) -> Any:
     """Runs on the publisher's own thread, with a Django connection of its own, kept
-    open between publishes (reopening it twice a second cost ~3 % of the server's CPU)."""
+    open between publishes (reopening it twice a second cost ~3 % of the server's CPU).
+    `refresh_sites`: every site's strip too, as if its facility had reported."""
     from django.db import connection
 
     from fleet.payloads import plan_updates
@@ -139,6 +147,11 @@ def _plan(changed: Changed) -> Any:
     if connection.connection is not None and not connection.is_usable():
         connection.close()  # the database dropped it (a restart): the next query reopens
     try:
+        if refresh_sites:
+            with connection.cursor() as cur:
+                cur.execute("SELECT id FROM fleet_site")
+                sites = {(site_id,) for (site_id,) in cur.fetchall()}
+            changed = {**changed, "facility": changed.get("facility", set()) | sites}
         return plan_updates(changed)
     except Exception:
         connection.close()

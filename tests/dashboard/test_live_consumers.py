@@ -246,3 +246,23 @@ async def store_async(kind: str, key: tuple[int, ...], at: float, **values: Any)
     from channels.db import database_sync_to_async
 
     await database_sync_to_async(store)(kind, key, at, **values)
+
+
+async def test_a_site_strip_is_refreshed_while_data_flows_even_without_facility_data(
+    site: Site, ops: User
+) -> None:
+    """Alerts firing and agents stale move without the facility reporting: a publish
+    refreshes every site's strip at least every SITE_REFRESH_S."""
+    ws = socket(f"/ws/live/site/{site.id}", ops)
+    assert (await ws.connect())[0]
+    node = await Node.objects.filter(rack__name="A01").afirst()
+    assert node is not None
+    await store_async("gpu", (node.id, 0), time.time(), temp_gpu_c=60.0)
+    publisher = LivePublisher()
+    await publisher.publish({"gpu": {(node.id, 0)}})  # the first publish refreshes
+    first = await ws.receive_json_from()
+    assert first["site"]["site_id"] == site.id and "alerts" in first["site"]
+    await publisher.publish({"gpu": {(node.id, 0)}})  # within SITE_REFRESH_S: racks only
+    second = await ws.receive_json_from()
+    assert "site" not in second
+    await ws.disconnect()
