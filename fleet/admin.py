@@ -577,3 +577,6 @@ class EventAdmin(ModelAdmin):
     @admin.display(description="time", ordering="ts")
     def when(self, event: Event) -> str:
         return _epoch(event.ts)
+
+
+from fleet.prometheus import admin as _prometheus_admin  # noqa: F401,E402

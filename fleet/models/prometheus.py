@@ -56,6 +56,9 @@ class PrometheusSource(models.Model):
     last_sample_ts = models.FloatField(
         null=True, blank=True, editable=False, help_text="newest sample stored"
     )
+    watermarks = models.JSONField(
+        default=dict, blank=True, editable=False, help_text="per scrape target: newest sample"
+    )
     last_summary = models.JSONField(default=dict, blank=True, editable=False)
 
     class Meta:

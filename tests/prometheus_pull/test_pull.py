@@ -227,7 +227,8 @@ def test_the_last_xid_becomes_an_event_only_when_it_changes(
     assert events == [(79, 0, "prometheus:dc1")]
     exporter.body = exporter_text({0: {"DCGM_FI_DEV_XID_ERRORS": 48}})
     try:
-        prometheus.wait_for('DCGM_FI_DEV_XID_ERRORS{UUID="GPU-a0101-0"} == 48', 1)
+        # A pull reads Prometheus as it was a second ago.
+        prometheus.wait_for('DCGM_FI_DEV_XID_ERRORS{UUID="GPU-a0101-0"} offset 1s == 48', 1)
         pull_source(source)
     finally:
         exporter.body = exporter_text()
@@ -286,15 +287,14 @@ def test_the_celery_task_pulls_every_enabled_source(source: PrometheusSource) ->
 def test_a_backfill_stores_history_at_the_step_asked(
     source: PrometheusSource, prometheus: Prometheus
 ) -> None:
-    call_command("pull_prometheus", "--since", "30s", "--step", "2s")
+    # Prometheus holds at least 8 s of this GPU (its scrapes are 1 s apart).
+    prometheus.wait_for('count_over_time(DCGM_FI_DEV_GPU_UTIL{UUID="GPU-a0101-1"}[30s]) >= 8', 1)
+    pull_source(source)  # a pull first: the backfill still writes the history before it
     node_id = Node.objects.get(name="gpu-a01-01").id
-    rows = DjangoDb().query(
-        "SELECT count(*), min(ts), max(ts) FROM fw_gpu_raw WHERE node_id = %s AND gpu = 1",
-        (node_id,),
-    )[0]
-    assert rows[0] >= 3  # several steps since Prometheus first scraped the exporter
-    steps = DjangoDb().query(
-        "SELECT ts FROM fw_gpu_raw WHERE node_id = %s AND gpu = 1 ORDER BY ts", (node_id,)
-    )
-    gaps = {round(b[0] - a[0], 3) for a, b in itertools.pairwise(steps)}
-    assert gaps == {2.0}
+    sql = "SELECT ts FROM fw_gpu_raw WHERE node_id = %s AND gpu = 1 ORDER BY ts"
+    before = {ts for (ts,) in DjangoDb().query(sql, (node_id,))}
+    call_command("pull_prometheus", "--since", "30s", "--step", "2s")
+    added = [ts for (ts,) in DjangoDb().query(sql, (node_id,)) if ts not in before]
+    assert len(added) >= 3  # one row per step since Prometheus first scraped the exporter
+    assert all(ts % 2 == 0 for ts in added)  # on the step's grid
+    assert {b - a for a, b in itertools.pairwise(added)} == {2.0}
