@@ -22,7 +22,7 @@ from dashboard.words import level_word
 from fleet import health
 from fleet.health import STALE_AFTER_S
 from fleet.models import Rack, Site
-from fleet.site_summary import site_payloads
+from fleet.site_summary import agent_counts, site_payloads
 from fleet.state import RackState, rack_payload, rack_summaries
 
 COOLING_LABELS = dict(Rack._meta.get_field("cooling").choices or [])
@@ -188,7 +188,9 @@ def site_strips(
 ) -> list[SiteStrip]:
     """Each site's strip: its facility figures and counts, and the GPUs throttling now
     summed from its racks' payloads (the page keeps that sum live the same way)."""
-    figures = site_payloads(names, now)
+    # Each node's newest data is its summary's `ts`: no second read of the latest state.
+    newest = ((s.info.site_id, n.ts) for s in states.values() for n in s.nodes.values())
+    figures = site_payloads(names, now, agent_counts(newest, now))
     for payload in figures.values():
         payload["throttling_thermal"] = payload["throttling_power"] = 0
     for rack_id, state in states.items():

@@ -11,7 +11,7 @@ GPUs throttling are not here: they are in the rack payloads, and the page adds t
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from django.db import connection
@@ -30,14 +30,19 @@ def site_payload(site_id: int, now: float) -> Payload:
     return site_payloads([site_id], now)[site_id]
 
 
-def site_payloads(site_ids: Iterable[int], now: float) -> dict[int, Payload]:
-    """The strip figures of each site in `site_ids`: three queries whatever their number."""
+def site_payloads(
+    site_ids: Iterable[int], now: float, agents: Mapping[int, Payload] | None = None
+) -> dict[int, Payload]:
+    """The strip figures of each site in `site_ids`: three queries whatever their number.
+    `agents`: the counts `agent_counts` gives, when the caller already knows each node's
+    newest data (the overview: its node summaries), so the latest state is not read again."""
     from fleet.state import latest_readings  # state imports this module
 
     ids = sorted(set(site_ids))
     readings = latest_readings("facility", ids)
     alerts = firing_alerts(ids)
-    agents = agent_freshness(ids, now)
+    if agents is None:
+        agents = agent_freshness(ids, now)
     return {
         site_id: {
             "site_id": site_id,  # a site group's message does not otherwise say whose it is
@@ -125,12 +130,18 @@ def agent_freshness(site_ids: list[int], now: float) -> dict[int, Payload]:
     newest: dict[int, float] = dict(_select("SELECT node_id, ts FROM fw_node_latest", []))
     for node_id, ts in _select("SELECT node_id, MAX(ts) FROM fw_gpu_latest GROUP BY node_id", []):
         newest[node_id] = max(ts, newest.get(node_id, ts))
+    return agent_counts(((site_id, newest.get(node_id)) for node_id, site_id in nodes), now)
+
+
+def agent_counts(nodes: Iterable[tuple[int, float | None]], now: float) -> dict[int, Payload]:
+    """Per site, from each node's (site id, newest sample of the node or any of its GPUs):
+    nodes, those whose newest data is older than `health.STALE_AFTER_S`, those never heard
+    from."""
     out: dict[int, Payload] = {}
     quiet_since = now - health.STALE_AFTER_S
-    for node_id, site_id in nodes:
+    for site_id, ts in nodes:
         counts = out.setdefault(site_id, {"nodes": 0, "stale": 0, "never": 0})
         counts["nodes"] += 1
-        ts = newest.get(node_id)
         if ts is None:
             counts["never"] += 1
         elif ts <= quiet_since:

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from agents.protocol import reasons as nvml
-from fleet import health, state
+from fleet import health, site_summary, state
 from fleet.models import GPU, CoolingLoop, Hall, Node, Rack, Site
 from fleet.storage.latest import latest_columns, metric_names
 from tests.fleet.test_rollups import TierDb, fresh_db
@@ -211,6 +211,14 @@ def test_the_sql_path_gives_exactly_the_payloads_of_the_python_path(
     monkeypatch.setattr(state, "connection", connections[tdb.alias])
     expected = payloads(state.rack_states(None, NOW))
     assert payloads(state.rack_summaries(None, NOW)) == expected
+    # The overview counts agents gone quiet from its node summaries, not a read of its own.
+    monkeypatch.setattr(site_summary, "connection", connections[tdb.alias])
+    states = state.rack_summaries(None, NOW)
+    newest = [(s.info.site_id, n.ts) for s in states.values() for n in s.nodes.values()]
+    site_ids = sorted({s.info.site_id for s in states.values()})
+    counts = site_summary.agent_counts(newest, NOW)
+    assert counts == site_summary.agent_freshness(site_ids, NOW)
+    assert counts[site_ids[0]]["stale"]
     some = sorted(expected)[::3]
     assert payloads(state.rack_summaries(some, NOW)) == payloads(state.rack_states(some, NOW))
     # The data reaches every level and figure the comparison is about.
