@@ -282,9 +282,13 @@ def node_gpu_totals(node_ids: Iterable[int] | None, now: float) -> dict[int, hea
     if node_ids is not None:
         marks, params = in_list(node_ids)
         where = f"l.node_id IN ({marks})"
+    vendor = connection.vendor
     rows = select_rows(
-        summaries_sql.totals_sql(where), [*summaries_sql.totals_params(now, STALE), *params]
+        summaries_sql.totals_sql(where, vendor),
+        [*summaries_sql.totals_params(now, STALE), *params],
     )
+    if vendor == "postgresql":  # the rows carry each node's power
+        return summaries_sql.totals_from_rows(rows)
     power = select_rows(
         summaries_sql.power_sql(where), [*summaries_sql.power_params(now, STALE), *params]
     )

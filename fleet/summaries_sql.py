@@ -23,8 +23,9 @@ The rules mirrored (fleet/health/gpus.py, levels.py, thresholds.py):
 
 Power is not summed in SQL: `node_summary` rounds a float sum taken in GPU order, and an
 engine may add in another order (SQLite ≥ 3.43 even compensates), which could move the
-rounded figure by 0.1 W. The fresh power of each GPU comes back instead (`power_sql`), in
-GPU order, and Python adds it up as `node_summary` does.
+rounded figure by 0.1 W. The fresh power of each fresh GPU comes back instead, in GPU
+order, and Python adds it up as `node_summary` does: on PostgreSQL as an array in the same
+row, on SQLite (no ordered aggregate before 3.44) from a second query (`power_sql`).
 """
 
 from __future__ import annotations
@@ -72,12 +73,15 @@ def _mask_level(mask: str) -> str:
     )
 
 
-def totals_sql(where: str = "") -> str:
+def totals_sql(where: str = "", vendor: str = "sqlite") -> str:
     """One row per node with GPUs in the latest state: node id, GPUs, fresh GPUs, max
     fresh temperature, min fresh slowdown headroom, fresh GPUs throttling thermal and
-    power, the worst level of slowdown headroom, HBM headroom and mask, newest `ts`.
+    power, the worst level of slowdown headroom, HBM headroom and mask, newest `ts`; on
+    PostgreSQL also the fresh power of each fresh GPU in GPU order (an array: exact floats,
+    so no second scan; SQLite has no ordered aggregate before 3.44: `power_sql`).
     Parameters: `totals_params(now, stale_after_s)`, then those of `where` (on alias l)."""
     fields = {
+        "power": "power_w",
         "temp": "temp_gpu_c",
         "mem": "temp_mem_c",
         "margin": "temp_margin_c",
@@ -85,13 +89,13 @@ def totals_sql(where: str = "") -> str:
     }
     fresh = ", ".join(f"{_fresh(col)} AS {name}" for name, col in fields.items())
     inner = (
-        "SELECT l.node_id, l.ts, CASE WHEN %s - l.ts < %s THEN 1 ELSE 0 END AS fresh,"
+        "SELECT l.node_id, l.gpu, l.ts, CASE WHEN %s - l.ts < %s THEN 1 ELSE 0 END AS fresh,"
         f" {fresh}, g.slowdown_c, g.mem_max_c, g.tlimit_slowdown_c"
         " FROM fw_gpu_latest l LEFT JOIN fleet_gpu g"
         ' ON g.node_id = l.node_id AND g."index" = l.gpu' + (f" WHERE {where}" if where else "")
     )
     headrooms = (
-        "SELECT node_id, ts, fresh, temp, mask,"
+        "SELECT node_id, gpu, ts, fresh, power, temp, mask,"
         " CASE WHEN temp IS NOT NULL AND slowdown_c IS NOT NULL THEN slowdown_c - temp"
         " WHEN margin IS NOT NULL AND tlimit_slowdown_c IS NOT NULL"
         " THEN margin - tlimit_slowdown_c END AS head,"
@@ -108,12 +112,17 @@ def totals_sql(where: str = "") -> str:
         f" SUM(CASE WHEN fresh = 1 AND (mask & {POWER_REASONS}) <> 0 THEN 1 ELSE 0 END),"
         f" MAX({_headroom_level('head', UNKNOWN)}), MAX({_headroom_level('mem_head', OK)}),"
         f" MAX({_mask_level('mask')}), MAX(ts)"
-        " FROM h GROUP BY node_id"
+        + (
+            ", array_agg(power ORDER BY gpu) FILTER (WHERE fresh = 1 AND power IS NOT NULL)"
+            if vendor == "postgresql"
+            else ""
+        )
+        + " FROM h GROUP BY node_id"
     )
 
 
 def totals_params(now: float, stale_after_s: float) -> list[float]:
-    return [now, stale_after_s] * 5  # the row's ts, then each field of `totals_sql`
+    return [now, stale_after_s] * 6  # the row's ts, then each field of `totals_sql`
 
 
 def power_sql(where: str = "") -> str:
@@ -133,18 +142,20 @@ def power_params(now: float, stale_after_s: float) -> list[float]:
 
 
 def totals_from_rows(
-    rows: Iterable[Sequence[Any]], power_rows: Iterable[Sequence[Any]]
+    rows: Iterable[Sequence[Any]], power_rows: Iterable[Sequence[Any]] = ()
 ) -> dict[int, GpuTotals]:
-    """Each node's `GpuTotals` from the rows of `totals_sql` and `power_sql`."""
+    """Each node's `GpuTotals` from the rows of `totals_sql` and, where they do not carry
+    the power (SQLite), of `power_sql`."""
     power: dict[int, list[float]] = {}
     for node_id, watts in power_rows:
         power.setdefault(node_id, []).append(float(watts))
     out: dict[int, GpuTotals] = {}
-    for node_id, count, fresh, temp, head, thermal, powered, lh, lm, lt, ts in rows:
+    for node_id, count, fresh, temp, head, thermal, powered, lh, lm, lt, ts, *carried in rows:
+        watts = (carried[0] or ()) if carried else power.get(node_id, ())
         out[node_id] = GpuTotals(
             count=int(count),
             fresh=int(fresh),
-            power_w=tuple(power.get(node_id, ())),
+            power_w=tuple(float(w) for w in watts),
             max_temp_c=None if temp is None else float(temp),
             min_headroom_c=None if head is None else float(head),
             throttling_thermal=int(thermal),
