@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import io
+import os
 import pstats
 import statistics
 import sys
@@ -147,11 +148,25 @@ def pull_cycles(source: object, prom: Prometheus, pulls: int) -> list[float]:
     times = []
     for _ in range(pulls):
         wait_next_scrape(prom, source.last_sample_ts or 0)
+        cpu, prom_cpu = time.process_time(), cpu_seconds(prom.proc.pid)
         start = time.perf_counter()
         summary = pull_source(source)
         times.append(time.perf_counter() - start)
-        print(f"pull: {times[-1]:.3f} s {summary}")
+        # CPU seconds say what the pull costs whatever else the machine is doing.
+        used = time.process_time() - cpu
+        prom_used = cpu_seconds(prom.proc.pid) - prom_cpu
+        load = os.getloadavg()[0]
+        print(
+            f"pull: {times[-1]:.3f} s (cpu: this process {used:.2f} s, prometheus"
+            f" {prom_used:.2f} s; load {load:.1f}) {summary}"
+        )
     return times
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def wait_next_scrape(prom: Prometheus, after: float) -> None:

@@ -2,9 +2,9 @@
 
 One pull of one source (`pull_source`):
 
-1. two instant queries per pulled field: `max by (UUID, gpu, instance, <host labels>)
-   (FIELD{<selector>})` (one series per GPU, only the labels that name it), and each
-   scrape target's newest scrape time of it, which becomes the time of its values; a
+1. an instant query per pulled field, `max by (UUID, gpu, instance, <host labels>)
+   (FIELD{<selector>})` (one series per GPU, only the labels that name it), and one for
+   each scrape target's newest scrape time, which becomes the time of its values; a
    target whose newest scrape is already stored gives nothing new;
 2. each series is matched to a GPU (fleet/prometheus/pull_match.py); one that matches
    none is recorded (`UnmatchedSeries`), GPUs whose node has a live agent are skipped
@@ -25,9 +25,10 @@ import logging
 import math
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import orjson
@@ -52,6 +53,7 @@ log = logging.getLogger(__name__)
 
 # Prometheus' [time, "value"] pairs as its API sends them, in time order.
 Points = Sequence[Sequence[Any]]
+Sink = Callable[[Labels, Points], None]
 QUERY_TIMEOUT_S = 10
 QUERY_THREADS = 4
 
@@ -149,34 +151,48 @@ def scrape_time_query(source: PrometheusSource, name: str) -> str:
     return f"max by (instance) (timestamp({name}{{{extra_matchers(source)}}}))"
 
 
-def fetch_recent(source: PrometheusSource, now: float) -> list[tuple[Labels, Points]]:
-    """Each pulled field's newest value per GPU, stamped with its scrape's time. Per field
-    one query for the values and one for the scrape times (asked second, so a scrape
-    landing in between makes a value look older, never newer), QUERY_THREADS fields at a
-    time; all evaluated at one instant a second back, by which time a scrape is stored."""
+REFERENCE_FIELD = "DCGM_FI_DEV_GPU_TEMP"  # in every dcgm-exporter list
+
+
+def fetch_recent(source: PrometheusSource, now: float, sink: Sink) -> None:
+    """Each pulled field's newest value per GPU, stamped with its scrape's time, handed to
+    `sink` field by field as the answers arrive (matching overlaps the next queries).
+
+    Every field of a target comes from one scrape, so one field's scrape times (per
+    `instance`) serve all of them; a field whose target that answer lacks asks for its
+    own. Times are asked before values: a scrape landing in between makes a value look
+    older than it is (and the next pull stores it again at its own time), never newer.
+    All is evaluated at one instant a second back, by which time a scrape is stored."""
     at = now - 1.0
     client = client_for(source)
 
-    def one(name: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-        values = client.query_raw(field_query(source, name), at)
-        if not values:
-            return values, []
-        return values, client.query_raw(scrape_time_query(source, name), at)
+    def values_of(name: str) -> list[dict[str, Any]]:
+        return client.query_raw(field_query(source, name), at)
 
-    with ThreadPoolExecutor(QUERY_THREADS) as pool:
-        answers = _ask(lambda: list(pool.map(one, PULLED_FIELDS)), source)
+    def times_of(name: str) -> dict[str, float]:
+        answer = client.query_raw(scrape_time_query(source, name), at)
+        return {s["metric"].get("instance", ""): float(s["value"][1]) for s in answer}
+
     oldest = now - source.lookback_s
-    out: list[tuple[Labels, Points]] = []
-    for name, (values, stamps) in zip(PULLED_FIELDS, answers, strict=True):
-        scraped = {s["metric"].get("instance", ""): float(s["value"][1]) for s in stamps}
-        for s in values:
-            labels = s["metric"]
-            ts = scraped.get(labels.get("instance", ""))
-            if ts is None or ts < oldest:
-                continue  # a target Prometheus stopped scraping: its last value is old
-            labels["__name__"] = name
-            out.append((labels, ((ts, s["value"][1]),)))
-    return out
+    scraped = _ask(partial(times_of, REFERENCE_FIELD), source)
+    with ThreadPoolExecutor(QUERY_THREADS) as pool:
+        answers = pool.map(values_of, PULLED_FIELDS)
+        for name in PULLED_FIELDS:
+            values = _ask(partial(next, answers), source)
+            times = scraped
+            missing = False
+            for s in values:
+                labels = s["metric"]
+                ts = times.get(labels.get("instance", ""))
+                if ts is None:
+                    if not missing:
+                        times = scraped | _ask(partial(times_of, name), source)
+                        missing = True
+                    ts = times.get(labels.get("instance", ""))
+                if ts is None or ts < oldest:
+                    continue  # a target Prometheus stopped scraping: its last value is old
+                labels["__name__"] = name
+                sink(labels, ((ts, s["value"][1]),))
 
 
 def fetch_range(
@@ -216,36 +232,44 @@ def _short(exc: BaseException) -> str:
     return f"{exc.__class__.__name__}: {exc}"[:500]
 
 
-def build(series: list[tuple[Labels, Points]], matcher: Matcher, marks: dict[str, float]) -> Pulled:
-    """Match, filter and convert the series into one SampleWrite (events added later).
+class Builder:
+    """Matches, filters and converts series one by one into a `Pulled` (events later).
+
     `marks`: per scrape target (`instance`), the newest sample time already stored; older
     points are in storage (a target's scrapes land in order) and are not written again."""
-    out = Pulled(series=len(series))
-    rows: dict[tuple[int, int, float], dict[str, Any]] = {}
-    seen = out.marks
-    for labels, points in series:
-        ref = matcher.match(labels)
+
+    def __init__(self, matcher: Matcher, marks: dict[str, float], series: int = 0) -> None:
+        self.matcher = matcher
+        self.marks = marks
+        self.out = Pulled(series=series)
+        self.rows: dict[tuple[int, int, float], dict[str, Any]] = {}
+
+    def add(self, labels: Labels, points: Points) -> None:
+        out = self.out
+        out.series += 1
+        ref = self.matcher.match(labels)
         if isinstance(ref, str):
-            _unmatched(out, labels, matcher, ref)
-            continue
-        if ref.node_id in matcher.agent_nodes:
+            _unmatched(out, labels, self.matcher, ref)
+            return
+        if ref.node_id in self.matcher.agent_nodes:
             out.skipped_agent += 1
-            continue
+            return
         instance = labels.get("instance", "")
-        stored = marks.get(instance, 0.0)
-        fresh = [(float(t), float(v)) for t, v in points if float(t) > stored]
+        stored = self.marks.get(instance, 0.0)
+        fresh = [(ts, float(v)) for ts, v in ((float(t), v) for t, v in points) if ts > stored]
         if not fresh:
-            continue
+            return
         newest = fresh[-1][0]
-        if newest > seen.get(instance, 0.0):
-            seen[instance] = newest
+        if newest > out.marks.get(instance, 0.0):
+            out.marks[instance] = newest
         name = labels.get("__name__", "")
         if name == XID_FIELD:
             readings = [(ts, v) for ts, v in fresh if not is_blank(v)]
             if readings:
                 out.xids.setdefault(ref.gpu_id, []).extend(readings)
                 out.gpus[ref.gpu_id] = ref
-            continue
+            return
+        rows = self.rows
         for ts, value in fresh:
             converted = convert(name, value)
             if converted is None:
@@ -257,10 +281,21 @@ def build(series: list[tuple[Labels, Points]], matcher: Matcher, marks: dict[str
                 sample = rows[key] = {"ts": ts, "gpu": ref.index}
             sample[converted[0]] = converted[1]
             out.gpus[ref.gpu_id] = ref
-    if rows:
-        out.write.add_samples("gpu", [((k[0], k[1]), s) for k, s in rows.items()])
-        out.newest = max(k[2] for k in rows)
-    return out
+
+    def finish(self) -> Pulled:
+        out, rows = self.out, self.rows
+        if rows:
+            out.write.add_samples("gpu", [((k[0], k[1]), s) for k, s in rows.items()])
+            out.newest = max(k[2] for k in rows)
+        return out
+
+
+def build(series: list[tuple[Labels, Points]], matcher: Matcher, marks: dict[str, float]) -> Pulled:
+    """Match, filter and convert a list of series (a backfill's) into one `Pulled`."""
+    builder = Builder(matcher, marks)
+    for labels, points in series:
+        builder.add(labels, points)
+    return builder.finish()
 
 
 def _unmatched(out: Pulled, labels: Labels, matcher: Matcher, reason: str) -> None:
@@ -300,13 +335,15 @@ def pull_source(source: PrometheusSource, now: float | None = None) -> dict[str,
     """Pull one source once; record its status. Never raises for a Prometheus that is down."""
     now = time.time() if now is None else now
     started = time.perf_counter()
+    marks = source.watermarks if isinstance(source.watermarks, dict) else {}
+    builder = Builder(load_matcher(source, now), marks)
     try:
-        series = fetch_recent(source, now)
+        fetch_recent(source, now, builder.add)
     except SourceDown as exc:
         return mark_down(source, now, str(exc))
     fetched = time.perf_counter()
-    summary = store(source, series, now)
-    summary["fetch_s"] = round(fetched - started, 3)
+    summary = save(source, builder.finish(), now)
+    summary["fetch_s"] = round(fetched - started, 3)  # queries, with matching overlapped
     summary["duration_s"] = round(time.perf_counter() - started, 3)
     source.last_summary = summary
     source.save(update_fields=["last_summary"])
@@ -314,28 +351,21 @@ def pull_source(source: PrometheusSource, now: float | None = None) -> dict[str,
 
 
 def store(
-    source: PrometheusSource,
-    series: list[tuple[Labels, Points]],
-    now: float,
-    backfill: bool = False,
+    source: PrometheusSource, series: list[tuple[Labels, Points]], now: float
 ) -> dict[str, Any]:
-    """Store pulled series through the one write path and record what became of them.
-    A backfill writes its whole range (what is stored already is ignored by storage)."""
+    """Store a backfill's series whole (what is stored already, storage ignores)."""
+    return save(source, build(series, load_matcher(source, now), {}), now)
+
+
+def save(source: PrometheusSource, pulled: Pulled, now: float) -> dict[str, Any]:
+    """Through the one write path, with XID events and what became of each series."""
     started = time.perf_counter()
-    matcher = load_matcher(source, now)
-    marks = source.watermarks if isinstance(source.watermarks, dict) and not backfill else {}
-    pulled = build(series, matcher, marks)
     known = known_gpus(source)
     events, last_xid = xid_events(source, pulled, {g: k[1] for g, k in known.items()})
     pulled.write.events.extend(events)
-    built = time.perf_counter()
     db = DjangoDb()
     db.transaction(lambda _tx: _commit(db, source, pulled, (known, last_xid), now))
-    timing = {
-        "build_s": round(built - started, 3),
-        "write_s": round(time.perf_counter() - built, 3),
-    }
-    return pulled.summary() | timing
+    return pulled.summary() | {"write_s": round(time.perf_counter() - started, 3)}
 
 
 Known = dict[int, tuple[float, int | None]]  # gpu_id → (last_pulled, last_xid)
@@ -490,7 +520,7 @@ def backfill(source: PrometheusSource, start: float, end: float, step_s: float) 
             series = fetch_range(source, at, stop, step_s)
         except SourceDown as exc:
             return mark_down(source, time.time(), str(exc)) | totals
-        summary = store(source, series, time.time(), backfill=True)
+        summary = store(source, series, time.time())
         totals["series"] = max(totals["series"], summary["series"])
         totals["rows"] += summary["rows"]
         totals["chunks"] += 1

@@ -126,7 +126,8 @@ def prometheus(
 ) -> Iterator[Prometheus]:
     prom = Prometheus(tmp_path_factory.mktemp("prom"), f"127.0.0.1:{exporter.port}")
     try:
-        prom.wait_for('{__name__=~"DCGM_FI_.*"}', FIELDS * len(GPUS))
+        # A pull reads Prometheus as it was a second before: wait until that holds them all.
+        prom.wait_for('{__name__=~"DCGM_FI_.*"} offset 1s', FIELDS * len(GPUS))
         yield prom
     finally:
         prom.stop()
