@@ -146,9 +146,7 @@ def parts() -> dict[str, Callable[[], Any]]:
     sites = {i.site_id for i in infos.values()}
     return {
         "rack_infos (inventory)": lambda: state.rack_infos(None),
-        "node_gpu_totals (GPUs folded in SQL, 2 queries)": lambda: state.node_gpu_totals(
-            None, now()
-        ),
+        "node_gpu_totals (GPUs folded in SQL)": lambda: state.node_gpu_totals(None, now()),
         "lean_gpu_totals (the Python way, not taken)": lambda: lean_gpu_totals(now()),
         "summary_readings node + rack": lambda: (
             state.summary_readings("node", "node_id", node_ids),
