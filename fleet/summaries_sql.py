@@ -30,6 +30,7 @@ row, on SQLite (no ordered aggregate before 3.44) from a second query (`power_sq
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -73,6 +74,13 @@ def _mask_level(mask: str) -> str:
     )
 
 
+def _materialized(vendor: str) -> str:
+    """The CTE hint where the engine knows it (PostgreSQL 12+, SQLite 3.35+)."""
+    if vendor == "sqlite" and sqlite3.sqlite_version_info < (3, 35):
+        return ""
+    return "MATERIALIZED "
+
+
 def totals_sql(where: str = "", vendor: str = "sqlite") -> str:
     """One row per node with GPUs in the latest state: node id, GPUs, fresh GPUs, max
     fresh temperature, min fresh slowdown headroom, fresh GPUs throttling thermal and
@@ -105,7 +113,7 @@ def totals_sql(where: str = "", vendor: str = "sqlite") -> str:
     # MATERIALIZED: inlined, each per-GPU expression would be evaluated once per use in
     # the aggregates (SQLite 28 → 23 ms, PostgreSQL 28 → 16 ms at 10,000 GPUs).
     return (
-        f"WITH h AS MATERIALIZED ({headrooms})"
+        f"WITH h AS {_materialized(vendor)}({headrooms})"
         " SELECT node_id, COUNT(*), SUM(fresh),"
         " MAX(CASE WHEN fresh = 1 THEN temp END), MIN(CASE WHEN fresh = 1 THEN head END),"
         f" SUM(CASE WHEN fresh = 1 AND (mask & {THERMAL_REASONS}) <> 0 THEN 1 ELSE 0 END),"
