@@ -61,7 +61,8 @@ def schedule_alert_evaluation(sender: Celery, **kwargs: Any) -> None:
         "options": {"expires": watch * 0.8},
     }
     # Prometheus sources (fleet/prometheus/pull.py): beside the rules, on their queue.
-    sender.autodiscover_tasks(["fleet.prometheus"])
+    # (fleet.prometheus is not an app, so autodiscovery does not find its tasks module.)
+    sender.conf.include = (*sender.conf.include, "fleet.prometheus.tasks")
     sender.conf.task_routes["prometheus.pull"] = {"queue": "rules"}
     pull = float(settings.PROMETHEUS_PULL_S)
     sender.conf.beat_schedule["prometheus-pull"] = {
