@@ -269,6 +269,15 @@ def test_a_pack_rule_fires_on_a_pulled_temperature_past_the_gpus_slowdown_limit(
     assert firing.entity == f"{gpu.node_id}:0" and firing.value == 87.0 - HOT_C
 
 
+def test_the_fatal_xid_rule_fires_on_a_pulled_xid(source: PrometheusSource) -> None:
+    AlertRule.objects.exclude(key="gpu-xid-fatal").update(enabled=False)
+    pull_source(source)
+    evaluate(time.time())
+    firing = AlertInstance.objects.get(state="firing")
+    gpu = GPU.objects.get(uuid="GPU-a0101-0")
+    assert firing.rule.key == "gpu-xid-fatal" and firing.entity == f"{gpu.node_id}:0"
+
+
 def test_a_prometheus_that_is_down_marks_its_source_down_and_the_others_still_pull(
     source: PrometheusSource, site: Site
 ) -> None:
