@@ -249,13 +249,16 @@ def rack_states(
 SUMMARY_FIELDS = {"node": ("power_w", "temp_inlet_c"), "rack": ("power_w", "temp_inlet_c", "leak")}
 
 
-def summary_readings(kind: str, column: str, ids: Iterable[int]) -> dict[tuple[int, ...], Any]:
-    """Latest readings holding only the fields the summaries judge (`SUMMARY_FIELDS`) and
-    the row's newest sample time, which is all `health.stale` and `newest_ts` look at."""
+def summary_readings(
+    kind: str, column: str, ids: Iterable[int], fields: tuple[str, ...] | None = None
+) -> dict[tuple[int, ...], Any]:
+    """Latest readings holding only the fields the summaries judge (`SUMMARY_FIELDS`, or
+    `fields`) and the row's newest sample time, which is all `health.stale` and
+    `newest_ts` look at."""
     marks, params = in_list(ids)
     if not params:
         return {}
-    names = SUMMARY_FIELDS[kind]
+    names = SUMMARY_FIELDS[kind] if fields is None else fields
     columns = merge_columns(kind, names)  # keys, ts, the fields, their sample times
     records = select_rows(
         f"SELECT {', '.join(columns)} FROM {latest_table(kind)} WHERE {column} IN ({marks})",

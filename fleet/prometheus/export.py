@@ -23,12 +23,32 @@ from django.db.models import Count, Sum
 from fleet import health
 from fleet.payloads import rack_feeds
 from fleet.site_summary import site_payloads
-from fleet.state import RackState, fresh_value, gpu_ids, loop_views, rack_states, select_rows
+from fleet.state import (
+    RackState,
+    fresh_value,
+    gpu_ids,
+    gpu_limits,
+    loop_views,
+    rack_summaries,
+    select_rows,
+    summary_readings,
+)
 
 LEVEL_VALUES = {health.Level.OK: 0.0, health.Level.WARN: 1.0, health.Level.CRIT: 2.0}
 MHZ = 1e6
 
 GPU_LABELS = ("site", "rack", "node", "gpu")
+# What a GPU's series need from its latest row (gpu_summary's fields and the SM clock):
+# reading every metric column of 10,000 rows cost most of a render.
+GPU_FIELDS = (
+    "temp_gpu_c",
+    "temp_mem_c",
+    "temp_margin_c",
+    "power_w",
+    "power_limit_w",
+    "clock_event_reasons",
+    "clock_sm_mhz",
+)
 RACK_LABELS = ("site", "rack")
 
 
@@ -114,7 +134,7 @@ def gpu_series_sites(site_slugs: Iterable[str]) -> set[str]:
 def collect(now: float) -> list[Family]:
     families = Families()
     sites = dict(select_rows("SELECT id, slug FROM fleet_site"))
-    states = rack_states(None, now)
+    states = rack_summaries(None, now)  # racks and nodes; GPUs folded in the database
     per_gpu = gpu_series_sites(sites.values())
     _gpus(families, states, sites, per_gpu, now)
     _racks(families, states, sites)
@@ -183,15 +203,19 @@ def _gpus(
 ) -> None:
     fams = _gpu_families(f)
     shown = [s for s in states.values() if sites.get(s.info.site_id, "") in per_gpu]
+    node_ids = [node for state in shown for node in state.info.nodes]
     by_node: dict[int, list[int]] = {}
-    for node_id, index in gpu_ids(node for state in shown for node in state.info.nodes):
+    for node_id, index in gpu_ids(node_ids):
         by_node.setdefault(node_id, []).append(index)
+    readings = summary_readings("gpu", "node_id", node_ids, GPU_FIELDS)
+    limits_of = gpu_limits(node_ids)
     for state in shown:
         site = sites.get(state.info.site_id, "")
         for node_id in sorted(state.info.nodes):
             node = state.info.nodes[node_id]
             for index in sorted(by_node.get(node_id, ())):
-                reading, limits = state.gpus.get((node_id, index), (health.EMPTY, None))
+                reading = readings.get((node_id, index), health.EMPTY)
+                limits = limits_of.get((node_id, index))
                 labels = label_text(GPU_LABELS, (site, state.info.name, node, str(index)))
                 _gpu(fams, labels, reading, limits, now)
 
