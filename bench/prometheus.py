@@ -1,16 +1,18 @@
 """Prometheus pull and /metrics render, issue 10's two halves, for a large fleet.
 
-    .venv/bin/python bench/prometheus.py [--gpus 8000] [--pulls 3] [--profile]
+    .venv/bin/python bench/prometheus.py [--db sqlite|postgres] [--gpus 8000] [--pulls 3]
+                                         [--profile]
 
-1. A fresh, migrated SQLite database with bench/rules.py's inventory (1,250 nodes × 8 =
-   10,000 GPUs, every GPU with a UUID). A local exporter serves dcgm-exporter text for the
-   first `--gpus` GPUs × 10 fields (80,000 series; labels as dcgm-exporter 4.x writes them);
-   a real Prometheus (Debian's /usr/bin/prometheus) scrapes it every 10 s. The bench waits,
-   polling Prometheus' API, until every series is there.
-2. One warm-up pull (the first reads the whole look-back window), then `--pulls` pull
-   cycles, each after the next scrape landed: `fleet.prometheus.pull.pull_source` — the
-   query, matching, conversion and the write through `write_samples` with latest state —
-   timed end to end. pull_s is their median.
+1. A fresh, migrated database (SQLite file, or a new PostgreSQL database) with
+   bench/rules.py's inventory (1,250 nodes × 8 = 10,000 GPUs, every GPU with a UUID). A
+   local exporter serves dcgm-exporter text for the first `--gpus` GPUs × 10 fields
+   (80,000 series; labels as dcgm-exporter 4.x writes them); a real Prometheus (Debian's
+   /usr/bin/prometheus) scrapes it every 10 s. The bench waits, polling Prometheus' API,
+   until every series is there.
+2. One warm-up pull (the first of a source), then `--pulls` pull cycles, each once the
+   next scrape is visible to a pull: `fleet.prometheus.pull.pull_source` — the queries,
+   matching, conversion and the write through `write_samples` with latest state — timed
+   end to end, with the CPU seconds it and Prometheus spent. pull_s is their median.
 3. metrics_render_s: `fleet.prometheus.export.render` on the 10,000-GPU inventory with
    every GPU's latest state filled, as bench/metrics_export.py does (median of 3).
 
@@ -37,6 +39,7 @@ from bench.rules import (
     GPUS_PER_NODE,
     NODES,
     build_inventory,
+    drop_database,
     fill_latest,
     make_database,
     setup_django,
@@ -83,14 +86,18 @@ def exporter_text(gpus: list[tuple[str, int, str]]) -> bytes:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--db", choices=("sqlite", "postgres"), default="sqlite")
     parser.add_argument("--gpus", type=int, default=8000)
     parser.add_argument("--pulls", type=int, default=3)
     parser.add_argument("--profile", action="store_true")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="fw-bench-prom-") as tmp:
-        db = make_database("sqlite", Path(tmp), 10.0, 12)
-        setup_django(db)
-        return run(args, Path(tmp))
+        db = make_database(args.db, Path(tmp), 10.0, 12)
+        try:
+            setup_django(db)
+            return run(args, Path(tmp))
+        finally:
+            drop_database(db)
 
 
 def run(args: argparse.Namespace, tmp: Path) -> int:
