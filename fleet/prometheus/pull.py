@@ -72,10 +72,10 @@ class Builder:
     `marks`: per scrape target (`instance`), the newest sample time already stored; older
     points are in storage (a target's scrapes land in order) and are not written again."""
 
-    def __init__(self, matcher: Matcher, marks: dict[str, float], series: int = 0) -> None:
+    def __init__(self, matcher: Matcher, marks: dict[str, float]) -> None:
         self.matcher = matcher
         self.marks = marks
-        self.out = Pulled(series=series)
+        self.out = Pulled()
         self.rows: dict[tuple[int, int, float], dict[str, Any]] = {}
 
     def add(self, labels: Labels, points: Points) -> None:
