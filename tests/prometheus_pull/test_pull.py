@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 
 from fleet.alerts.engine import evaluate
 from fleet.alerts.models import AlertInstance, AlertRule
@@ -308,3 +308,10 @@ def test_a_backfill_stores_history_at_the_step_asked(
     assert len(added) >= 3  # one row per step since Prometheus first scraped the exporter
     assert all(ts % 2 == 0 for ts in added)  # on the step's grid
     assert {b - a for a, b in itertools.pairwise(added)} == {2.0}
+
+
+def test_a_backfill_too_long_for_its_step_is_refused_before_asking(site: Site) -> None:
+    PrometheusSource.objects.create(name="far", site=site, url=closed_port_url())
+    with pytest.raises(CommandError, match="use a larger step"):
+        call_command("pull_prometheus", "--since", "30d", "--step", "1s")
+    assert PrometheusSource.objects.get(name="far").last_status == "never"
