@@ -5,7 +5,7 @@ every GPU reporting), rendered in-process as the view does.
     .venv/bin/python bench/metrics_export.py [--db sqlite|postgres] [--renders N]
 
 Last line: `gpus=10000 metrics_render_s=X metrics_kb=X series=X` (render_s: the median).
-The pull half of issue 10 (bench/prometheus.py against a real Prometheus) is not built yet.
+bench/prometheus.py times the pull half against a real Prometheus and calls this render too.
 """
 
 from __future__ import annotations

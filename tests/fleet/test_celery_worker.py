@@ -109,6 +109,7 @@ def test_beat_schedule_names_only_registered_tasks() -> None:
     # (registers the tasks, as the worker's autodiscovery does)
     import fleet.alerts.tasks
     import fleet.notifications.tasks
+    import fleet.prometheus.tasks
     import fleet.tasks  # noqa: F401
 
     scheduled = {entry["task"] for entry in fleet_app.conf.beat_schedule.values()}
@@ -118,6 +119,7 @@ def test_beat_schedule_names_only_registered_tasks() -> None:
         "alerts.evaluate",
         "alerts.watchdog",
         "notifications.sweep",
+        "prometheus.pull",
     }
     assert scheduled == expected
     assert all(
