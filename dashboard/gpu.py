@@ -95,6 +95,7 @@ class GpuPage:
     mem_total_mib: float | None
     range: str
     as_of: str
+    origin: str = ""  # where its figures come from: its agent, or a Prometheus source
     timeline_tier: str = ""
     timeline: list[ReasonRow] = field(default_factory=list)
     events: list[EventRow] = field(default_factory=list)
@@ -295,11 +296,34 @@ def gpu_page(gpu: GPU, range_name: str, now: float, figures_only: bool = False) 
         mem_total_mib=_float(reading.values.get("mem_total_mib")),
         range=range_name,
         as_of=as_of(now),
+        origin=figures_origin(gpu, now),
     )
     if not figures_only:
         page.timeline_tier, page.timeline = timeline(gpu, range_name, now)
         page.events = event_rows(gpu.node_id, gpu.index, now)
     return page
+
+
+def figures_origin(gpu: GPU, now: float) -> str:
+    """Where the figures come from. A node's agent wins (the Prometheus pull skips nodes
+    whose agent reported within the freshness window), so: its agent when that reported
+    lately, else the Prometheus source(s) that pulled this GPU, else its agent's last word."""
+    from fleet.models import SourceToken
+    from fleet.models.prometheus import PulledGPU
+
+    token = SourceToken.objects.filter(source=gpu.node.source, revoked=False).first()
+    last_seen = None if token is None else token.last_seen
+    if last_seen is not None and now - float(last_seen) <= health.STALE_AFTER_S:
+        return "from its node's agent (fleet-agent)"
+    pulled = list(
+        PulledGPU.objects.filter(gpu=gpu).select_related("source").order_by("-last_pulled")
+    )
+    if pulled:
+        names = ", ".join(p.source.name for p in pulled)
+        return f"via Prometheus ({names}: dcgm-exporter series); its node's agent is not reporting"
+    if token is None:
+        return "no agent enrolled for its node, and no Prometheus source pulls it"
+    return "from its node's agent, which has gone quiet"
 
 
 def unjudged_words(tile: GpuTile) -> str | None:

@@ -345,3 +345,28 @@ def test_plotly_js_is_served_from_the_installed_package_with_a_long_cache(ops: C
     assert "max-age=31536000" in response["Cache-Control"]
     head = b"".join(response.streaming_content)[:2000]  # type: ignore[attr-defined]
     assert b"plotly.js" in head
+
+
+def test_the_gpu_page_says_where_its_figures_come_from(ops: Client, node: Node) -> None:
+    """Its agent while that reports; the Prometheus source that pulls it when the agent is
+    quiet (the pull skips nodes whose agent reports)."""
+    from fleet.models import SourceToken, hash_token
+    from fleet.models.prometheus import PrometheusSource, PulledGPU
+
+    target = gpu(node, 0)
+    token = SourceToken.objects.create(
+        source=node.source,
+        kind="node",
+        site=node.rack.hall.site,
+        token_hash=hash_token("fws_x"),
+        last_seen=time.time(),
+    )
+    page = ops.get(f"/gpus/{target.pk}/").content.decode()
+    assert "Figures from its node&#x27;s agent (fleet-agent)." in page
+    prom = PrometheusSource.objects.create(
+        name="dc1-prom", site=node.rack.hall.site, url="http://prom.example:9090"
+    )
+    PulledGPU.objects.create(source=prom, gpu=target, first_pulled=1.0, last_pulled=2.0)
+    SourceToken.objects.filter(pk=token.pk).update(last_seen=time.time() - 300)
+    page = ops.get(f"/gpus/{target.pk}/").content.decode()
+    assert "via Prometheus (dc1-prom: dcgm-exporter series)" in page
