@@ -72,6 +72,11 @@ def alerts(request: HttpRequest) -> HttpResponse:
     for row in context["silences"]:
         row["endable"] = operator and (names is None or bool(row["sites"] & names))
     context["can_acknowledge"] = operator
+    context["now_text"] = f"{context['now']:%H:%M:%S} UTC"
+    # static/dashboard/alerts.js refreshes the page's region for this person (their
+    # controls, their CSRF tokens) on each live push and every few seconds.
+    if request.GET.get("part") == "live":
+        return render(request, "dashboard/alerts_live.html", context)
     return render(request, "dashboard/alerts.html", context)
 
 

@@ -138,3 +138,13 @@ def test_each_alert_links_to_the_page_of_what_breached(client: Client) -> None:
     firing(entity=f"{node.pk}:1")
     page = login(client, "dana", operator=False).get("/alerts/").content.decode()
     assert f'href="/gpus/{gpu.pk}/"' in page
+
+
+def test_the_live_part_is_the_region_alone_with_the_persons_own_controls(client: Client) -> None:
+    firing()
+    operator = login(client, "olga", operator=True)
+    part = operator.get("/alerts/?part=live").content.decode()
+    assert "<html" not in part and "<h1>Alerts" in part
+    assert 'name="alert"' in part and "csrfmiddlewaretoken" in part
+    viewer = login(Client(), "vera", operator=False)
+    assert 'name="alert"' not in viewer.get("/alerts/?part=live").content.decode()

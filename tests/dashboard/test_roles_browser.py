@@ -40,6 +40,20 @@ Route.objects.create(name="ops", webhook_url="{WEBHOOK}")
 """
 
 
+SECOND = """
+from django.utils import timezone
+from fleet.alerts.models import AlertInstance, AlertRule
+from fleet.models import Site
+now = timezone.now()
+site = Site.objects.get()
+AlertInstance.objects.create(
+    rule=AlertRule.objects.get(key="gpu-hw-thermal-slowdown"), scope="gpu", entity="1:1",
+    state="firing", value=1.0, site=site, started_at=now, fired_at=now, updated_at=now,
+    labels={"site": site.name, "rack": "A01", "node": "gpu-a01-01", "gpu": "1"},
+)
+"""
+
+
 def sign_in(page, server: FleetServer, name: str) -> None:  # type: ignore[no-untyped-def]
     page.goto(server.url + "/alerts/")
     assert "/admin/login/" in page.url
@@ -67,6 +81,15 @@ def test_a_viewer_reads_alerts_and_an_operator_acknowledges_them(tmp_path: Path)
             assert viewer.locator("text=Acknowledge selected").count() == 0
             assert "hooks.slack.com" not in viewer.content()
             shot(viewer, tmp_path / "alerts-viewer.png")
+            # The page is live: an alert that starts firing appears without a reload.
+            viewer.evaluate("window.__stayed = true")
+            server.manage("shell", "-c", SECOND)
+            viewer.wait_for_function(
+                "document.querySelectorAll('tr[data-alert]').length === 2", timeout=15_000
+            )
+            assert viewer.evaluate("window.__stayed === true")
+            assert "2 firing" in viewer.locator("h1").inner_text()
+            assert viewer.locator("#live-status").inner_text() == "live"
 
             # A wall screen: the system asks for dark, and the page follows it.
             wall = browser.new_context(
@@ -75,11 +98,11 @@ def test_a_viewer_reads_alerts_and_an_operator_acknowledges_them(tmp_path: Path)
             operator = wall.new_page()
             sign_in(operator, server, "otto")
             assert "hooks.slack.com …1234" in operator.content()
-            operator.check("tr[data-alert] input[name=alert]")
+            operator.check("tr[data-alert='1'] input[name=alert]")
             operator.fill("input[name=comment]", "swapping the pump")
             operator.click("text=Acknowledge selected")
             operator.wait_for_selector("text=1 alert(s) acknowledged")
-            assert "otto: swapping the pump" in operator.locator("tr[data-alert]").inner_text()
+            assert "otto: swapping the pump" in operator.locator("tr[data-alert='1']").inner_text()
 
             assert operator.locator("#theme-toggle").inner_text() == "☀ light theme"
             shot(operator, tmp_path / "alerts-operator-dark.png")
