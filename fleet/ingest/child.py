@@ -35,6 +35,16 @@ from fleet.storage.db import open_db
 log = logging.getLogger("fleet.ingest.child")
 
 MAX_READ = 4 << 20  # bytes taken per round: bounds one commit's size and latency
+COUNTERS_EVERY_S = 10.0  # how often a writer saves its counters (fleet.models.IngestWriter)
+COUNTER_FIELDS = ("batches", "samples", "refused", "retried", "saves", "save_failures")
+SAVE_COUNTERS = (
+    "INSERT INTO fleet_ingestwriter (writer, started_at, updated_at, "
+    + ", ".join(COUNTER_FIELDS)
+    + ") VALUES (%s, %s, %s, "
+    + ", ".join(["%s"] * len(COUNTER_FIELDS))
+    + ") ON CONFLICT (writer) DO UPDATE SET updated_at = excluded.updated_at, "
+    + ", ".join(f"{f} = excluded.{f}" for f in COUNTER_FIELDS)
+)
 
 
 class ChildLoop:
@@ -47,6 +57,8 @@ class ChildLoop:
         self.revalidate_s = revalidate_s
         self.buf = bytearray()
         self.stopping = False
+        self.started_at = time.time()
+        self.name = f"{socket.gethostname()}:{os.getpid()}:{self.started_at:.0f}"[:120]
 
     def send(self, kind: int, payload: bytes) -> None:
         self.sock.sendall(frames.frame(kind, 0, payload))
@@ -55,6 +67,7 @@ class ChildLoop:
         self.send(frames.READY, b"")
         next_tick = time.monotonic() + self.live_s
         next_check = time.monotonic() + self.revalidate_s
+        next_counters = time.monotonic()  # a row at start: the row count is the starts
         while not self.stopping:
             timeout = max(0.0, next_tick - time.monotonic())
             readable, _, _ = select.select([self.sock], [], [], timeout)
@@ -66,8 +79,12 @@ class ChildLoop:
             if time.monotonic() >= next_check:
                 self._revalidate()
                 next_check = time.monotonic() + self.revalidate_s
+            if time.monotonic() >= next_counters:
+                self._save_counters()
+                next_counters = time.monotonic() + COUNTERS_EVERY_S
         self.pipeline.save_interval_s = 0.0  # the latest state on disk matches what was acked
         self.pipeline.flush(time.time())
+        self._save_counters()
 
     def _tick(self) -> None:
         """Merge the pending latest state when `latest_save_s` has passed and tell the
@@ -79,6 +96,17 @@ class ChildLoop:
         changed = self.pipeline.take_changed()
         if changed:
             self.send(frames.CHANGED, orjson.dumps(changed))
+
+    def _save_counters(self) -> None:
+        """This writer's counters, cumulative since it started, for /metrics. Best effort:
+        a database that is away costs nothing but a late figure."""
+        counters = self.pipeline.counters
+        values = [getattr(counters, f) for f in COUNTER_FIELDS]
+        params = [self.name, self.started_at, time.time(), *values]
+        try:
+            self.pipeline.db.transaction(lambda tx: tx.execute(SAVE_COUNTERS, params))
+        except Exception as exc:
+            log.warning("could not save the ingest counters: %s", exc)
 
     def _revalidate(self) -> None:
         try:

@@ -62,7 +62,8 @@ class Prepared:
 
 @dataclass
 class Counters:
-    batches: int = 0
+    batches: int = 0  # stored (and so acknowledged)
+    samples: int = 0  # in the stored batches
     refused: int = 0
     retried: int = 0
     saves: int = 0
@@ -199,6 +200,7 @@ class IngestPipeline:
         write_samples(self.db, write, latest)
         # Only what is committed changes what the pipeline remembers.
         self.counters.batches += len(items)
+        self.counters.samples += sum(len(kind_items) for kind_items in write.samples.values())
         if save:
             self._saved(now)
         for kind, kind_items in write.samples.items():

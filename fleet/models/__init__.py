@@ -7,6 +7,7 @@ from fleet.models.agents import EnrollmentToken, SourceToken, hash_token, new_se
 from fleet.models.cooling import CoolingLoop
 from fleet.models.events import Event
 from fleet.models.facility import FacilityMeter, pue_category_for_roles
+from fleet.models.ingest import IngestWriter
 from fleet.models.nodes import GPU, Node
 from fleet.models.prometheus import PrometheusSource, PulledGPU, UnmatchedSeries
 from fleet.models.racks import PowerFeed, Rack
@@ -20,6 +21,7 @@ __all__ = (
     "Event",
     "FacilityMeter",
     "Hall",
+    "IngestWriter",
     "Node",
     "PowerFeed",
     "PrometheusSource",

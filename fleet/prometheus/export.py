@@ -145,6 +145,7 @@ def collect(now: float) -> list[Family]:
     _agents(families, now)
     _deliveries(families)
     _rejections(families)
+    _ingest(families)
     return list(families.items.values())
 
 
@@ -429,6 +430,34 @@ def _rejections(f: Families) -> None:
     )
     for row in RejectionTally.objects.values("transport", "status").annotate(n=Sum("count")):
         refused.add_metric([row["transport"], str(row["status"])], float(row["n"] or 0))
+
+
+INGEST_COUNTERS = (
+    ("batches", "fleetwatch_ingest_batches", "batches stored and acknowledged"),
+    ("samples", "fleetwatch_ingest_samples", "samples in the stored batches"),
+    ("refused", "fleetwatch_ingest_refused_batches", "batches the writers refused (400)"),
+    ("retried", "fleetwatch_ingest_retried_batches", "batches answered 503: not stored, resent"),
+    ("saves", "fleetwatch_ingest_latest_saves", "latest-state saves"),
+    ("save_failures", "fleetwatch_ingest_latest_save_failures", "latest-state saves that failed"),
+)
+
+
+def _ingest(f: Families) -> None:
+    """Each ingest writer saves its counters every 10 s (fleet/ingest/child.py): sums over
+    every writer that ever ran, so a restart never makes a counter go down."""
+    from fleet.models import IngestWriter
+
+    columns = [column for column, _, _ in INGEST_COUNTERS]
+    totals = IngestWriter.objects.aggregate(
+        starts=Count("id"), **{column: Sum(column) for column in columns}
+    )
+    for column, name, doc in INGEST_COUNTERS:
+        f.counter(name, doc, []).add_metric([], float(totals[column] or 0))
+    f.counter(
+        "fleetwatch_ingest_writer_starts",
+        "ingest writer processes started (more than one per server process: restarts)",
+        [],
+    ).add_metric([], float(totals["starts"]))
 
 
 def _maybe(family: Family, labels: list[str], value: float | int | None) -> None:

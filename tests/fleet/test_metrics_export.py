@@ -142,3 +142,17 @@ def test_the_output_passes_promtool(site: Site, tmp_path: Path) -> None:
         [promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60
     )
     assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_ingest_counters_are_summed_over_every_writer_that_ran(site: Site) -> None:
+    from fleet.models import IngestWriter
+
+    IngestWriter.objects.create(
+        writer="a:1:1", started_at=1, updated_at=2, batches=10, samples=80, retried=1
+    )
+    IngestWriter.objects.create(writer="a:2:5", started_at=5, updated_at=6, batches=3, samples=24)
+    got = series(scrape()[1])
+    assert got[("fleetwatch_ingest_batches_total", ())] == 13.0
+    assert got[("fleetwatch_ingest_samples_total", ())] == 104.0
+    assert got[("fleetwatch_ingest_retried_batches_total", ())] == 1.0
+    assert got[("fleetwatch_ingest_writer_starts_total", ())] == 2.0

@@ -365,3 +365,27 @@ def test_the_child_announces_saved_latest_state_right_after_the_commit(db_path: 
     pipeline.db.close()
     server_end.close()
     child_end.close()
+
+
+def test_a_writer_saves_its_counters_for_the_metrics(db_path: Path) -> None:
+    """Batches stored, samples in them, and a row per writer start (fleet_ingestwriter)."""
+    import socket as socketlib
+
+    from fleet.ingest import frames
+    from fleet.ingest.child import ChildLoop
+
+    server_end, child_end = socketlib.socketpair()
+    pipeline = IngestPipeline(PickyDb(str(db_path)), save_interval_s=0.0)
+    loop = ChildLoop(child_end, pipeline, live_s=3600.0, revalidate_s=3600.0)
+    hello = {"source": f"node:{NODES[2]}", "site_id": 1}
+    items = [(frames.HELLO, 3, json.dumps(hello).encode())]
+    items += [(frames.BATCH, 3, frame(gpu_batch(NODES[2], 700 + i))) for i in range(2)]
+    loop._process(items)
+    loop._save_counters()
+    rows = pipeline.db.query(
+        "SELECT batches, samples, refused FROM fleet_ingestwriter WHERE writer = %s", (loop.name,)
+    )
+    assert rows == [(2, 16, 0)]  # two batches of 8 GPU samples
+    pipeline.db.close()
+    server_end.close()
+    child_end.close()
