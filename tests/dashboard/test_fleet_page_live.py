@@ -195,23 +195,24 @@ def test_a_cdu_pump_failure_turns_its_loop_and_racks_red_with_throttling_within_
     ops_user: None,
     browser,  # type: ignore[no-untyped-def]
 ) -> None:
-    """The headline scenario's data (CDU-1: pumps failed, no flow; A01's GPUs in hardware
-    thermal slowdown) reaches the open fleet page within 2 s of the server taking it."""
+    """The headline scenario's data (CDU-1: pumps failed, no flow; a node of A02 in hardware
+    thermal slowdown) reaches the open fleet page within 2 s of the server taking it. (A02:
+    the module's other tests leave A01 critical already.)"""
     from agents.protocol import reasons as nvml
 
     page = browser.new_page(viewport={"width": 1280, "height": 800})
     login(page, fleet_server)
     page.wait_for_selector("#live-status[data-state='live']")
-    rack_id = fleet_server.query("SELECT id FROM fleet_rack WHERE name = 'A01'")[0][0]
+    rack_id = fleet_server.query("SELECT id FROM fleet_rack WHERE name = 'A02'")[0][0]
     tile = page.locator(f"#rack-{rack_id}")
     assert tile.get_attribute("data-level") != "crit"
 
     site = enroll(fleet_server, "site:demo")
     loop = {"ts": time.time(), "loop": "CDU-1", "supply_c": 34.0, "return_c": 34.2}
     loop |= {"flow_lpm": 0.0, "pumps_running": 0, "pumps_failed": 3}
-    node = enroll(fleet_server, "node:gpu-a01-04")
+    node = enroll(fleet_server, "node:gpu-a02-04")
     gpus = gpu_batch(
-        "gpu-a01-04", 1, temp_gpu_c=90, power_w=180.0, clock_event_reasons=nvml.HW_THERMAL_SLOWDOWN
+        "gpu-a02-04", 1, temp_gpu_c=90, power_w=180.0, clock_event_reasons=nvml.HW_THERMAL_SLOWDOWN
     )
     gpus["gpu_info"] = [
         {"gpu": i, "model": "NVIDIA H200", "limits": {"slowdown_c": 89}} for i in range(8)
@@ -235,6 +236,6 @@ def test_a_cdu_pump_failure_turns_its_loop_and_racks_red_with_throttling_within_
     assert took <= 2.0
     assert "CRITICAL" in tile.inner_text().upper()  # a word, not only a colour
     strip = page.locator("[data-field=throttling]").first
-    assert strip.inner_text().startswith("8 in thermal slowdown")
+    assert int(strip.inner_text().split(" in thermal slowdown")[0]) >= 8  # the site's sum
     page.screenshot(path=str(fleet_server.var_dir / "fleet-cdu-failure.png"))
     page.close()
