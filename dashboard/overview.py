@@ -198,4 +198,6 @@ def site_strips(
         rack = racks[str(rack_id)]
         site["throttling_thermal"] += rack["throttling_thermal"]
         site["throttling_power"] += rack["throttling_power"]
+    for payload in figures.values():
+        payload["throttling_level"] = health.throttling_level(payload["throttling_thermal"]).value
     return [SiteStrip(site_id, name, figures[site_id]) for site_id, name in names.items()]

@@ -343,6 +343,7 @@ def rack_payload(state: RackState) -> Payload:
         "loop_level": None if state.loop is None else state.loop.level.value,
         "level": state.level.value,  # the rack's own signals and its loop's
         "headroom_level": health.headroom_level(summary.min_headroom_c).value,
+        "throttling_level": health.throttling_level(summary.throttling_thermal).value,
         "reasons": rack_reasons(state),
     }
 

@@ -40,6 +40,7 @@ from fleet.health.levels import (
     leak_level,
     newest_ts,
     stale,
+    throttling_level,
     worst,
 )
 from fleet.health.racks import (
@@ -144,5 +145,6 @@ __all__ = [
     "supply_level",
     "supply_over_limit_c",
     "throttle_state",
+    "throttling_level",
     "worst",
 ]

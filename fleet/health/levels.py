@@ -107,6 +107,12 @@ def headroom_level(headroom_c: float | None) -> Level:
     return _rising(None if headroom_c is None else -headroom_c, -HEADROOM_WARN_C, -HEADROOM_CRIT_C)
 
 
+def throttling_level(thermal: int) -> Level:
+    """GPUs slowed to protect themselves from heat (HW/SW thermal slowdown) are critical;
+    GPUs held at their power limit are how busy GPUs run: counted, no warning by itself."""
+    return Level.CRIT if thermal > 0 else Level.OK
+
+
 def inlet_level(temp_c: float | None) -> Level:
     """Inlet air: above ASHRAE's recommended 27 °C warn, above A1's allowable 32 °C crit."""
     return _rising(temp_c, INLET_RECOMMENDED_MAX_C, INLET_ALLOWABLE_A1_MAX_C, strict=True)

@@ -67,11 +67,10 @@
       return { level: r.headroom_level, figure: "hottest GPU " + headroomWords(r.min_headroom_c) };
     },
     throttling(r) {
-      // Thermal slowdown is critical (fleet/health thresholds); holding the power limit
-      // is how a busy GPU runs, counted but no warning by itself.
+      // The level is the server's (fleet/health throttling_level), never judged here.
       const figure = r.throttling_thermal + " in thermal slowdown · " +
         r.throttling_power + " at their power limit";
-      return { level: r.throttling_thermal ? "crit" : "ok", figure: figure };
+      return { level: r.throttling_level, figure: figure };
     },
     alerts(r, id) {
       const { own, loop } = alertsAt(id);
@@ -125,13 +124,15 @@
   // ---- the site strips
 
   function siteThrottling(siteId) {
-    let thermal = 0, power = 0;
+    // Sums of the site's racks; its level is the worst of theirs (judged on the server).
+    let thermal = 0, power = 0, level = "ok";
     racks.forEach((r, id) => {
       if ((places[id] || [])[0] !== Number(siteId)) return;
       thermal += r.throttling_thermal;
       power += r.throttling_power;
+      if (r.throttling_level === "crit") level = "crit";
     });
-    return { thermal: thermal, power: power };
+    return { thermal: thermal, power: power, level: level };
   }
 
   function renderSite(siteId, s, now) {
@@ -153,7 +154,7 @@
     const t = siteThrottling(siteId);
     const throttling = field("throttling");
     throttling.textContent = t.thermal + " in thermal slowdown · " + t.power + " at their power limit";
-    throttling.dataset.level = t.thermal ? "crit" : "ok";
+    throttling.dataset.level = t.level;
     const alerts = field("alerts");
     alerts.querySelector("a").textContent = String(s.alerts.firing);
     alerts.lastChild.textContent = " (" + s.alerts.critical + " critical)";

@@ -604,3 +604,10 @@ def test_stale_facility_power_gives_no_pue() -> None:
         {"total_power_w": NOW - 120, "it_power_w": NOW - 120, "pue_category": NOW},
     )
     assert facility_pue(r, NOW) == (None, 2)
+
+
+def test_gpus_in_thermal_slowdown_are_critical_and_at_the_power_limit_are_not() -> None:
+    from fleet import health
+
+    assert health.throttling_level(0) == health.Level.OK
+    assert health.throttling_level(3) == health.Level.CRIT
