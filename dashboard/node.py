@@ -17,10 +17,9 @@ from django.views.decorators.http import require_GET
 
 from dashboard.gpu import PLOTLY_VERSION, EventRow, event_rows
 from dashboard.rack import GpuTile, gpu_tile
-from dashboard.words import as_of, level_word, no_data_words
+from dashboard.words import as_of, clock_offset_text, level_word, no_data_words
 from fleet import health
 from fleet.access import can_view_site
-from fleet.admin import clock_offset_text
 from fleet.models import GPU, Node, SourceToken
 from fleet.state import gpu_limits, latest_readings
 

@@ -49,3 +49,15 @@ def no_data_words(ts: float | None, now: float) -> str:
 def as_of(now: float) -> str:
     """The moment a server-rendered page describes (UTC), shown because it does not update."""
     return dt.datetime.fromtimestamp(now, dt.UTC).strftime("%H:%M:%S UTC")
+
+
+def clock_offset_text(stats: object) -> str:
+    """The agent's clock against the server's, as the agent measured it from acks
+    (docs/protocol.md, "Time and clocks"): positive = the agent is behind."""
+    offset = stats.get("clock_offset_s") if isinstance(stats, dict) else None
+    if not isinstance(offset, int | float) or isinstance(offset, bool):
+        return "not measured"
+    side = "behind" if offset > 0 else "ahead"
+    text = f"{abs(offset):.3f} s {side}" if offset else "in step"
+    # Past a second it matters to readings lined up across nodes; refused past 300 s ahead.
+    return f"⚠ {text}" if abs(offset) >= 1.0 else text

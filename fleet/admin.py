@@ -7,7 +7,6 @@ info) are shown read-only; token hashes are never shown whole nor editable.
 from __future__ import annotations
 
 import datetime as dt
-import json
 from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin, messages
@@ -15,9 +14,10 @@ from django.core.exceptions import ValidationError
 from django.db.models import Count, QuerySet
 from django.forms import BaseInlineFormSet
 from django.http import HttpRequest
-from django.utils.html import format_html
 
+from dashboard.words import clock_offset_text
 from fleet import admin_access  # noqa: F401  (site roles; Fleetwatch's name on the admin)
+from fleet.admin_display import epoch_text, pretty_json
 from fleet.choices import PowerFeedTypeChoices
 from fleet.models import (
     GPU,
@@ -48,20 +48,9 @@ else:
 # Helpers ----------------------------------------------------------------------------------
 
 
-def _epoch(ts: float | None) -> str:
-    """An agent's epoch seconds as UTC, for reading at a glance."""
-    if ts is None:
-        return "never"
-    return dt.datetime.fromtimestamp(ts, tz=dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
 def _fingerprint(token_hash: str) -> str:
     # Enough of the hash to tell tokens apart; the rest stays out of screens and logs.
     return f"{token_hash[:8]}…" if token_hash else "—"
-
-
-def _pretty_json(value: object) -> str:
-    return format_html("<pre>{}</pre>", json.dumps(value, indent=2, sort_keys=True))
 
 
 def _kw(value: float) -> str:
@@ -342,7 +331,7 @@ class NodeAdmin(ModelAdmin):
 
     @admin.display(description="reported by the agent")
     def reported_info(self, node: Node) -> str:
-        return _pretty_json(node.info)
+        return pretty_json(node.info)
 
 
 class AwaitingAcceptance(admin.SimpleListFilter):
@@ -397,7 +386,7 @@ class GPUAdmin(ModelAdmin):
 
     @admin.display(description="reported by the agent")
     def reported_info(self, gpu: GPU) -> str:
-        return _pretty_json(gpu.info)
+        return pretty_json(gpu.info)
 
     @admin.display(description="Slowdown at (°C)", ordering="slowdown_c")
     def slowdown(self, gpu: GPU) -> str:
@@ -440,18 +429,6 @@ class RejectionTallyAdmin(ModelAdmin):
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
-
-
-def clock_offset_text(stats: Any) -> str:
-    """The agent's clock against the server's, as the agent measured it from acks
-    (docs/protocol.md, "Time and clocks"): positive = the agent is behind."""
-    offset = stats.get("clock_offset_s") if isinstance(stats, dict) else None
-    if not isinstance(offset, int | float) or isinstance(offset, bool):
-        return "not measured"
-    side = "behind" if offset > 0 else "ahead"
-    text = f"{abs(offset):.3f} s {side}" if offset else "in step"
-    # Past a second it matters to readings lined up across nodes; refused past 300 s ahead.
-    return f"⚠ {text}" if abs(offset) >= 1.0 else text
 
 
 # Tokens and events ------------------------------------------------------------------------
@@ -548,7 +525,7 @@ class SourceTokenAdmin(ModelAdmin):
 
     @admin.display(description="last heard", ordering="last_seen")
     def last_heard(self, token: SourceToken) -> str:
-        return _epoch(token.last_seen)
+        return epoch_text(token.last_seen)
 
     @admin.display(description="clock offset")
     def clock_offset(self, token: SourceToken) -> str:
@@ -556,7 +533,7 @@ class SourceTokenAdmin(ModelAdmin):
 
     @admin.display(description="agent stats")
     def stats(self, token: SourceToken) -> str:
-        return _pretty_json(token.agent_stats)
+        return pretty_json(token.agent_stats)
 
 
 @admin.register(Event)
@@ -576,7 +553,7 @@ class EventAdmin(ModelAdmin):
 
     @admin.display(description="time", ordering="ts")
     def when(self, event: Event) -> str:
-        return _epoch(event.ts)
+        return epoch_text(event.ts)
 
 
 from fleet.prometheus import admin as _prometheus_admin  # noqa: F401,E402

@@ -5,8 +5,6 @@ stored."""
 
 from __future__ import annotations
 
-import datetime as dt
-import json
 from typing import TYPE_CHECKING, Any
 
 from django import forms
@@ -15,6 +13,7 @@ from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.html import format_html
 
+from fleet.admin_display import epoch_text, pretty_json
 from fleet.models import PrometheusSource, PulledGPU, UnmatchedSeries
 
 if TYPE_CHECKING:
@@ -25,12 +24,6 @@ else:
     TabularInline = admin.TabularInline
 
 SECRETS = ("bearer_token", "basic_password")
-
-
-def _epoch(ts: float | None) -> str:
-    if ts is None:
-        return "never"
-    return dt.datetime.fromtimestamp(ts, tz=dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 class PrometheusSourceForm(forms.ModelForm):  # type: ignore[type-arg]
@@ -95,11 +88,11 @@ class PulledGPUAdmin(ModelAdmin):
 
     @admin.display(description="first pulled", ordering="first_pulled")
     def first(self, row: PulledGPU) -> str:
-        return _epoch(row.first_pulled)
+        return epoch_text(row.first_pulled)
 
     @admin.display(description="last pulled (to the minute)", ordering="last_pulled")
     def last(self, row: PulledGPU) -> str:
-        return _epoch(row.last_pulled)
+        return epoch_text(row.last_pulled)
 
 
 @admin.register(PrometheusSource)
@@ -129,19 +122,19 @@ class PrometheusSourceAdmin(ModelAdmin):
 
     @admin.display(description="last pull", ordering="last_pull_at")
     def last_pull(self, source: PrometheusSource) -> str:
-        return _epoch(source.last_pull_at)
+        return epoch_text(source.last_pull_at)
 
     @admin.display(description="last good pull")
     def last_ok(self, source: PrometheusSource) -> str:
-        return _epoch(source.last_ok_at)
+        return epoch_text(source.last_ok_at)
 
     @admin.display(description="newest sample stored")
     def newest_sample(self, source: PrometheusSource) -> str:
-        return _epoch(source.last_sample_ts)
+        return epoch_text(source.last_sample_ts)
 
     @admin.display(description="what the last pull did")
     def summary(self, source: PrometheusSource) -> str:
-        return format_html("<pre>{}</pre>", json.dumps(source.last_summary, indent=2))
+        return pretty_json(source.last_summary)
 
     @admin.display(description="GPUs fed")
     def gpus(self, source: PrometheusSource) -> str:
@@ -174,12 +167,12 @@ class UnmatchedSeriesAdmin(ModelAdmin):
 
     @admin.display(description="first seen", ordering="first_seen")
     def seen_first(self, row: UnmatchedSeries) -> str:
-        return _epoch(row.first_seen)
+        return epoch_text(row.first_seen)
 
     @admin.display(description="last seen", ordering="last_seen")
     def seen_last(self, row: UnmatchedSeries) -> str:
-        return _epoch(row.last_seen)
+        return epoch_text(row.last_seen)
 
     @admin.display(description="labels")
     def label_set(self, row: UnmatchedSeries) -> str:
-        return format_html("<pre>{}</pre>", json.dumps(row.labels, indent=2, sort_keys=True))
+        return pretty_json(row.labels)
