@@ -33,7 +33,7 @@ from fleet.ingest.resolve import Connection, Resolver, authorize, to_json
 from fleet.storage.db import Database, Row, Tx
 from fleet.storage.dialect import failure_kind, is_database_error, json_param
 from fleet.storage.latest import Key, LatestDelta, merge_latest
-from fleet.storage.samples import SampleWrite, write_samples
+from fleet.storage.samples import SampleWrite, raw_horizon, write_samples
 
 log = logging.getLogger("fleet.ingest.pipeline")
 
@@ -68,6 +68,7 @@ class Counters:
     retried: int = 0
     saves: int = 0
     save_failures: int = 0
+    too_old: int = 0  # samples older than raw retention: acked, not stored (history)
 
 
 @dataclass
@@ -197,8 +198,13 @@ class IngestPipeline:
         latest = self.pending if save else None
         if save:
             write.statements.extend(self._source_statements())
-        write_samples(self.db, write, latest)
+        too_old = write_samples(self.db, write, latest, horizon=raw_horizon(now))
         # Only what is committed changes what the pipeline remembers.
+        if too_old:
+            self.counters.too_old += sum(too_old.values())
+            log.info(
+                "%s samples older than raw retention left out: %s", sum(too_old.values()), too_old
+            )
         self.counters.batches += len(items)
         self.counters.samples += sum(len(kind_items) for kind_items in write.samples.values())
         if save:

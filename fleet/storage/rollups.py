@@ -1,18 +1,25 @@
 """1-minute and 1-hour rollups of the raw time-series tables.
 
 `rollup(tier, kind, now)` computes every complete bucket from the tier's
-`done_until` (or its `dirty_from`, when late data arrived for buckets already
-covered) up to the last bucket that ended at least `GRACE_S` before `now`, then
-advances `done_until` and clears `dirty_from`. 1m reads the raw table, 1h reads
-the 1m table. All of it is set-based SQL through Django's connection, one code
-path for SQLite and PostgreSQL; only the bucket expression differs.
+`done_until` up to the last bucket that ended at least `GRACE_S` before `now`,
+and recomputes the (entity, bucket) pairs that late data marked
+(`fleet.storage.late`). 1m reads the raw table, 1h reads the 1m table. All of it
+is set-based SQL through Django's connection, one code path for SQLite and
+PostgreSQL; only a few fragments differ (`fleet.storage.dialect`).
 
-Safe to run from two workers at once: each chunk first claims the state row with
-a conditional UPDATE (`WHERE done_until = <what I read>`) and gives up the chunk
-when the rowcount says another worker moved it. On PostgreSQL that UPDATE also
-row-locks the state, so the ingest writer's "mark dirty" waits for the commit and
-then compares against the new `done_until`; on SQLite the whole chunk holds the
-write lock (BEGIN IMMEDIATE), which serialises it with the writer anyway.
+Ingest never waits on a rollup. The ingest commit only INSERTs (raw rows, marks)
+and reads the 1m tier's seal, `sealed_until`, with a plain SELECT: a row it stores
+for a minute before the seal gets a mark. Before a 1m chunk computes [lo, hi) it
+moves the seal to `hi` in its own short transaction and, on PostgreSQL, waits until
+every transaction that was writing at that moment has ended (a commit that read the
+old seal had already written its raw rows, so it is in that set); after that every
+row of [lo, hi) is either visible to the aggregate or marked.
+
+Safe to run from two workers at once: each chunk claims the state row with a
+conditional UPDATE (`WHERE done_until = <what I read>`) and gives up the chunk when
+the rowcount says another worker moved it. The claim row-locks the state on
+PostgreSQL (ingest only reads it, so it never queues behind that lock); on SQLite
+the chunk's BEGIN IMMEDIATE holds the write lock.
 """
 
 from __future__ import annotations
@@ -25,7 +32,8 @@ from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.db.backends.utils import CursorWrapper
 
 from agents.protocol.metrics import METRICS
-from fleet.storage.dialect import bucket_expr, rollup_preamble
+from fleet.storage import late
+from fleet.storage.dialect import POSTGRESQL, bucket_expr, rollup_preamble, share_lock
 from fleet.storage.schema import ENTITY_COLUMNS, TIER_SECONDS, raw_table, rollup_table
 
 log = logging.getLogger(__name__)
@@ -40,6 +48,9 @@ GRACE_S = 10.0
 # for about a second; the steady 30 s beat computes one minute at a time.
 MAX_BUCKETS_PER_CHUNK = {"1m": 5, "1h": 6}
 
+# Late-data marks one chunk takes: a node back after an hour away leaves 60 per GPU.
+MARKS_PER_CHUNK = 5000
+
 # How often a chunk is re-read and re-claimed after losing a race before the
 # run leaves the rest to the next beat tick.
 _CLAIM_ATTEMPTS = 3
@@ -48,14 +59,12 @@ _CLAIM_ATTEMPTS = 3
 @dataclass(frozen=True, slots=True)
 class State:
     done_until: int
-    dirty_from: int | None
+    sealed_until: int | None = None
 
     @property
     def start(self) -> int:
-        """The oldest bucket that still needs computing."""
-        if self.dirty_from is None:
-            return self.done_until
-        return min(self.done_until, self.dirty_from)
+        """Everything before it is computed (late data aside: see `fleet.storage.late`)."""
+        return self.done_until
 
 
 def metric_names(kind: str) -> tuple[str, ...]:
@@ -75,7 +84,7 @@ def _source(tier: str, kind: str) -> tuple[str, str]:
 
 def read_state(cur: CursorWrapper, tier: str, kind: str) -> State | None:
     cur.execute(
-        "SELECT done_until, dirty_from FROM fw_rollup_state WHERE tier = %s AND kind = %s",
+        "SELECT done_until, sealed_until FROM fw_rollup_state WHERE tier = %s AND kind = %s",
         [tier, kind],
     )
     row = cur.fetchone()
@@ -87,13 +96,12 @@ def read_state(cur: CursorWrapper, tier: str, kind: str) -> State | None:
 def claim(cur: CursorWrapper, tier: str, kind: str, seen: State) -> bool:
     """Take the state row for this chunk, only if nobody moved it since `seen` was read.
 
-    A no-op UPDATE whose rowcount is the answer (healthchecks' `sendalerts` style);
-    the -1 stands in for NULL so one statement works on both engines.
+    A no-op UPDATE whose rowcount is the answer (healthchecks' `sendalerts` style).
     """
     cur.execute(
         "UPDATE fw_rollup_state SET done_until = done_until WHERE tier = %s AND kind = %s"
-        " AND done_until = %s AND COALESCE(dirty_from, -1) = %s",
-        [tier, kind, seen.done_until, -1 if seen.dirty_from is None else seen.dirty_from],
+        " AND done_until = %s",
+        [tier, kind, seen.done_until],
     )
     return bool(cur.rowcount == 1)
 
@@ -108,34 +116,53 @@ def _first_state(cur: CursorWrapper, tier: str, kind: str) -> State | None:
     start = _floor(oldest, TIER_SECONDS[tier])
     # Two first runs at once both try; the loser's insert is a no-op.
     cur.execute(
-        "INSERT INTO fw_rollup_state (tier, kind, done_until, dirty_from) VALUES (%s, %s, %s, NULL)"
-        " ON CONFLICT (tier, kind) DO NOTHING",
-        [tier, kind, start],
+        "INSERT INTO fw_rollup_state (tier, kind, done_until, sealed_until)"
+        " VALUES (%s, %s, %s, %s) ON CONFLICT (tier, kind) DO NOTHING",
+        [tier, kind, start, start],
     )
+    if tier == "1m":
+        _include_unsealed_stragglers(cur, kind, start)
     return read_state(cur, tier, kind)
+
+
+def _include_unsealed_stragglers(cur: CursorWrapper, kind: str, start: int) -> None:
+    """A commit that found no state row left no marks; if it stored rows older than
+    `start` it was in flight when the row appeared: wait it out, then start earlier."""
+    if cur.db.vendor == POSTGRESQL and not late.wait_for_writers(cur):
+        return  # left to whoever reads the state next; marks cover the rest
+    table, col = _source("1m", kind)
+    cur.execute(f"SELECT min({col}) FROM {table} WHERE {col} < %s", [start])
+    older = cur.fetchone()[0]
+    if older is not None:
+        first = _floor(older, 60)
+        cur.execute(
+            "UPDATE fw_rollup_state SET done_until = %s, sealed_until = %s"
+            " WHERE tier = '1m' AND kind = %s AND done_until = %s",
+            [first, max(first, start), kind, start],
+        )
 
 
 def _end(cur: CursorWrapper, tier: str, kind: str, now: float) -> int:
     """Exclusive end of the complete buckets this tier may compute now."""
     if tier == "1m":
         return _floor(now - GRACE_S, 60)
-    # An hour is complete once the 1m tier covers all of it (and has nothing
-    # pending inside it): computing it earlier would only be redone.
+    # An hour is complete once the 1m tier covers all of it: computing it earlier
+    # would only be redone.
     below = read_state(cur, "1m", kind)
     if below is None:
         return -1
-    return min(_floor(below.start, 3600), _floor(now - GRACE_S, 3600))
+    return min(_floor(below.done_until, 3600), _floor(now - GRACE_S, 3600))
 
 
 @cache
-def aggregate_sql(tier: str, kind: str, vendor: str) -> str:
-    """INSERT … SELECT that upserts every (entity, bucket) in [%s, %s) of `tier`.
+def aggregate_sql(tier: str, kind: str, vendor: str, picked: bool = False) -> str:
+    """INSERT … SELECT that upserts every (entity, bucket) of `tier` in [%s, %s), or,
+    with `picked`, every (entity, bucket) in the temp table `late.pick_table(kind)`.
 
-    Groups first (min/avg/max/count plus, per metric, the time of the newest row
-    that carries it), then fetches each `_last` with a point lookup by the source
-    table's primary key. A recomputed row replaces the old one unless it would
-    count fewer samples: then the source has lost rows to retention since, and
-    the stored row is the better record.
+    Groups by entity and bucket: min/avg/max/count and each metric's `_last`
+    (`_last_columns`). A recomputed row replaces the old one unless it would count
+    fewer samples: then the source has lost rows to retention since, and the stored
+    row is the better record.
     """
     keys = ENTITY_COLUMNS[kind]
     metrics = metric_names(kind)
@@ -145,13 +172,7 @@ def aggregate_sql(tier: str, kind: str, vendor: str) -> str:
     if tier == "1m":
         inner += [f"{bucket_expr(vendor, 60)} AS b", "count(*) AS n"]
         for m in metrics:
-            inner += [
-                f"min({m}) AS {m}_min",
-                f"avg({m}) AS {m}_mean",
-                f"max({m}) AS {m}_max",
-                f"max(CASE WHEN {m} IS NOT NULL THEN ts END) AS {m}_at",
-            ]
-        last_col, at_col = "{m}", "ts"
+            inner += [f"min({m}) AS {m}_min", f"avg({m}) AS {m}_mean", f"max({m}) AS {m}_max"]
     else:
         inner += ["(bucket / 3600) * 3600 AS b", "sum(n) AS n"]
         for m in metrics:
@@ -160,30 +181,77 @@ def aggregate_sql(tier: str, kind: str, vendor: str) -> str:
                 f"min({m}_min) AS {m}_min",
                 f"sum({m}_mean * n) / sum(CASE WHEN {m}_mean IS NOT NULL THEN n END) AS {m}_mean",
                 f"max({m}_max) AS {m}_max",
-                f"max(CASE WHEN {m}_last IS NOT NULL THEN bucket END) AS {m}_at",
             ]
-        last_col, at_col = "{m}_last", "bucket"
-    match = " AND ".join(f"s.{k} = g.{k}" for k in keys)
+    last_inner, last_outer = _last_columns(tier, kind, vendor)
+    inner += last_inner
     outer: list[str] = [*(f"g.{k}" for k in keys), "g.b", "g.n"]
-    for m in metrics:
-        lookup = (
-            f"(SELECT s.{last_col.format(m=m)} FROM {source} s"
-            f" WHERE {match} AND s.{at_col} = g.{m}_at)"
-        )
-        outer += [f"g.{m}_min", f"g.{m}_mean", f"g.{m}_max", lookup]
+    for m, last in zip(metrics, last_outer, strict=True):
+        outer += [f"g.{m}_min", f"g.{m}_mean", f"g.{m}_max", last]
     columns: list[str] = [*keys, "bucket", "n"]
     for m in metrics:
         columns += [f"{m}_min", f"{m}_mean", f"{m}_max", f"{m}_last"]
     updates = ", ".join(f"{c} = excluded.{c}" for c in columns[len(keys) + 1 :])
     group = ", ".join((*keys, "b"))
+    if picked:
+        rows = f"{_picked_rows(tier, kind, vendor)} src"
+    else:
+        rows = f"{source} WHERE {time_col} >= %s AND {time_col} < %s"
     # "WHERE true" lets SQLite parse ON CONFLICT after INSERT … SELECT.
     return (
         f"INSERT INTO {target} ({', '.join(columns)})"
         f" SELECT {', '.join(outer)} FROM ("
-        f"SELECT {', '.join(inner)} FROM {source}"
-        f" WHERE {time_col} >= %s AND {time_col} < %s GROUP BY {group}) g WHERE true"
+        f"SELECT {', '.join(inner)} FROM {rows} GROUP BY {group}) g WHERE true"
         f" ON CONFLICT ({', '.join((*keys, 'bucket'))}) DO UPDATE SET {updates}"
         f" WHERE excluded.n >= {target}.n"
+    )
+
+
+def _last_columns(tier: str, kind: str, vendor: str) -> tuple[list[str], list[str]]:
+    """Each metric's `_last`: the value of the newest source row that carries it.
+
+    PostgreSQL: an ordered aggregate in the grouping itself. SQLite: the time of that
+    row in the grouping, then a point lookup by the source's primary key per metric.
+    """
+    keys = ENTITY_COLUMNS[kind]
+    source, at_col = _source(tier, kind)
+    inner: list[str] = []
+    outer: list[str] = []
+    for m in metric_names(kind):
+        value = m if tier == "1m" else f"{m}_last"
+        if vendor == POSTGRESQL:
+            inner.append(
+                f"(array_agg({value} ORDER BY {at_col} DESC)"
+                f" FILTER (WHERE {value} IS NOT NULL))[1] AS {m}_last"
+            )
+            outer.append(f"g.{m}_last")
+            continue
+        inner.append(f"max(CASE WHEN {value} IS NOT NULL THEN {at_col} END) AS {m}_at")
+        match = " AND ".join(f"s.{k} = g.{k}" for k in keys)
+        outer.append(f"(SELECT s.{value} FROM {source} s WHERE {match} AND s.{at_col} = g.{m}_at)")
+    return inner, outer
+
+
+def _picked_rows(tier: str, kind: str, vendor: str) -> str:
+    """The source rows of the (entity, bucket) pairs in the pick table, as a subquery.
+
+    CROSS JOIN makes SQLite keep the left side outer (PostgreSQL plans it freely). The
+    source is probed once per pick by its key: entity first everywhere except SQLite's
+    raw table, keyed time first, which is scanned once per distinct minute instead.
+    """
+    keys = ENTITY_COLUMNS[kind]
+    source, col = _source(tier, kind)
+    pick = late.pick_table(kind)
+    step = TIER_SECONDS[tier]
+    same = " AND ".join(f"p.{k} = s.{k}" for k in keys)
+    if tier == "1m" and vendor != POSTGRESQL:
+        return (
+            f"(SELECT s.* FROM (SELECT DISTINCT bucket FROM {pick}) m CROSS JOIN {source} s"
+            f" WHERE s.{col} >= m.bucket AND s.{col} < m.bucket + {step} AND EXISTS"
+            f" (SELECT 1 FROM {pick} p WHERE {same} AND p.bucket = m.bucket))"
+        )
+    return (
+        f"(SELECT s.* FROM {pick} p CROSS JOIN {source} s"
+        f" WHERE {same} AND s.{col} >= p.bucket AND s.{col} < p.bucket + {step})"
     )
 
 
@@ -194,54 +262,120 @@ def _first_data(cur: CursorWrapper, tier: str, kind: str, lo: int, hi: int) -> i
     return None if first is None else _floor(first, TIER_SECONDS[tier])
 
 
-def _mark_hours_dirty(cur: CursorWrapper, kind: str, since: int) -> None:
-    """Minutes from `since` were recomputed: the 1h tier must redo those hours."""
-    hour = _floor(since, 3600)
-    cur.execute(
-        "UPDATE fw_rollup_state SET dirty_from = %s WHERE tier = '1h' AND kind = %s"
-        " AND done_until > %s AND (dirty_from IS NULL OR dirty_from > %s)",
-        [hour, kind, hour, hour],
-    )
+def _target(cur: CursorWrapper, tier: str, kind: str, state: State, end: int) -> int:
+    """Where this chunk will end: `MAX_BUCKETS_PER_CHUNK` buckets from the first data,
+    or `end` when there is none before it (an idle stretch is skipped in one step)."""
+    first = _first_data(cur, tier, kind, state.done_until, end)
+    if first is None:
+        return end
+    return min(end, first + MAX_BUCKETS_PER_CHUNK[tier] * TIER_SECONDS[tier])
 
 
-def _chunk(tier: str, kind: str, now: float, using: str) -> int | None:
-    """Compute one chunk. Returns rows written, or None when there is nothing to do."""
+def _seal(cur: CursorWrapper, kind: str, state: State, target: int) -> bool:
+    """Move the 1m seal to `target` (its own short transaction: cur is in autocommit),
+    then on PostgreSQL wait out commits that may have read the old one. From here on a
+    commit storing a row before `target` leaves a mark. False: give up this chunk."""
+    if state.sealed_until is None or state.sealed_until < target:
+        cur.execute(
+            "UPDATE fw_rollup_state SET sealed_until = %s WHERE tier = '1m' AND kind = %s"
+            " AND (sealed_until IS NULL OR sealed_until < %s)",
+            [target, kind, target],
+        )
+    # Always wait, even when the seal was already there: the run that moved it may
+    # have given up waiting.
+    return cur.db.vendor != POSTGRESQL or late.wait_for_writers(cur)
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    written: int  # rollup rows written
+    more: bool  # worth another chunk right away
+
+
+def _chunk(tier: str, kind: str, now: float, using: str) -> Chunk | None:
+    """Compute one chunk. None when there is nothing to do."""
     conn = connections[using]
-    step = TIER_SECONDS[tier]
     for _ in range(_CLAIM_ATTEMPTS):
         with conn.cursor() as cur:
             state = read_state(cur, tier, kind) or _first_state(cur, tier, kind)
-            end = _end(cur, tier, kind, now)
-            if state is None or state.start >= end:
+            if state is None:
                 return None
+            end = _end(cur, tier, kind, now)
+            target = _target(cur, tier, kind, state, end) if state.done_until < end else None
+            if target is not None and tier == "1m" and not _seal(cur, kind, state, target):
+                target = None  # the range waits for the next run; marks need no seal
         with transaction.atomic(using=using), conn.cursor() as cur:
             if not claim(cur, tier, kind, state):
-                continue  # another worker or the ingest writer moved it: re-read
+                continue  # another worker moved it: re-read
             for statement in rollup_preamble(conn.vendor):
                 cur.execute(statement)
-            # Skip stretches with no data (an idle night) in one step. Looked up after
-            # the claim: a straggler landing in the skipped stretch then either is seen
-            # here or finds done_until already past it and marks the tier dirty.
-            first = _first_data(cur, tier, kind, state.start, end)
-            lo = end if first is None else first
-            hi = min(end, lo + MAX_BUCKETS_PER_CHUNK[tier] * step)
-            written = 0
-            if lo < hi:
-                cur.execute(aggregate_sql(tier, kind, conn.vendor), [lo, hi])
-                written = max(cur.rowcount, 0)
-                if tier == "1m":
-                    _mark_hours_dirty(cur, kind, lo)
-            done = max(state.done_until, hi)
-            # Dirty range not finished within this chunk: carry on from hi next.
-            dirty = hi if state.dirty_from is not None and hi < state.done_until else None
+            written, done = 0, state.done_until
+            if target is not None:
+                written, done = _compute_range(cur, tier, kind, state, target)
+            picked, rewritten = _recompute_marked(cur, tier, kind)
+            if done == state.done_until and not picked:
+                return None
             cur.execute(
-                "UPDATE fw_rollup_state SET done_until = %s, dirty_from = %s"
-                " WHERE tier = %s AND kind = %s",
-                [done, dirty, tier, kind],
+                "UPDATE fw_rollup_state SET done_until = %s WHERE tier = %s AND kind = %s",
+                [done, tier, kind],
             )
-            return written
+            more = done > state.done_until or picked >= MARKS_PER_CHUNK
+            return Chunk(written + rewritten, more)
     log.info("rollup %s/%s: state kept moving under us; leaving it to the next run", tier, kind)
     return None
+
+
+def _compute_range(
+    cur: CursorWrapper, tier: str, kind: str, state: State, target: int
+) -> tuple[int, int]:
+    """Aggregate the next buckets before `target`; (rows written, new done_until)."""
+    step = TIER_SECONDS[tier]
+    # Looked up again now: rows stored in a stretch `_target` saw empty, by commits that
+    # read the old seal, are visible by now (their commits were waited out).
+    first = _first_data(cur, tier, kind, state.done_until, target)
+    if first is None:
+        return 0, target
+    hi = min(target, first + MAX_BUCKETS_PER_CHUNK[tier] * step)
+    cur.execute(aggregate_sql(tier, kind, cur.db.vendor), [first, hi])
+    written = max(cur.rowcount, 0)
+    if tier == "1m":
+        hours_done = _hours_done(cur, kind)
+        if hours_done is not None and first < hours_done:
+            # Only after a rewind (migration 0015 folding a dirty range): minutes of
+            # hours the 1h tier already passed.
+            late.mark_hours_of_range(
+                cur, kind, rollup_table(kind, "1m"), first, min(hi, hours_done)
+            )
+    return written, hi
+
+
+def _recompute_marked(cur: CursorWrapper, tier: str, kind: str) -> tuple[int, int]:
+    """Take up to `MARKS_PER_CHUNK` of the tier's marks and recompute exactly those
+    (entity, bucket) pairs; (marks taken, rows written)."""
+    marks = late.take_marks(cur, kind, tier, MARKS_PER_CHUNK)
+    if not marks:
+        return 0, 0
+    vendor = cur.db.vendor
+    late.stage_marks(cur, kind, marks, vendor)
+    cur.execute(aggregate_sql(tier, kind, vendor, picked=True))
+    written = max(cur.rowcount, 0)
+    if tier == "1m":
+        hours_done = _hours_done(cur, kind)
+        if hours_done is not None:
+            late.mark_hours_from_picked(cur, kind, hours_done)
+    return len(marks), written
+
+
+def _hours_done(cur: CursorWrapper, kind: str) -> int | None:
+    """The 1h tier's done_until, read FOR SHARE on PostgreSQL: a 1h chunk claiming
+    concurrently either committed first (and this sees how far it got) or waits for
+    this transaction (and its aggregate then sees the minutes just written)."""
+    lock = share_lock(cur.db.vendor)
+    cur.execute(
+        f"SELECT done_until FROM fw_rollup_state WHERE tier = '1h' AND kind = %s{lock}", [kind]
+    )
+    row = cur.fetchone()
+    return None if row is None else int(row[0])
 
 
 def rollup(tier: str, kind: str, now: float, using: str = DEFAULT_DB_ALIAS) -> int:
@@ -249,8 +383,10 @@ def rollup(tier: str, kind: str, now: float, using: str = DEFAULT_DB_ALIAS) -> i
     if tier not in TIER_SECONDS:
         raise ValueError(f"unknown tier {tier!r}")
     total = 0
-    while (written := _chunk(tier, kind, now, using)) is not None:
-        total += written
+    while (chunk := _chunk(tier, kind, now, using)) is not None:
+        total += chunk.written
+        if not chunk.more:
+            break
     return total
 
 

@@ -4,7 +4,8 @@ The agent ingest pipeline does, and so will the Prometheus pull, backfills and
 imports. One call stores, in ONE transaction on either engine:
 
 - raw rows per sample kind (idempotent: keyed by time and entity, so a resend is a no-op),
-- the late-data marks that make the rollup redo a minute it already summarised,
+- the late-data marks that make the rollup redo a minute it may already have summarised
+  (`fleet.storage.late`): INSERTs only, so the commit never waits on a rollup or retention,
 - events (keyed by source, seq and position),
 - statements that keep inventory facts current (GPU limits, node info, source stats),
 - and, when given, the latest-state merge (`fleet.storage.latest`), per field newest-wins.
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fleet.storage.db import Database, Row, Tx
+from fleet.storage.late import Mark, insert_marks
 from fleet.storage.latest import Key, LatestDelta, merge_latest, metric_names
 from fleet.storage.schema import ENTITY_COLUMNS
 
@@ -48,22 +50,97 @@ class SampleWrite:
         return bool(self.samples or self.events or self.statements)
 
 
-def write_samples(db: Database, write: SampleWrite, latest: LatestDelta | None = None) -> None:
-    """Store `write` (and merge `latest`, if given) in one transaction."""
+def write_samples(
+    db: Database,
+    write: SampleWrite,
+    latest: LatestDelta | None = None,
+    *,
+    horizon: float | None = None,
+) -> dict[str, int]:
+    """Store `write` (and merge `latest`, if given) in one transaction.
+
+    With `horizon` (the writer's `now` minus raw retention, see `raw_horizon`), samples
+    stamped before it are taken out of `write` first and not stored: raw retention
+    would delete them at its next pass, and holding them for a rollup would pin it.
+    Returns how many were left out per kind (only kinds that had any). A caller that
+    builds its latest delta from `write` afterwards sees only what was stored.
+    """
+    too_old = drop_too_old(write, horizon) if horizon is not None else {}
     db.transaction(lambda tx: _write(tx, write, latest))
+    return too_old
 
 
 def _write(tx: Tx, write: SampleWrite, latest: LatestDelta | None) -> None:
-    for kind, (columns, rows) in raw_rows(write).items():
+    stored = raw_rows(write)
+    for kind, (columns, rows) in stored.items():
         tx.insert_raw(kind, columns, rows)
-    for sql, params in rollup_marks(write):
-        tx.execute(sql, params)
+    if stored:
+        # After the raw rows: on PostgreSQL the transaction has an xid by now, which is
+        # what lets a rollup moving the seal wait for this commit (fleet.storage.late).
+        for sql, params in late_marks(tx, write):
+            tx.execute(sql, params)
     if write.events:
         tx.insert_events(write.events)
     for sql, params in write.statements:
         tx.execute(sql, params)
     if latest is not None and len(latest):
         merge_latest(tx, latest)
+
+
+def raw_horizon(now: float) -> float:
+    """The oldest sample time raw retention keeps as of `now`."""
+    return now - raw_keep_s()
+
+
+def raw_keep_s() -> float:
+    """`RETENTION_RAW_HOURS` in seconds. Django's settings where a process has them; the
+    ingest child runs without Django and reads the same variable from the environment it
+    inherited from its server (same default and validation, `fleetwatch.settings`)."""
+    from django.conf import settings
+
+    if settings.configured:
+        return float(settings.RETENTION_RAW_HOURS) * 3600
+    from fleetwatch.env import env_float
+
+    return env_float("FLEETWATCH_RETENTION_RAW_HOURS", 3, minimum=0.1) * 3600
+
+
+def drop_too_old(write: SampleWrite, horizon: float) -> dict[str, int]:
+    """Take samples stamped before `horizon` out of `write`; how many per kind.
+
+    History that old is not stored raw: the next retention pass would delete it (and
+    a time-partitioned raw table may have no partition left for it). This is what keeps
+    a node whose clock is days behind from pinning rollups and retention."""
+    dropped: dict[str, int] = {}
+    for kind, items in write.samples.items():
+        if not items or min(s["ts"] for _, s in items) >= horizon:
+            continue
+        kept = [item for item in items if item[1]["ts"] >= horizon]
+        dropped[kind] = len(items) - len(kept)
+        write.samples[kind] = kept
+    return dropped
+
+
+def late_marks(tx: Tx, write: SampleWrite) -> list[tuple[str, Row]]:
+    """Marks for the rows of `write` whose minute the 1m rollup may already have
+    summarised: one per distinct (entity, minute) before the kind's seal.
+
+    The seal is read with a plain SELECT (never waits: MVCC on PostgreSQL, and SQLite's
+    writer already holds the lock). A kind the rollup never ran for has no state row
+    and needs no marks: its first run starts at the oldest raw row."""
+    seals = {str(kind): int(seal) for kind, seal in tx.execute(_SEALS) if seal is not None}
+    statements: list[tuple[str, Row]] = []
+    for kind, items in write.samples.items():
+        seal = seals.get(kind)
+        # seal is a whole minute, so "minute < seal" is "ts < seal"
+        if seal is None or not items or min(s["ts"] for _, s in items) >= seal:
+            continue
+        marks: set[Mark] = {(*key, int(s["ts"] // 60) * 60) for key, s in items if s["ts"] < seal}
+        statements += [(sql, tuple(params)) for sql, params in insert_marks(kind, "1m", marks)]
+    return statements
+
+
+_SEALS = "SELECT kind, sealed_until FROM fw_rollup_state WHERE tier = '1m'"
 
 
 def latest_delta(write: SampleWrite, now: float) -> LatestDelta:
@@ -73,28 +150,6 @@ def latest_delta(write: SampleWrite, now: float) -> LatestDelta:
         for key, sample in items:
             delta.add(kind, key, sample, now)
     return delta
-
-
-def rollup_marks(write: SampleWrite) -> list[tuple[str, Row]]:
-    """Late rows (an agent's spool after a partition) mark their minute for the rollup
-    to redo, in the same commit as the rows: a crash cannot split them."""
-    marks: list[tuple[str, Row]] = []
-    for kind, items in write.samples.items():
-        if not items:
-            continue
-        oldest = min(s["ts"] for _, s in items)
-        bucket = int(oldest // 60) * 60
-        marks.append(
-            (
-                # Always touches the row (taking its lock), so a rollup claiming it
-                # concurrently waits for this commit instead of passing these rows by.
-                "UPDATE fw_rollup_state SET dirty_from = CASE WHEN done_until > %s"
-                " AND (dirty_from IS NULL OR dirty_from > %s) THEN %s ELSE dirty_from END"
-                " WHERE tier = '1m' AND kind = %s",
-                (bucket, bucket, bucket, kind),
-            )
-        )
-    return marks
 
 
 def raw_rows(write: SampleWrite) -> dict[str, tuple[tuple[str, ...], list[Row]]]:

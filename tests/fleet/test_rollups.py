@@ -28,6 +28,7 @@ from typing import Any
 import pytest
 from django.db import connections, transaction
 
+from fleet.storage.late import late_table
 from fleet.storage.rollups import claim, read_state, rollup
 from fleet.storage.schema import ENTITY_COLUMNS, raw_table, rollup_table
 from fleetwatch.env import database_from_url, sqlite_database
@@ -242,11 +243,26 @@ def roll(db: TierDb, now: float) -> None:
             rollup(tier, kind, now, using=db.alias)
 
 
-def state(db: TierDb, tier: str, kind: str) -> tuple[int, int | None]:
+def state(db: TierDb, tier: str, kind: str) -> tuple[int, int]:
+    """(done_until, pending late marks) of a tier."""
     with connections[db.alias].cursor() as cur:
         found = read_state(cur, tier, kind)
     assert found is not None
-    return found.done_until, found.dirty_from
+    pending = db.execute(f"SELECT count(*) FROM {late_table(kind)} WHERE tier = %s", [tier])
+    return found.done_until, int(pending[0][0])
+
+
+def mark_late(db: TierDb, kind: str, tier: str, rows: Sequence[Sequence[Any]]) -> None:
+    """What the ingest commit does for rows before the seal: one mark per (entity, bucket)
+    of `tier` that the rows (raw rows: ts, entity…) fall in."""
+    nkeys = len(ENTITY_COLUMNS[kind])
+    step = 60 if tier == "1m" else 3600
+    marks = {(*r[1 : 1 + nkeys], int(r[0]) // step * step) for r in rows}
+    db.insert(
+        late_table(kind),
+        (*ENTITY_COLUMNS[kind], "tier", "bucket"),
+        [(*m[:-1], tier, m[-1]) for m in sorted(marks)],
+    )
 
 
 # ---------------------------------------------------------------------------
@@ -282,10 +298,10 @@ def test_a_minute_is_rolled_up_only_once_it_is_complete_and_past_the_grace(db: T
     assert {key[-1] for key in stored(db, "gpu", "1m")} == {T - 120, T - 60}
     roll(db, T + 71)
     assert stored(db, "gpu", "1m") == expected("gpu", raw["gpu"], 60, before=T + 60)
-    assert state(db, "1m", "gpu") == (T + 60, None)
+    assert state(db, "1m", "gpu") == (T + 60, 0)
 
 
-def test_late_samples_marked_dirty_are_recomputed_in_both_tiers(db: TierDb) -> None:
+def test_late_samples_marked_late_are_recomputed_in_both_tiers(db: TierDb) -> None:
     raw = series(T - 7200, T + 30)
     store_raw(db, raw)
     roll(db, T + 30)
@@ -294,21 +310,16 @@ def test_late_samples_marked_dirty_are_recomputed_in_both_tiers(db: TierDb) -> N
     late = series(T - 7000 + 2, T - 6500, every=5)
     late["gpu"] = [(*r[:4], 9999.0 if int(r[0]) % 60 == 52 else None, *r[5:]) for r in late["gpu"]]
     store_raw(db, late)
-    # what the ingest writer does for data older than the 1m tier's done_until
+    # what the ingest commit does for rows before the 1m tier's seal
     for kind in ("gpu", "node"):
-        bucket = (T - 7000 + 2) // 60 * 60
-        db.execute(
-            "UPDATE fw_rollup_state SET dirty_from = %s WHERE tier = '1m' AND kind = %s"
-            " AND done_until > %s AND (dirty_from IS NULL OR dirty_from > %s)",
-            [bucket, kind, bucket, bucket],
-        )
+        mark_late(db, kind, "1m", late[kind])
     roll(db, T + 40)
     for kind in ("gpu", "node"):
         everything = raw[kind] + late[kind]
         assert stored(db, kind, "1m") == expected(kind, everything, 60, before=T)
         assert stored(db, kind, "1h") == expected(kind, everything, 3600, before=T)
-        assert state(db, "1m", kind) == (T, None)
-        assert state(db, "1h", kind) == (T, None)
+        assert state(db, "1m", kind) == (T, 0)
+        assert state(db, "1h", kind) == (T, 0)
 
 
 def test_running_the_rollup_again_changes_nothing(db: TierDb) -> None:
@@ -317,7 +328,7 @@ def test_running_the_rollup_again_changes_nothing(db: TierDb) -> None:
     roll(db, T + 30)
     before = stored(db, "gpu", "1m")
     # force a full recompute of what is already there
-    db.execute("UPDATE fw_rollup_state SET dirty_from = %s WHERE tier = '1m'", [T - 3600])
+    mark_late(db, "gpu", "1m", raw["gpu"])
     roll(db, T + 30)
     assert stored(db, "gpu", "1m") == before
     assert len(before) == len(GPUS) * 60
@@ -345,7 +356,8 @@ def test_a_resend_after_raw_retention_does_not_shrink_stored_minutes(db: TierDb)
     # Raw rows expire, then an agent resends part of an old batch (its ack was lost):
     # the recompute sees only the resent rows and must keep the fuller minute.
     db.execute("DELETE FROM fw_gpu_raw")
-    store_raw(db, {"gpu": [r for r in raw["gpu"] if int(r[0]) % 60 < 20]})
-    db.execute("UPDATE fw_rollup_state SET dirty_from = %s WHERE tier = '1m'", [T - 600])
+    resent = [r for r in raw["gpu"] if int(r[0]) % 60 < 20]
+    store_raw(db, {"gpu": resent})
+    mark_late(db, "gpu", "1m", resent)
     roll(db, T + 30)
     assert stored(db, "gpu", "1m") == before
