@@ -1,0 +1,169 @@
+"""Processes for bench/scale.py: nginx in front of the server processes, and what each
+process spent (CPU from /proc/<pid>/stat, resident memory from /proc/<pid>/status)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import socket
+import subprocess
+import time
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+NGINX = "/usr/sbin/nginx"
+EXAMPLE_CONF = Path(__file__).resolve().parent.parent / "docs" / "examples" / "nginx.conf"
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+MINIMAL_CONF = """
+worker_processes auto;
+worker_rlimit_nofile 20000;
+error_log {tmp}/nginx-error.log warn;
+events {{ worker_connections 8192; }}
+http {{
+    access_log off;
+    client_body_temp_path {tmp}/nginx-body;
+    proxy_temp_path {tmp}/nginx-proxy;
+    fastcgi_temp_path {tmp}/nginx-fastcgi;
+    uwsgi_temp_path {tmp}/nginx-uwsgi;
+    scgi_temp_path {tmp}/nginx-scgi;
+    upstream fleetwatch {{ {servers} }}
+    server {{
+        listen 127.0.0.1:{port};
+        client_header_timeout 10s;  client_body_timeout 10s;  send_timeout 30s;
+        keepalive_timeout 30s;  client_max_body_size 1100k;
+        proxy_set_header Host $host;
+        proxy_set_header X-Forwarded-For $remote_addr;
+        proxy_set_header X-Forwarded-Proto $scheme;
+        location / {{ proxy_pass http://fleetwatch; }}
+        location /ws/ {{
+            proxy_pass http://fleetwatch;
+            proxy_http_version 1.1;
+            proxy_set_header Upgrade $http_upgrade;  proxy_set_header Connection "upgrade";
+            proxy_read_timeout 120s;  proxy_send_timeout 120s;
+        }}
+    }}
+}}
+"""
+
+
+def example_conf(tmp: Path, port: int, upstreams: list[int]) -> str | None:
+    """docs/examples/nginx.conf made runnable here: its upstream servers → ours, its
+    listen → a loopback port without TLS, logs and temp files in `tmp`, no `user`."""
+    if not EXAMPLE_CONF.exists():
+        return None
+    text = EXAMPLE_CONF.read_text()
+    servers = " ".join(f"server 127.0.0.1:{p};" for p in upstreams)
+    text, found = re.subn(r"upstream\s+(\S+)\s*\{[^}]*\}", rf"upstream \1 {{ {servers} }}", text)
+    if not found:
+        return None  # it proxies to one fixed address: not a two-process shape
+    text = re.sub(r"^\s*user\s+[^;]*;", "", text, flags=re.M)
+    text = re.sub(r"^\s*(ssl_\w+|http2)\s+[^;]*;", "", text, flags=re.M)
+    text = re.sub(r"listen\s+[^;]*;", f"listen 127.0.0.1:{port};", text)
+    text = re.sub(r"(error_log|access_log)\s+[^;]*;", "", text)
+    text = re.sub(r"^\s*pid\s+[^;]*;", "", text, flags=re.M)
+    text = re.sub(r"^\s*include\s+[^;]*;", "", text, flags=re.M)
+    temp = "".join(
+        f"    {k}_temp_path {tmp}/nginx-{k};\n"
+        for k in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
+    )
+    if re.search(r"^\s*http\s*\{", text, flags=re.M):  # a whole nginx.conf
+        text = re.sub(r"^(\s*http\s*\{)", rf"\1\n    access_log off;\n{temp}", text, flags=re.M)
+        return f"error_log {tmp}/nginx-error.log warn;\n{text}"
+    # a conf.d snippet (what sits inside http {})
+    return (
+        f"worker_processes auto;\nworker_rlimit_nofile 20000;\n"
+        f"error_log {tmp}/nginx-error.log warn;\nevents {{ worker_connections 8192; }}\n"
+        f"http {{\n    access_log off;\n{temp}{text}\n}}\n"
+    )
+
+
+@contextlib.contextmanager
+def nginx(tmp: Path, upstreams: list[int]) -> Iterator[tuple[int, str, int]]:
+    """nginx on a free loopback port proxying to `upstreams`; yields (port, which conf, pid)."""
+    from tests.support.server import free_port
+
+    port = free_port()
+    conf, which = example_conf(tmp, port, upstreams), "docs/examples/nginx.conf"
+    if conf is None:
+        servers = " ".join(f"server 127.0.0.1:{p};" for p in upstreams)
+        conf, which = MINIMAL_CONF.format(tmp=tmp, servers=servers, port=port), "minimal"
+    path = tmp / "nginx.conf"
+    path.write_text(conf)
+    args = [NGINX, "-p", str(tmp), "-c", str(path), "-g", f"daemon off; pid {tmp}/nginx.pid;"]
+    check = subprocess.run([*args, "-t"], capture_output=True, text=True)
+    if check.returncode:
+        raise RuntimeError(f"nginx -t ({which}):\n{check.stderr}\n{conf}")
+    log = (tmp / "nginx.out").open("ab")
+    proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 10
+        while not _answers(port):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"nginx did not start: {(tmp / 'nginx-error.log').read_text()}")
+            time.sleep(0.05)
+        yield port, which, proc.pid
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _answers(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+            return True
+    except OSError:
+        return False
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of one process (0 when it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # fields 14 and 15 of stat
+
+
+def rss_mib(pid: int) -> float:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def children(parents: Iterable[int]) -> list[int]:
+    """Direct children of `parents` (the ingest child of each server process)."""
+    wanted, found = set(parents), []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid in wanted:
+            found.append(int(entry.name))
+    return found
+
+
+def with_children(pids: Iterable[int]) -> list[int]:
+    roots = list(pids)
+    return roots + children(roots)
+
+
+def cpu_of(pids: Iterable[int]) -> dict[int, float]:
+    return {pid: cpu_seconds(pid) for pid in pids}
+
+
+def cpu_spent(before: dict[int, float], after: dict[int, float]) -> float:
+    """CPU between two readings; a process first seen in `after` counts from zero."""
+    return sum(after[pid] - before.get(pid, 0.0) for pid in after)
