@@ -15,6 +15,7 @@ from typing import ParamSpec, TypeVar
 from celery import Task, shared_task
 from django.db import InterfaceError, OperationalError
 
+from fleet.storage.partitions import ensure_partitions
 from fleet.storage.retention import apply_retention
 from fleet.storage.rollups import rollup_all
 
@@ -77,3 +78,10 @@ def retention(now: float | None = None) -> dict[str, int]:
     """Delete expired rows of every tier; rows deleted per table."""
     deleted = apply_retention(time.time() if now is None else now)
     return {table: rows for table, rows in deleted.items() if rows}
+
+
+@instrumented_task("fleet.partitions")
+def partitions(now: float | None = None) -> list[str]:
+    """PostgreSQL: make the time partitions each table needs from its retention horizon to
+    a day (raw), three days (1m) or two months (1h) ahead; the names made. SQLite: none."""
+    return ensure_partitions(time.time() if now is None else now)

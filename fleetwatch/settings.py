@@ -174,6 +174,11 @@ CELERY_TIMEZONE = "UTC"
 RETENTION_RAW_HOURS = env_float("FLEETWATCH_RETENTION_RAW_HOURS", 3, minimum=0.1)
 RETENTION_1M_HOURS = env_float("FLEETWATCH_RETENTION_1M_HOURS", 72, minimum=1)
 RETENTION_1H_HOURS = env_float("FLEETWATCH_RETENTION_1H_HOURS", 24 * 90, minimum=1)
+# Hourly rack, feed, loop and facility history: 400 days, so the 12 months before any day of
+# the current month are there for an annual PUE (ISO/IEC 30134-2). GPU and node hours above.
+RETENTION_FACILITY_1H_HOURS = env_float(
+    "FLEETWATCH_RETENTION_FACILITY_1H_HOURS", 24 * 400, minimum=1
+)
 
 # Ingest: child processes per server process (PostgreSQL can take two).
 INGEST_WRITERS = env_int("FLEETWATCH_INGEST_WRITERS", 1, minimum=1)

@@ -30,7 +30,8 @@ import orjson
 
 from fleet.ingest import frames
 from fleet.ingest.pipeline import IngestPipeline, Result
-from fleet.storage.db import open_db
+from fleet.storage.db import Database, open_db
+from fleet.storage.partitions import ensure_raw_ahead
 
 log = logging.getLogger("fleet.ingest.child")
 
@@ -65,6 +66,7 @@ class ChildLoop:
 
     def run(self) -> None:
         self.send(frames.READY, b"")
+        _ensure_partitions(self.pipeline.db)  # after READY: it touches the database
         next_tick = time.monotonic() + self.live_s
         next_check = time.monotonic() + self.revalidate_s
         next_counters = time.monotonic()  # a row at start: the row count is the starts
@@ -156,6 +158,19 @@ class ChildLoop:
 
 def _encode(results: list[Result]) -> bytes:
     return orjson.dumps([[r.conn_id, r.seq, r.code, r.error] for r in results])
+
+
+def _ensure_partitions(db: Database) -> None:
+    """PostgreSQL: make sure the raw tables have partitions from this hour to a day ahead,
+    so this writer can store what it acks even if the beat's `fleet.partitions` has not run.
+    Best effort: a database that is away is the first commit's problem (503s), not start's."""
+    try:
+        made = ensure_raw_ahead(db, time.time())
+    except Exception as exc:
+        log.warning("could not make the raw time partitions at start: %s", exc)
+        return
+    if made:
+        log.info("made %d raw time partitions at start", len(made))
 
 
 def main(argv: list[str]) -> int:

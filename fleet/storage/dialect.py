@@ -82,6 +82,13 @@ def failure_kind(exc: BaseException) -> FailureKind:
     except ImportError:  # pragma: no cover - psycopg is a dependency
         psycopg = None  # type: ignore[assignment]
     if psycopg is not None:
+        # "no partition of relation … found for row" (SQLSTATE 23514, an IntegrityError):
+        # the row's time partition is not made yet (fleet/storage/partitions.py); the
+        # resend lands once it is.
+        if isinstance(exc, psycopg.errors.CheckViolation) and "no partition of relation" in str(
+            exc
+        ):
+            return "retry"
         if isinstance(exc, (psycopg.IntegrityError, psycopg.DataError)):
             return "refused"
         if isinstance(exc, psycopg.Error):

@@ -1,140 +1,274 @@
-"""Retention: delete what each storage tier no longer needs to keep.
+"""Retention: remove what each storage tier no longer needs to keep.
 
-Raw rows go after RETENTION_RAW_HOURS, 1-minute rows after RETENTION_1M_HOURS,
-1-hour rows and events after RETENTION_1H_HOURS. A tier is never trimmed past
-what the tier above it has rolled up (`done_until`, or `dirty_from` while a late
-range waits to be recomputed): data that was never summarised is kept until it
-is, whatever its age.
+Raw rows go after RETENTION_RAW_HOURS, 1-minute rows after RETENTION_1M_HOURS, 1-hour rows
+after RETENTION_1H_HOURS (gpu, node) or RETENTION_FACILITY_1H_HOURS (rack, feed, loop,
+facility: kept for an annual PUE), events after RETENTION_1H_HOURS. Nothing is removed
+before the tier above summarised it: not past that tier's `done_until`, and not where a
+pending late mark of that tier (`fw_<kind>_late`) still asks for a recompute.
 
-Deletes go oldest-first in short slices, each its own transaction, so a large
-backlog (retention switched on late, a shorter setting) never holds SQLite's
-single write lock for long; the ingest writer gets it between slices.
+- PostgreSQL: raw and rollup tables are partitioned by time (`fleet.storage.partitions`), so
+  a partition goes as a whole once all of its range qualifies: `DETACH PARTITION …
+  CONCURRENTLY` (it waits for transactions using the partition but blocks no insert into
+  the others), a second look for marks (none can arrive once it is detached), then `DROP`.
+  Nothing an ingest commit needs is held, and no row is rewritten.
+- SQLite: short DELETE slices, oldest first, each its own transaction, so a large backlog
+  never holds the single write lock for long; rows a pending mark covers are left (anti-join).
+- Events (`fleet_event`, not partitioned): DELETE slices on both engines.
 """
 
 from __future__ import annotations
 
+import logging
 import time
-from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
 
 from agents.protocol.metrics import METRICS
-from fleet.storage.dialect import share_lock
-from fleet.storage.rollups import read_state
-from fleet.storage.schema import raw_table, rollup_table
+from fleet.storage.partitions import (
+    MINVALUE,
+    Family,
+    Partition,
+    attach_sql,
+    django_runner,
+    families,
+    list_partitions,
+)
+from fleet.storage.schema import ENTITY_COLUMNS
 
-# Width of one delete slice per table, in its time unit (seconds): about 30k
-# rows each for a 512-GPU fleet at 1 Hz (raw: 1 min; 1m: 1 h; 1h: 1 day).
+log = logging.getLogger(__name__)
+
+HOUR_S = 3600.0
+
+# Kinds whose hourly history is kept for an annual PUE (ISO/IEC 30134-2 takes 12 months).
+FACILITY_KINDS = frozenset({"rack", "feed", "loop", "facility"})
+
+# The tier that summarises each tier, and the span one of its late marks covers.
+SUMMARISED_BY = {"raw": "1m", "1m": "1h"}
+MARK_SPAN_S = {"raw": 60, "1m": 3600}
+
+# SQLite: width of one delete slice per table, in its time unit (seconds), about 30k rows
+# each for a 512-GPU fleet at 1 Hz (raw: 1 min; 1m: 1 h; 1h: 1 day; events: 1 h).
 SLICE_S = {"raw": 60, "1m": 3600, "1h": 86400, "event": 3600}
 
-# PostgreSQL locks rows, not the database, so slices only bound transaction size
-# there; wider ones save a scan each (raw has no index on ts alone: measured 0.7 s
-# per slice on 3 h of a 512-GPU fleet).
+# PostgreSQL still deletes events by slice; it locks rows, not the database, so wider
+# slices only save scans.
 PG_SLICE_FACTOR = 60
 
-# Pause between slices: SQLite's busy handler does not queue waiters, so
-# without it a long delete could win the lock back before the writer retries.
+# Pause between slices: SQLite's busy handler does not queue waiters, so without it a
+# long delete could win the lock back before the ingest writer retries.
 _YIELD_S = 0.005
 
-
-@dataclass(frozen=True, slots=True)
-class Cutoffs:
-    raw: float
-    one_minute: float
-    one_hour: float
+_NO_LOWER_BOUND = -(2**62)
 
 
-def cutoffs(now: float) -> Cutoffs:
-    return Cutoffs(
-        raw=now - float(settings.RETENTION_RAW_HOURS) * 3600,
-        one_minute=now - float(settings.RETENTION_1M_HOURS) * 3600,
-        one_hour=now - float(settings.RETENTION_1H_HOURS) * 3600,
+def kept_s(tier: str, kind: str) -> float:
+    """How long `tier` of `kind` is kept, in seconds (events: as GPU hours)."""
+    if tier == "raw":
+        hours = settings.RETENTION_RAW_HOURS
+    elif tier == "1m":
+        hours = settings.RETENTION_1M_HOURS
+    elif kind in FACILITY_KINDS:
+        hours = settings.RETENTION_FACILITY_1H_HOURS
+    else:
+        hours = settings.RETENTION_1H_HOURS
+    return float(hours) * HOUR_S
+
+
+def late_table(kind: str) -> str:
+    """Late marks of `kind` (the contract of fleet/storage/late.py)."""
+    return f"fw_{kind}_late"
+
+
+def summarised_until(cur: Any, tier: str, kind: str) -> float | None:
+    """How far `tier` has summarised its source (None: it never ran, so nothing is).
+
+    Read by column name: a `dirty_from` that still exists and is set holds it back."""
+    cur.execute("SELECT * FROM fw_rollup_state WHERE tier = %s AND kind = %s", [tier, kind])
+    row = cur.fetchone()
+    if row is None:
+        return None
+    state = dict(zip((d[0] for d in cur.description), row, strict=True))
+    done = float(state["done_until"])
+    dirty = state.get("dirty_from")
+    return done if dirty is None else min(done, float(dirty))
+
+
+def removable_before(cur: Any, family: Family, now: float) -> float | None:
+    """Rows of `family` before this time may go (pending marks aside); None: keep all."""
+    limit = now - kept_s(family.tier, family.kind)
+    above = SUMMARISED_BY.get(family.tier)
+    if above is None:
+        return limit
+    covered = summarised_until(cur, above, family.kind)
+    return None if covered is None else min(limit, covered)
+
+
+def _has_table(cur: Any, name: str, vendor: str) -> bool:
+    if vendor == "postgresql":
+        cur.execute("SELECT to_regclass(%s) IS NOT NULL", [name])
+    else:
+        cur.execute("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = %s", [name])
+    return bool(cur.fetchone()[0])
+
+
+# -- PostgreSQL: whole partitions ---------------------------------------------------------
+
+
+def _marked(cur: Any, family: Family, lo: float, hi: float) -> bool:
+    """Does a pending mark of the tier above ask for rows in [lo, hi)?"""
+    above = SUMMARISED_BY.get(family.tier)
+    if above is None or not _has_table(cur, late_table(family.kind), "postgresql"):
+        return False
+    span = MARK_SPAN_S[family.tier]
+    low = _NO_LOWER_BOUND if lo == MINVALUE else int(lo) - span
+    cur.execute(
+        f"SELECT EXISTS (SELECT 1 FROM {late_table(family.kind)}"
+        " WHERE tier = %s AND bucket < %s AND bucket > %s)",
+        [above, int(hi), low],
+    )
+    return bool(cur.fetchone()[0])
+
+
+def _expired(cur: Any, family: Family, part: Partition, now: float) -> bool:
+    limit = removable_before(cur, family, now)
+    return limit is not None and part.hi <= limit and not _marked(cur, family, part.lo, part.hi)
+
+
+def _detach(cur: Any, part: Partition, concurrently: bool) -> None:
+    how = "FINALIZE" if part.detach_pending else ("CONCURRENTLY" if concurrently else "")
+    cur.execute(f"ALTER TABLE {part.parent} DETACH PARTITION {part.name} {how}")
+
+
+def _drop_partition(family: Family, part: Partition, now: float, using: str) -> bool:
+    """Detach and drop `part` if all of it has expired and been summarised. Returns dropped."""
+    conn = connections[using]
+    # CONCURRENTLY cannot run inside a transaction block.
+    concurrently = not conn.in_atomic_block
+    with conn.cursor() as cur:
+        if not part.detach_pending and not _expired(cur, family, part, now):
+            return False
+        _detach(cur, part, concurrently)
+        # Detached: no transaction can add rows or marks for it any more, so this second
+        # look is final. A mark that landed meanwhile (a commit in flight while the horizon
+        # passed) puts it back; DETACH CONCURRENTLY left a CHECK that spares ATTACH its scan.
+        if not _expired(cur, family, part, now):
+            log.info("retention: %s is needed again, attaching it back", part.name)
+            cur.execute(attach_sql(part.parent, part.name, part.lo, part.hi))
+            return False
+        cur.execute(f"DROP TABLE {part.name}")
+    return True
+
+
+def drop_expired_partitions(now: float, using: str = DEFAULT_DB_ALIAS) -> dict[str, int]:
+    """PostgreSQL: partitions dropped per table."""
+    tables = [f.table for f in families()]
+    existing = django_runner(using)(lambda ex: list_partitions(ex, tables))
+    dropped: dict[str, int] = {}
+    for family in families():
+        with connections[using].cursor() as cur:
+            limit = removable_before(cur, family, now)
+        # A detach left pending by an interrupted pass is finished (or undone) first.
+        candidates = [
+            p
+            for p in existing[family.table]
+            if p.detach_pending or (limit is not None and p.hi <= limit)
+        ]
+        dropped[family.table] = sum(_drop_partition(family, p, now, using) for p in candidates)
+    return dropped
+
+
+# -- SQLite (and events): DELETE slices --------------------------------------------------
+
+
+def _unmarked(family: Family) -> str:
+    """A WHERE fragment sparing rows a pending mark of the tier above covers."""
+    keys = " AND ".join(f"l.{k} = t.{k}" for k in ENTITY_COLUMNS[family.kind])
+    col = family.column
+    return (
+        f" AND NOT EXISTS (SELECT 1 FROM {late_table(family.kind)} l WHERE l.tier ="
+        f" '{SUMMARISED_BY[family.tier]}' AND {keys} AND t.{col} >= l.bucket"
+        f" AND t.{col} < l.bucket + {MARK_SPAN_S[family.tier]})"
     )
 
 
-def _covered_until(tier: str, kind: str, using: str) -> float | None:
-    """How far `tier` has rolled up its source for good; None if it never ran."""
-    with connections[using].cursor() as cur:
-        state = read_state(cur, tier, kind)
-    return None if state is None else float(state.start)
+def delete_expired_rows(family: Family, now: float, using: str = DEFAULT_DB_ALIAS) -> int:
+    """Delete expired, summarised, unmarked rows of `family`, one slice per transaction."""
+    conn = connections[using]
+    with conn.cursor() as cur:
+        marks = family.tier in SUMMARISED_BY and _has_table(
+            cur, late_table(family.kind), conn.vendor
+        )
+    spare = _unmarked(family) if marks else ""
+
+    def limit() -> float | None:
+        # Re-read in each slice's transaction: on SQLite that is ordered with the ingest
+        # writer's commits by the write lock (IMMEDIATE transactions), without a row lock.
+        with conn.cursor() as cur:
+            return removable_before(cur, family, now)
+
+    return _delete_slices(family.table, family.column, SLICE_S[family.tier], using, limit, spare)
 
 
-def delete_before(
+def _delete_slices(
     table: str,
     column: str,
-    cutoff: float,
     slice_s: float,
     using: str,
-    covered_by: tuple[str, str] | None = None,
+    limit: Any,
+    spare: str = "",
 ) -> int:
-    """Delete rows with `column` < `cutoff`, oldest first, one slice per transaction.
-
-    With `covered_by=(tier, kind)`, each slice also stops where that tier's rollup has
-    covered its source, read again *inside* the slice's transaction: late data acked
-    while a pass runs marks its minute dirty, and must not be deleted before it is
-    rolled up (SQLite's IMMEDIATE transactions and PostgreSQL's FOR SHARE on the state
-    row order the delete after the writer's commit).
-    """
     conn = connections[using]
     if conn.vendor == "postgresql":
         slice_s *= PG_SLICE_FACTOR
     deleted = 0
-    while True:
-        with conn.cursor() as cur:
-            cur.execute(f"SELECT min({column}) FROM {table} WHERE {column} < %s", [cutoff])
-            row = cur.fetchone()
-        oldest = None if row is None else row[0]
-        if oldest is None:
-            return deleted
-        upper = min(cutoff, float(oldest) + slice_s)
+    lo: float | None = _oldest(table, column, None, limit(), using)
+    while lo is not None:
         with transaction.atomic(using=using), conn.cursor() as cur:
-            if covered_by is not None:
-                covered = _covered_locked(cur, *covered_by, conn.vendor)
-                if covered is None or covered <= float(oldest):
-                    return deleted
-                upper = min(upper, covered)
-            cur.execute(f"DELETE FROM {table} WHERE {column} < %s", [upper])
+            upper = limit()
+            if upper is None or upper <= lo:
+                return deleted
+            hi = min(upper, lo + slice_s)
+            cur.execute(
+                f"DELETE FROM {table} AS t WHERE t.{column} >= %s AND t.{column} < %s{spare}",
+                [lo, hi],
+            )
             deleted += max(cur.rowcount, 0)
         time.sleep(_YIELD_S)
+        lo = _oldest(table, column, hi, upper, using)
+    return deleted
 
 
-def _covered_locked(cur: Any, tier: str, kind: str, vendor: str) -> float | None:
-    lock = share_lock(vendor)
-    cur.execute(
-        f"SELECT done_until, dirty_from FROM fw_rollup_state WHERE tier = %s AND kind = %s{lock}",
-        [tier, kind],
-    )
-    row = cur.fetchone()
-    if row is None:
+def _oldest(
+    table: str, column: str, since: float | None, before: float | None, using: str
+) -> float | None:
+    """The oldest `column` in [since, before), or None."""
+    if before is None:
         return None
-    done, dirty = row
-    return float(done if dirty is None else min(done, dirty))
+    where = f"{column} < %s" + ("" if since is None else f" AND {column} >= %s")
+    params = [before] if since is None else [before, since]
+    with connections[using].cursor() as cur:
+        cur.execute(f"SELECT min({column}) FROM {table} WHERE {where}", params)
+        row = cur.fetchone()
+    return None if row is None or row[0] is None else float(row[0])
+
+
+def delete_expired_events(now: float, using: str = DEFAULT_DB_ALIAS) -> int:
+    cutoff = now - float(settings.RETENTION_1H_HOURS) * HOUR_S
+    return _delete_slices("fleet_event", "ts", SLICE_S["event"], using, lambda: cutoff)
 
 
 def apply_retention(now: float, using: str = DEFAULT_DB_ALIAS) -> dict[str, int]:
-    """Trim every tier as of `now`. Returns rows deleted per table."""
-    cut = cutoffs(now)
-    deleted: dict[str, int] = {}
-    for kind in METRICS:
-        raw_covered = _covered_until("1m", kind, using)
-        if raw_covered is not None:
-            table = raw_table(kind)
-            limit = min(cut.raw, raw_covered)
-            deleted[table] = delete_before(
-                table, "ts", limit, SLICE_S["raw"], using, covered_by=("1m", kind)
-            )
-        minute_covered = _covered_until("1h", kind, using)
-        if minute_covered is not None:
-            table = rollup_table(kind, "1m")
-            limit = min(cut.one_minute, minute_covered)
-            deleted[table] = delete_before(
-                table, "bucket", limit, SLICE_S["1m"], using, covered_by=("1h", kind)
-            )
-        table = rollup_table(kind, "1h")
-        deleted[table] = delete_before(table, "bucket", cut.one_hour, SLICE_S["1h"], using)
-    deleted["fleet_event"] = delete_before(
-        "fleet_event", "ts", cut.one_hour, SLICE_S["event"], using
-    )
-    return deleted
+    """Trim every tier as of `now`. Returns, per table, rows deleted (SQLite, events) or
+    partitions dropped (PostgreSQL, key `<table> partitions`)."""
+    removed: dict[str, int] = {}
+    if connections[using].vendor == "postgresql":
+        for table, count in drop_expired_partitions(now, using).items():
+            removed[f"{table} partitions"] = count
+    else:
+        for family in families():
+            if family.kind in METRICS:
+                removed[family.table] = delete_expired_rows(family, now, using)
+    removed["fleet_event"] = delete_expired_events(now, using)
+    return removed

@@ -129,3 +129,42 @@ def drop_all(kinds: Sequence[str]) -> list[str]:
         for tier in TIERS:
             statements.append(f"DROP TABLE IF EXISTS {rollup_table(kind, tier)}")
     return statements
+
+
+# -- PostgreSQL: time-partitioned raw and rollup tables (migration 0016) -----------------
+
+
+def partition_column(tier: str) -> str:
+    """Raw tables are partitioned on `ts`, rollup tables on `bucket`."""
+    return "ts" if tier == "raw" else "bucket"
+
+
+def create_partitioned_like(table: str, source: str, kind: str, tier: str) -> list[str]:
+    """A range-partitioned `table` with `source`'s columns (LIKE: whatever columns later
+    migrations added), its keys and indexes as partitioned indexes, which every attached
+    partition then gets: raw PRIMARY KEY (entity…, ts) + BRIN on ts (migration 0004);
+    rollups PRIMARY KEY (entity…, bucket) + an index on bucket."""
+    column = partition_column(tier)
+    return [
+        f"CREATE TABLE {table} (LIKE {source} INCLUDING DEFAULTS) PARTITION BY RANGE ({column})",
+        *time_table_keys(table, kind, tier),
+    ]
+
+
+def time_table_keys(table: str, kind: str, tier: str) -> list[str]:
+    column = partition_column(tier)
+    keys = ", ".join((*ENTITY_COLUMNS[kind], column))
+    index = (
+        f"CREATE INDEX {table}_ts ON {table} USING brin (ts)"
+        if tier == "raw"
+        else f"CREATE INDEX {table}_bucket ON {table} (bucket)"
+    )
+    return [f"ALTER TABLE {table} ADD PRIMARY KEY ({keys})", index]
+
+
+def create_unpartitioned_like(table: str, source: str, kind: str, tier: str) -> list[str]:
+    """The shape before 0016 (for rolling it back): a plain table with the same keys."""
+    return [
+        f"CREATE TABLE {table} (LIKE {source} INCLUDING DEFAULTS)",
+        *time_table_keys(table, kind, tier),
+    ]

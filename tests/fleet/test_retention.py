@@ -1,5 +1,6 @@
-"""Retention deletes what each tier no longer keeps, and nothing that was never
-rolled up, on every tier."""
+"""Retention removes what each tier no longer keeps, and nothing that was never rolled up,
+on every tier: SQLite deletes rows, PostgreSQL drops whole time partitions (so there it keeps
+everything from the start of the partition that holds the cut-off)."""
 
 from __future__ import annotations
 
@@ -10,13 +11,28 @@ from typing import Any
 import pytest
 from django.conf import settings
 
+from fleet.storage.partitions import django_runner, ensure_between, families, slot
 from fleet.storage.retention import apply_retention
 from tests.fleet.test_rollups import T, TierDb, fresh_db
 
 HOUR = 3600
+DAY = 86400
 RAW_KEEP = settings.RETENTION_RAW_HOURS * HOUR
 MINUTE_KEEP = settings.RETENTION_1M_HOURS * HOUR
 HOUR_KEEP = settings.RETENTION_1H_HOURS * HOUR
+FACILITY_HOUR_KEEP = settings.RETENTION_FACILITY_1H_HOURS * HOUR
+
+# How far before the test clock T each tier's tests write.
+_BEHIND = {"raw": 12 * HOUR, "1m": MINUTE_KEEP + 7 * DAY, "1h": FACILITY_HOUR_KEEP + 40 * DAY}
+
+
+def cover_test_clock(db: TierDb, kinds: tuple[str, ...] = ("gpu", "node", "facility")) -> None:
+    """PostgreSQL: partitions around the test clock T (the migration made them around the
+    real now). Only the kinds these tests write, to keep each test quick."""
+    if db.vendor != "postgresql":
+        return
+    spans = {f: (T - _BEHIND[f.tier], T + HOUR) for f in families() if f.kind in kinds}
+    ensure_between(django_runner(db.alias), spans)
 
 
 @pytest.fixture
@@ -24,7 +40,14 @@ def db(
     tier: str, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, django_db_blocker: Any
 ) -> Iterator[TierDb]:
     with fresh_db(tier, tmp_path, tmp_path_factory, django_db_blocker) as fresh:
+        cover_test_clock(fresh)
         yield fresh
+
+
+def kept_from(db: TierDb, tier: str, cutoff: float) -> float:
+    """The oldest time a tier keeps for `cutoff`: SQLite deletes rows up to it; PostgreSQL
+    keeps the whole partition that holds it."""
+    return float(cutoff if db.vendor == "sqlite" else slot(tier, cutoff)[0])
 
 
 def raw_gpu(db: TierDb, start: float, stop: float, every: int = 60) -> None:
@@ -42,14 +65,21 @@ def rolled(db: TierDb, table: str, start: float, stop: float, every: int) -> Non
     db.insert(table, ("node_id", "gpu", "bucket", "n"), rows)
 
 
-def covered(
-    db: TierDb, tier: str, kind: str, done_until: float, dirty: float | None = None
-) -> None:
+def facility_hours(db: TierDb, start: float, stop: float) -> None:
+    rows = [(1, t, 60) for t in range(int(start), int(stop), HOUR)]
+    db.insert("fw_facility_1h", ("site_id", "bucket", "n"), rows)
+
+
+def covered(db: TierDb, tier: str, kind: str, done_until: float) -> None:
     db.insert(
         "fw_rollup_state",
-        ("tier", "kind", "done_until", "dirty_from"),
-        [(tier, kind, int(done_until), None if dirty is None else int(dirty))],
+        ("tier", "kind", "done_until"),
+        [(tier, kind, int(done_until))],
     )
+
+
+def late_mark(db: TierDb, tier: str, node: int, gpu: int, bucket: float) -> None:
+    db.insert("fw_gpu_late", ("node_id", "gpu", "tier", "bucket"), [(node, gpu, tier, int(bucket))])
 
 
 def event(db: TierDb, seq: int, ts: float) -> None:
@@ -57,26 +87,41 @@ def event(db: TierDb, seq: int, ts: float) -> None:
     db.insert("fleet_event", columns, [("node:test", seq, 0, ts, "xid", "")])
 
 
-def oldest(db: TierDb, table: str, column: str) -> tuple[float, int]:
-    low, count = db.execute(f"SELECT min({column}), count(*) FROM {table}")[0]
+def oldest(db: TierDb, table: str, column: str, where: str = "1=1") -> tuple[float, int]:
+    low, count = db.execute(f"SELECT min({column}), count(*) FROM {table} WHERE {where}")[0]
     return float(low), int(count)
 
 
-def test_each_tier_keeps_exactly_its_retention_window(db: TierDb) -> None:
+def test_each_tier_keeps_its_retention_window(db: TierDb) -> None:
     raw_gpu(db, T - RAW_KEEP - 2 * HOUR, T)  # two hours past the window: many delete slices
-    rolled(db, "fw_gpu_1m", T - MINUTE_KEEP - 6 * HOUR, T, 60)
-    rolled(db, "fw_gpu_1h", T - HOUR_KEEP - 10 * 86400, T, HOUR)
+    rolled(db, "fw_gpu_1m", T - MINUTE_KEEP - 2 * DAY, T, 60)
+    rolled(db, "fw_gpu_1h", T - HOUR_KEEP - 40 * DAY, T, HOUR)
     covered(db, "1m", "gpu", T)
     covered(db, "1h", "gpu", T)
-    event(db, 1, T - HOUR_KEEP - 86400)
-    event(db, 2, T - 86400)
+    event(db, 1, T - HOUR_KEEP - DAY)
+    event(db, 2, T - DAY)
 
     apply_retention(T, using=db.alias)
 
-    assert oldest(db, "fw_gpu_raw", "ts") == (T - RAW_KEEP, RAW_KEEP // 60)
-    assert oldest(db, "fw_gpu_1m", "bucket") == (T - MINUTE_KEEP, MINUTE_KEEP // 60)
-    assert oldest(db, "fw_gpu_1h", "bucket") == (T - HOUR_KEEP, HOUR_KEEP // HOUR)
+    raw_from = kept_from(db, "raw", T - RAW_KEEP)
+    minute_from = kept_from(db, "1m", T - MINUTE_KEEP)
+    hour_from = kept_from(db, "1h", T - HOUR_KEEP)
+    assert oldest(db, "fw_gpu_raw", "ts") == (raw_from, (T - raw_from) // 60)
+    assert oldest(db, "fw_gpu_1m", "bucket") == (minute_from, (T - minute_from) // 60)
+    assert oldest(db, "fw_gpu_1h", "bucket") == (hour_from, (T - hour_from) // HOUR)
     assert db.execute("SELECT seq FROM fleet_event") == [(2,)]
+
+
+def test_facility_hours_are_kept_for_an_annual_pue_past_the_gpu_cut_off(db: TierDb) -> None:
+    rolled(db, "fw_gpu_1h", T - FACILITY_HOUR_KEEP - 40 * DAY, T, HOUR)
+    facility_hours(db, T - FACILITY_HOUR_KEEP - 40 * DAY, T)
+
+    apply_retention(T, using=db.alias)
+
+    assert oldest(db, "fw_gpu_1h", "bucket")[0] == kept_from(db, "1h", T - HOUR_KEEP)
+    year_ago = T - 365 * DAY
+    assert oldest(db, "fw_facility_1h", "bucket")[0] <= year_ago - 30 * DAY
+    assert oldest(db, "fw_facility_1h", "bucket")[0] == kept_from(db, "1h", T - FACILITY_HOUR_KEEP)
 
 
 def test_raw_samples_the_minute_rollup_has_not_covered_are_kept(db: TierDb) -> None:
@@ -90,19 +135,45 @@ def test_raw_samples_the_minute_rollup_has_not_covered_are_kept(db: TierDb) -> N
     assert oldest(db, "fw_node_raw", "ts") == (T - 6 * HOUR, 6 * 60)
 
 
-def test_raw_samples_waiting_for_a_late_data_recompute_are_kept(db: TierDb) -> None:
+def test_raw_samples_waiting_for_a_late_mark_are_kept_until_the_rollup_took_it(
+    db: TierDb,
+) -> None:
     raw_gpu(db, T - 6 * HOUR, T)
-    covered(db, "1m", "gpu", T, dirty=T - 4 * HOUR)  # late data landed four hours back
+    raw_gpu_other = [(float(t), 2, 0, 70.0) for t in range(T - 6 * HOUR, T, 60)]
+    db.insert("fw_gpu_raw", ("ts", "node_id", "gpu", "util_gpu_pct"), raw_gpu_other)
+    covered(db, "1m", "gpu", T)
+    late_mark(db, "1m", 1, 0, T - 4 * HOUR)  # GPU 1/0's minute four hours back: redo it
 
     apply_retention(T, using=db.alias)
 
-    assert oldest(db, "fw_gpu_raw", "ts")[0] == T - 4 * HOUR
+    marked = f"node_id = 1 AND ts >= {T - 4 * HOUR} AND ts < {T - 4 * HOUR + 60}"
+    assert oldest(db, "fw_gpu_raw", "ts", marked) == (T - 4 * HOUR, 1)
+    assert oldest(db, "fw_gpu_raw", "ts")[0] == T - 4 * HOUR  # the older hours went
+
+    db.execute("DELETE FROM fw_gpu_late")  # the rollup consumed it
+    apply_retention(T, using=db.alias)
+
+    assert oldest(db, "fw_gpu_raw", "ts")[0] == T - RAW_KEEP
+    assert db.execute(f"SELECT count(*) FROM fw_gpu_raw WHERE {marked}") == [(0,)]
 
 
 def test_minutes_the_hour_rollup_has_not_covered_are_kept(db: TierDb) -> None:
-    rolled(db, "fw_gpu_1m", T - MINUTE_KEEP - 6 * HOUR, T, 60)
-    covered(db, "1h", "gpu", T - MINUTE_KEEP - 2 * HOUR)
+    rolled(db, "fw_gpu_1m", T - MINUTE_KEEP - 6 * DAY, T, 60)
+    covered(db, "1h", "gpu", T - MINUTE_KEEP - 2 * DAY)
 
     apply_retention(T, using=db.alias)
 
-    assert oldest(db, "fw_gpu_1m", "bucket")[0] == T - MINUTE_KEEP - 2 * HOUR
+    assert oldest(db, "fw_gpu_1m", "bucket")[0] == kept_from(db, "1m", T - MINUTE_KEEP - 2 * DAY)
+
+
+def test_minutes_waiting_for_a_late_hour_mark_are_kept(db: TierDb) -> None:
+    rolled(db, "fw_gpu_1m", T - MINUTE_KEEP - 3 * DAY, T, 60)
+    covered(db, "1h", "gpu", T)
+    hour = T - MINUTE_KEEP - 2 * DAY
+    late_mark(db, "1h", 1, 0, hour)
+
+    apply_retention(T, using=db.alias)
+
+    assert oldest(db, "fw_gpu_1m", "bucket")[0] == kept_from(db, "1m", hour)
+    marked = f"bucket >= {hour} AND bucket < {hour + HOUR}"
+    assert db.execute(f"SELECT count(*) FROM fw_gpu_1m WHERE {marked}") == [(60,)]
