@@ -159,8 +159,8 @@ def aggregate_sql(tier: str, kind: str, vendor: str, picked: bool = False) -> st
     """INSERT … SELECT that upserts every (entity, bucket) of `tier` in [%s, %s), or,
     with `picked`, every (entity, bucket) in the temp table `late.pick_table(kind)`.
 
-    Groups by entity and bucket: min/avg/max/count and each metric's `_last`
-    (`_last_columns`). A recomputed row replaces the old one unless it would count
+    Groups by entity and bucket: min/avg/max/count and the time of each metric's
+    `_last` (`_last_columns`). A recomputed row replaces the old one unless it would count
     fewer samples: then the source has lost rows to retention since, and the stored
     row is the better record.
     """
@@ -182,7 +182,7 @@ def aggregate_sql(tier: str, kind: str, vendor: str, picked: bool = False) -> st
                 f"sum({m}_mean * n) / sum(CASE WHEN {m}_mean IS NOT NULL THEN n END) AS {m}_mean",
                 f"max({m}_max) AS {m}_max",
             ]
-    last_inner, last_outer = _last_columns(tier, kind, vendor)
+    last_inner, last_outer = _last_columns(tier, kind)
     inner += last_inner
     outer: list[str] = [*(f"g.{k}" for k in keys), "g.b", "g.n"]
     for m, last in zip(metrics, last_outer, strict=True):
@@ -206,27 +206,26 @@ def aggregate_sql(tier: str, kind: str, vendor: str, picked: bool = False) -> st
     )
 
 
-def _last_columns(tier: str, kind: str, vendor: str) -> tuple[list[str], list[str]]:
-    """Each metric's `_last`: the value of the newest source row that carries it.
+def _last_columns(tier: str, kind: str) -> tuple[list[str], list[str]]:
+    """Each metric's `_last`, the value of the newest source row that carries it: the
+    grouping finds that row's time, then a point lookup by the source's primary key
+    fetches the value (one per metric and group).
 
-    PostgreSQL: an ordered aggregate in the grouping itself. SQLite: the time of that
-    row in the grouping, then a point lookup by the source's primary key per metric.
+    Both engines. PostgreSQL's ordered aggregates were measured slower on its 15 here
+    (one minute of 512 GPUs, 34 metrics, median of 7): the lookup 0.21 s,
+    `(max(ARRAY[ts, m]) FILTER (WHERE m IS NOT NULL))[2]` 0.24 s,
+    `(array_agg(m ORDER BY ts DESC) FILTER (WHERE m IS NOT NULL))[1]` 0.36 s; five
+    minutes: 0.74 s, 1.23 s, 1.78 s. The aggregates sort or build an array per row
+    and metric; the lookups are per group.
     """
     keys = ENTITY_COLUMNS[kind]
     source, at_col = _source(tier, kind)
+    match = " AND ".join(f"s.{k} = g.{k}" for k in keys)
     inner: list[str] = []
     outer: list[str] = []
     for m in metric_names(kind):
         value = m if tier == "1m" else f"{m}_last"
-        if vendor == POSTGRESQL:
-            inner.append(
-                f"(array_agg({value} ORDER BY {at_col} DESC)"
-                f" FILTER (WHERE {value} IS NOT NULL))[1] AS {m}_last"
-            )
-            outer.append(f"g.{m}_last")
-            continue
         inner.append(f"max(CASE WHEN {value} IS NOT NULL THEN {at_col} END) AS {m}_at")
-        match = " AND ".join(f"s.{k} = g.{k}" for k in keys)
         outer.append(f"(SELECT s.{value} FROM {source} s WHERE {match} AND s.{at_col} = g.{m}_at)")
     return inner, outer
 
