@@ -1,9 +1,22 @@
 """The Celery app: config from Django settings (`CELERY_*`), tasks from each app's
-`tasks.py`, and the beat schedule.
+`tasks.py`, the queues by job and the beat schedule.
 
 Run exactly one beat (`celery -A fleetwatch beat`): a second one would send every
 tick twice. Two overlapping rollups are still safe (each chunk claims its state
-row), just wasted work. Workers: `celery -A fleetwatch worker`.
+row), just wasted work.
+
+Queues by job, so a long rollup never delays an alert or a Slack message (workers and
+their commands: docs/operations.md, "Alerting"):
+
+- `rules`: alerts.evaluate, prometheus.pull — the alert engine's inputs and passes;
+- `notifications`: Slack deliveries (their retries and follow-ups stay on the queue they
+  came from) and notifications.sweep;
+- `maintenance`: fleet.rollup, fleet.retention, fleet.partitions — bulk storage work
+  that may take minutes on a backlog;
+- `celery` (the default): everything else, alerts.watchdog among them. It is not
+  `rules`, so a rules worker that is stuck or dead does not silence the watchdog.
+
+A worker started without `-Q` consumes every queue.
 """
 
 from __future__ import annotations
@@ -21,6 +34,25 @@ from fleetwatch import broker
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "fleetwatch.settings")
 broker.register()  # the embedded tier's filesystem broker, with atomic writes
 
+RULES = "rules"
+NOTIFICATIONS = "notifications"
+MAINTENANCE = "maintenance"
+DEFAULT = "celery"
+QUEUES = (RULES, NOTIFICATIONS, MAINTENANCE, DEFAULT)
+
+# By task name, so a task is routed even before its module is imported (or written:
+# fleet.partitions); a task not named here goes to DEFAULT.
+TASK_QUEUES = {
+    "alerts.evaluate": RULES,
+    "prometheus.pull": RULES,
+    "notifications.deliver": NOTIFICATIONS,
+    "notifications.sweep": NOTIFICATIONS,
+    "fleet.rollup": MAINTENANCE,
+    "fleet.retention": MAINTENANCE,
+    "fleet.partitions": MAINTENANCE,
+    "alerts.watchdog": DEFAULT,
+}
+
 app = Celery("fleetwatch")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
@@ -30,6 +62,8 @@ app.autodiscover_tasks()
 app.conf.beat_schedule = {
     "rollup": {"task": "fleet.rollup", "schedule": 30.0, "options": {"expires": 25}},
     "retention": {"task": "fleet.retention", "schedule": 600.0, "options": {"expires": 550}},
+    # Partitions ahead of the data (fleet/tasks.py); a missed tick is redone by the next.
+    "partitions": {"task": "fleet.partitions", "schedule": 600.0, "options": {"expires": 540}},
     # Re-queues Slack deliveries whose task was lost (a broker restart): nothing is dropped.
     "notifications-sweep": {
         "task": "notifications.sweep",
@@ -37,15 +71,19 @@ app.conf.beat_schedule = {
         "options": {"expires": 50},
     },
 }
-app.conf.task_routes = {"alerts.evaluate": {"queue": "rules"}}
-app.conf.task_queues = (Queue("celery"), Queue("rules"))
+app.conf.task_routes = {name: {"queue": queue} for name, queue in TASK_QUEUES.items()}
+# Each queue bound with its own name as routing key: a Queue given none is bound with the
+# default key ("celery"), and then every task published to the default exchange is copied
+# into every queue (the rules worker ran rollups too, and each tick was evaluated twice).
+app.conf.task_queues = tuple(Queue(name, routing_key=name) for name in QUEUES)
+app.conf.task_default_queue = DEFAULT
 
 
 @app.on_after_configure.connect
 def schedule_alert_evaluation(sender: Celery, **kwargs: Any) -> None:
-    """Alert rules every FLEETWATCH_ALERT_EVAL_S (10 s), on their own queue ("rules") so a
-    dedicated worker (`-Q rules`) keeps them clear of a long rollup; a worker started
-    without `-Q` consumes both queues. Added here, once Django's settings are loaded."""
+    """Alert rules every FLEETWATCH_ALERT_EVAL_S (10 s), on the "rules" queue, which a
+    worker of its own keeps clear of a long rollup. Added here, once Django's settings
+    are loaded."""
     every = float(settings.ALERT_EVAL_S)
     sender.conf.beat_schedule["alerts-evaluate"] = {
         "task": "alerts.evaluate",
@@ -63,7 +101,6 @@ def schedule_alert_evaluation(sender: Celery, **kwargs: Any) -> None:
     # Prometheus sources (fleet/prometheus/pull.py): beside the rules, on their queue.
     # (fleet.prometheus is not an app, so autodiscovery does not find its tasks module.)
     sender.conf.include = (*sender.conf.include, "fleet.prometheus.tasks")
-    sender.conf.task_routes["prometheus.pull"] = {"queue": "rules"}
     pull = float(settings.PROMETHEUS_PULL_S)
     sender.conf.beat_schedule["prometheus-pull"] = {
         "task": "prometheus.pull",

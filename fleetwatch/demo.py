@@ -1,8 +1,8 @@
 """`make demo`: the whole product on the embedded default, one command.
 
 Migrates, seeds the demo site (safe to run twice), then runs the web server,
-a Celery worker, exactly one beat and the fleet simulator, prints where to
-look, and stops them all on Ctrl-C. Everything lives under `var/`.
+two Celery workers (the alert pipeline; maintenance), exactly one beat and the fleet
+simulator, prints where to look, and stops them all on Ctrl-C. Everything lives under `var/`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,11 @@ import sys
 import time
 from pathlib import Path
 
+from fleetwatch.celery import DEFAULT, MAINTENANCE, NOTIFICATIONS, RULES
 from fleetwatch.serve import UVICORN_LIMITS
+
+# The queues by job (fleetwatch/celery.py) as the demo splits them between two workers.
+ALERT_WORKER_QUEUES = (RULES, NOTIFICATIONS, DEFAULT)
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -57,6 +61,25 @@ def _ensure_admin(env: dict[str, str], password: str) -> None:
     _manage(env, "shell", "-v", "0", "-c", script)
 
 
+def celery_workers() -> dict[str, list[str]]:
+    """Two workers, so a long rollup never delays an alert or a Slack message
+    (fleetwatch/celery.py, docs/operations.md "Alerting"): the alert pipeline with two
+    children, so one stuck evaluation leaves the other for Slack and the watchdog; the
+    bulk storage work alone, one task at a time."""
+    return {
+        "worker": _worker("worker", ALERT_WORKER_QUEUES, "--concurrency", "2"),
+        "maintenance": _worker("maintenance", (MAINTENANCE,), "--pool", "solo"),
+    }
+
+
+def _worker(name: str, queues: tuple[str, ...], *pool: str) -> list[str]:
+    return [
+        str(BIN / "celery"),
+        *("-A", "fleetwatch", "worker", "-Q", ",".join(queues), "-n", f"{name}@%h", *pool),
+        *("--loglevel", "WARNING", "--without-mingle", "--without-gossip"),
+    ]
+
+
 def main() -> int:
     var_dir = Path(os.environ.get("FLEETWATCH_VAR_DIR", ROOT / "var")).resolve()
     host = os.environ.get("FLEETWATCH_HOST", "127.0.0.1")
@@ -87,18 +110,7 @@ def main() -> int:
             "--log-level",
             "warning",
         ],
-        "worker": [
-            str(BIN / "celery"),
-            "-A",
-            "fleetwatch",
-            "worker",
-            "--pool",
-            "solo",
-            "--loglevel",
-            "WARNING",
-            "--without-mingle",
-            "--without-gossip",
-        ],
+        **celery_workers(),
         "beat": [
             str(BIN / "celery"),
             "-A",
@@ -136,13 +148,14 @@ def main() -> int:
     signal.signal(signal.SIGTERM, stop)
     log_dir = var_dir / "log"
     log_dir.mkdir(parents=True, exist_ok=True)
+    _forget_queue_bindings(var_dir)
 
     def spawn(name: str) -> subprocess.Popen[bytes]:
         # Each process logs to var/log/<name>.log so the terminal keeps the banner.
         log = (log_dir / f"{name}.log").open("ab")
         return subprocess.Popen(commands[name], env=env, cwd=ROOT, stdout=log, stderr=log)
 
-    for name in ("web", "worker", "beat"):
+    for name in ("web", "worker", "maintenance", "beat"):
         procs[name] = spawn(name)
     if not _wait_for_web(server, procs["web"]):
         print(
@@ -161,7 +174,7 @@ def main() -> int:
         f"  simulated nodes:        {nodes} (GPUs, racks, CDUs, facility meters)\n"
         f"  faults:                 {os.environ.get('FLEETWATCH_DEMO_FAULTS') or 'none'}\n"
         f"  alerts go to:           {_alert_route()}\n"
-        f"  logs:                   {log_dir}/{{web,worker,beat,simulator}}.log\n"
+        f"  logs:                   {log_dir}/{{web,worker,maintenance,beat,simulator}}.log\n"
         "  Ctrl-C stops everything.\n",
         flush=True,
     )
@@ -180,6 +193,14 @@ def main() -> int:
     _stop_all(procs)
     print("Fleetwatch demo stopped.")
     return code
+
+
+def _forget_queue_bindings(var_dir: Path) -> None:
+    """Drop the default exchange's bindings before anything starts: a demo from before the
+    queues by job bound every queue to the routing key "celery", so each task would still
+    be copied into every queue. Workers and beat declare the bindings they use as they
+    start (fleetwatch/broker.py), so nothing needs them kept."""
+    (var_dir / "celery" / "control" / "celery.exchange").unlink(missing_ok=True)
 
 
 def _alert_route() -> str:
@@ -218,7 +239,7 @@ def _wait_for_web(server: str, proc: subprocess.Popen[bytes]) -> bool:
 
 def _stop_all(procs: dict[str, subprocess.Popen[bytes]]) -> None:
     # The simulator first, so its last batches reach a live server.
-    for name in ("simulator", "beat", "worker", "web"):
+    for name in ("simulator", "beat", "worker", "maintenance", "web"):
         proc = procs.get(name)
         if proc is not None and proc.poll() is None:
             proc.send_signal(signal.SIGTERM)

@@ -4,7 +4,7 @@ or an OOM kill would) and start again, and a producer that sends them tasks by n
 
     with private_broker(tier) as redis_url:    # None: the filesystem transport
         env = FleetServer(var_dir, database_url=db.url, redis_url=redis_url).env()
-        worker = CeleryProc.worker(env, var_dir / "worker.log", queues=("celery", "rules"))
+        worker = CeleryProc.worker(env, var_dir / "worker.log", queues=QUEUES)
         worker.start() ... worker.kill() ... worker.start()   # the same command, again
         producer(tier, var_dir, redis_url).send_task("alerts.evaluate", queue="rules")
 
@@ -26,13 +26,22 @@ from urllib.parse import urlsplit
 
 from celery import Celery
 
+from fleetwatch.celery import DEFAULT, MAINTENANCE, NOTIFICATIONS, QUEUES
 from tests.support import services
 from tests.support.server import ROOT
 
-__all__ = ("CeleryProc", "private_broker", "producer", "stop_all", "stopping")
+__all__ = ("QUEUES", "CeleryProc", "private_broker", "producer", "stop_all", "stopping")
 
 # The same key as tests/support/stack.py's claim, so the two never take one database.
 CLAIM_KEY = "fwtest:stack-claim"
+SPLIT_FROM_DEFAULT = (NOTIFICATIONS, MAINTENANCE)
+
+
+def consumed(queues: Sequence[str]) -> list[str]:
+    """The queues a worker given `queues` consumes: a list from before the split (the
+    default queue, none of those split out of it) brings those too (module docstring)."""
+    before_split = DEFAULT in queues and not set(SPLIT_FROM_DEFAULT) & set(queues)
+    return list(dict.fromkeys((*queues, *(SPLIT_FROM_DEFAULT if before_split else ()))))
 
 
 class CeleryProc:
@@ -51,7 +60,8 @@ class CeleryProc:
         name = name or f"fwtest-{uuid.uuid4().hex[:8]}"
         return cls(
             [
-                *("worker", "--pool", "solo", "-Q", ",".join(queues), "-n", f"{name}@%h"),
+                *("worker", "--pool", "solo", "-Q", ",".join(consumed(queues))),
+                *("-n", f"{name}@%h"),
                 *("-l", "info", "--without-mingle", "--without-gossip", "--without-heartbeat"),
             ],
             env,
@@ -138,7 +148,7 @@ def producer(tier: str, var_dir: Path, redis_url: str | None = None) -> Celery:
 def private_broker(tier: str) -> Iterator[str | None]:
     """A broker nobody else consumes from. Embedded: None (the filesystem transport lives
     in the test's own var dir). Services: the shared Redis at an empty database number,
-    claimed with a key and flushed afterwards, so `celery` and `rules` are the test's own."""
+    claimed with a key and flushed afterwards, so every queue of the app is the test's own."""
     if tier != "services":
         yield None
         return

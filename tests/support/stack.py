@@ -1,6 +1,6 @@
 """The whole product as processes, for end-to-end scenarios: a real backend
 (`FleetServer`, uvicorn) over the tier's fresh database, a real Celery worker
-(`-Q celery,rules`, not eager) and beat, and the fleet simulator sending to the
+(every queue of fleetwatch/celery.py, not eager) and beat, and the fleet simulator sending to the
 backend through the real agent code, with faults (`--fault`, docs/simulator.md).
 
     with Stack.started(tmp_path, tier, racks=SMALL_SITE, slack_url=url,
@@ -14,7 +14,8 @@ The site is seeded from `fleet.demo.RackPlan`s of our choosing (a few nodes per 
 keeps the CPU low), a Slack route points at the test's receiver, and the alert
 evaluation runs every `eval_s` seconds (FLEETWATCH_ALERT_EVAL_S). In the services tier
 the stack gets a Redis database number of its own, so its worker consumes only its own
-`celery` and `rules` queues, and flushes it afterwards.
+queues, and flushes it afterwards. One worker takes every queue (fewer processes on a small
+test machine): the split between workers is tested in tests/fleet/test_queues.py.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from fleetwatch.celery import QUEUES
 from tests.support import services
 from tests.support.server import ROOT, FleetServer
 
@@ -207,7 +209,7 @@ class Stack:
         celery = [sys.executable, "-m", "celery", "-A", "fleetwatch"]
         self.worker_argv = [
             *celery,
-            *("worker", "--pool", "solo", "-Q", "celery,rules", "-n", f"{self.node}@%h"),
+            *("worker", "--pool", "solo", "-Q", ",".join(QUEUES), "-n", f"{self.node}@%h"),
             *("-l", "info", "--without-mingle", "--without-gossip", "--without-heartbeat"),
         ]
         self._spawn("worker", self.worker_argv)
