@@ -165,6 +165,21 @@ class FleetServer:
             extra_env=dict(self.extra_env),
         )
 
+    @contextlib.contextmanager
+    def with_siblings(self, count: int) -> Iterator[list[FleetServer]]:
+        """This (started) server and `count` more processes on its database and channel
+        layer, all started: several server processes, as behind a proxy. The siblings are
+        stopped on the way out."""
+        siblings: list[FleetServer] = []
+        try:
+            for _ in range(count):
+                siblings.append(self.sibling())
+                siblings[-1].start()
+            yield [self, *siblings]
+        finally:
+            for sibling in siblings:
+                sibling.stop()
+
     # -- reading what was stored -------------------------------------------
     def query(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         if self.database_url:
