@@ -28,9 +28,7 @@ import contextlib
 import json
 import math
 import os
-import platform
-import re
-import statistics
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -39,7 +37,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +47,8 @@ os.environ.setdefault("FLEETWATCH_TESTING", "1")
 
 from bench import scale_history as history  # noqa: E402
 from bench import scale_procs as procs  # noqa: E402
-from bench.scale_agents import GPU_FIELDS, GPUS_PER_NODE  # noqa: E402
+from bench.scale_agents import GPUS_PER_NODE  # noqa: E402
+from bench.scale_report import Run, fmt, machine, report, task_ticks  # noqa: E402
 from tests.support import services  # noqa: E402
 from tests.support.server import FleetServer  # noqa: E402
 
@@ -60,11 +59,6 @@ PRODUCTION_ENV = {
     "FLEETWATCH_REVALIDATE_S": "5",
     "LOG_LEVEL": "INFO",
 }
-TASK_LINE = re.compile(
-    r"^\[?(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)[,.]\d+.*?task (fleet\.rollup|fleet\.retention)"
-    r" (done in|failed after) ([0-9.]+) s",
-    re.M,
-)
 
 
 @dataclass
@@ -199,35 +193,6 @@ def backend_pids(bench: Bench) -> list[int]:
     return [int(r[0]) for r in rows]
 
 
-@dataclass
-class Run:
-    agents: dict[str, Any]
-    window_s: float
-    ticks: list[tuple[float, str, float, bool]]  # (when, task, seconds, done)
-    cpu: dict[str, float]
-    rss_mib: float
-    wal_bytes: float
-    load: list[float]
-    pg_activity: Counter[str]
-    pg_samples: int
-    nginx_conf: str
-    beat_started: float = 0.0
-    notes: list[str] = field(default_factory=list)
-
-
-def task_ticks(log: Path) -> list[tuple[float, str, float, bool]]:
-    text = log.read_text(errors="replace") if log.exists() else ""
-    return [
-        (
-            time.mktime(time.strptime(m[1], "%Y-%m-%d %H:%M:%S")),
-            m[2],
-            float(m[4]),
-            m[3] == "done in",
-        )
-        for m in TASK_LINE.finditer(text)
-    ]
-
-
 def run_fleet(bench: Bench, creds_path: Path, args: argparse.Namespace) -> Run:
     servers = [
         FleetServer(
@@ -274,7 +239,8 @@ def drive(
         agents = subprocess.Popen(
             [
                 sys.executable,
-                str(ROOT / "bench" / "scale_agents.py"),
+                "-m",
+                "bench.scale_agents",
                 "--url",
                 f"ws://127.0.0.1:{port}/ws/ingest/v1",
                 "--creds",
@@ -294,7 +260,8 @@ def drive(
         time.sleep(max(0.0, window_start - time.time()))
         roots = [s.proc.pid for s in servers if s.proc is not None]
         groups = {"nginx": [nginx_pid], "worker": [worker], "agents": [agents.pid]}
-        cpu_before = {"server": procs.cpu_of(procs.with_children(roots))}
+        cpu_before = {"server loops": procs.cpu_of(roots)}
+        cpu_before["ingest children"] = procs.cpu_of(procs.children(roots))
         cpu_before["postgres"] = procs.cpu_of(backend_pids(bench))
         for name, pids in groups.items():
             cpu_before[name] = procs.cpu_of(procs.with_children(pids))
@@ -305,7 +272,8 @@ def drive(
             time.sleep(min(10.0, max(0.0, window_end - time.time())))
             load.append(os.getloadavg()[0])
         sampler.stop()
-        cpu_after = {"server": procs.cpu_of(procs.with_children(roots))}
+        cpu_after = {"server loops": procs.cpu_of(roots)}
+        cpu_after["ingest children"] = procs.cpu_of(procs.children(roots))
         cpu_after["postgres"] = procs.cpu_of(backend_pids(bench))
         for name, pids in groups.items():
             cpu_after[name] = procs.cpu_of(procs.with_children(pids))
@@ -332,110 +300,28 @@ def drive(
     )
 
 
-def fmt(value: float | None, digits: int = 3) -> str:
-    return "n/a" if value is None or math.isnan(value) else f"{value:.{digits}f}"
+def ingest_writers(bench: Bench) -> list[str]:
+    """Each ingest child's own counters (fleet_ingestwriter, saved every 10 s)."""
+    import psycopg
+
+    with psycopg.connect(bench.conninfo, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT writer, batches, samples, refused, retried, saves, save_failures"
+            " FROM fleet_ingestwriter ORDER BY started_at"
+        ).fetchall()
+    return [
+        f"ingest writer {w}: {b:,} batches, {n:,} samples, {r} refused, {t} answered 503,"
+        f" {v:,} latest-state saves ({f} failed)"
+        for w, b, n, r, t, v, f in rows
+    ]
 
 
-def machine() -> str:
-    mem = Path("/proc/meminfo").read_text().split("\n")[0].split()[1]
-    return (
-        f"{platform.machine()}, nproc {os.cpu_count()}, {int(mem) / 1024**2:.1f} GiB RAM,"
-        f" Python {platform.python_version()}, load average now {os.getloadavg()[0]:.2f}"
-    )
-
-
-def report(run: Run, sizes: list[history.TierSize], gpus: int, step: int) -> dict[str, float]:
-    a = run.agents
-    print()
-    print(
-        f"agents: {a['nodes']} nodes × {GPUS_PER_NODE} GPUs at 1 Hz through nginx"
-        f" ({run.nginx_conf}), {run.window_s / 60:g} min window"
-    )
-    print(
-        f"  batches sent {a['sent']:,}, acked {a['acked']:,}, nacks {a['nacks']},"
-        f" unacked {a['unacked']:,}, sockets closed {a['closed']}"
-    )
-    for sample in a["nack_samples"][:3]:
-        print(f"  nack: {sample}")
-    print(
-        f"  send → ack: p50 {fmt(a['ack_p50_s'])}  p90 {fmt(a['ack_p90_s'])}"
-        f"  p99 {fmt(a['ack_p99_s'])}  p99.9 {fmt(a['ack_p999_s'])}  max {fmt(a['ack_max_s'])} s"
-    )
-    print(
-        f"  longest stretch with no ack fleet-wide: {fmt(a['max_ack_gap_s'])} s, from"
-        f" {time.strftime('%H:%M:%S', time.gmtime(a['max_ack_gap_at']))} UTC"
-    )
-    print(
-        f"  load generator late to send: p99 {fmt(a['send_late_p99_s'])} s,"
-        f" max {fmt(a['send_late_max_s'])} s"
-    )
-    worst = sorted(a["timeline"], key=lambda row: -row[2])[:5]
-    print(
-        "  worst seconds (UTC, acks, max s, p99 s): "
-        + "; ".join(
-            f"{time.strftime('%H:%M:%S', time.gmtime(r[0]))} {r[1]} {r[2]:.2f} {r[3]:.2f}"
-            for r in worst
-        )
-    )
-    rollups = [t for t in run.ticks if t[1] == "fleet.rollup"]
-    passes = [t for t in run.ticks if t[1] == "fleet.retention"]
-    print(f"worker: {len(rollups)} rollup ticks, {len(passes)} retention passes in the run")
-    for when, task, took, done in run.ticks:
-        status = "" if done else " FAILED"
-        since = when - run.beat_started
-        print(
-            f"  {time.strftime('%H:%M:%S', time.gmtime(when))} (+{since:4.0f} s) {task}"
-            f" {took:.3f} s{status}"
-        )
-    rollup_s = [t[2] for t in rollups if t[3]]
-    retention_s = [t[2] for t in passes if t[3]]
-    samples = a["acked"] * GPUS_PER_NODE
-    print("CPU over the window (s; per GPU sample acked):")
-    for who, spent in run.cpu.items():
-        per = spent / samples * 1e6 if samples else math.nan
-        print(f"  {who:9s} {spent:8.1f} s  {per:6.1f} µs per GPU sample")
-    server = run.cpu["server"] / samples * 1e6 if samples else math.nan
-    print(
-        f"  server (uvicorn + ingest children): {server:.1f} µs per GPU sample of"
-        f" {len(GPU_FIELDS)} fields = {server / len(GPU_FIELDS):.2f} µs per value;"
-        f" {server * gpus / 1e6:.2f} cores for {gpus} GPUs at 1 Hz"
-    )
-    print(
-        f"  server memory (RSS, uvicorn + children): {run.rss_mib:.0f} MiB"
-        f" = {run.rss_mib / gpus * 1000:.0f} MiB per 1,000 GPUs"
-    )
-    print(f"  load average during the window: {', '.join(f'{x:.1f}' for x in run.load)}")
-    print(f"WAL: {run.wal_bytes / run.window_s / 1e6:.2f} MB/s over the window (whole server)")
-    print(f"PostgreSQL activity ({run.pg_samples} samples of active backends, top 8):")
-    for what, n in run.pg_activity.most_common(8):
-        print(f"  {n / max(1, run.pg_samples):5.2f}  {what}")
-    print(f"storage (history every {step} s; per GPU-hour at 1 Hz = B/row × rows per GPU-hour):")
-    total = raw = 0.0
-    minute_row = {s.kind: s for s in sizes if s.tier == "1m"}
-    for s in sizes:
-        per_hour = s.bytes_per_gpu_hour if s.rows else 0.0
-        if not s.rows and s.tier == "1h" and minute_row[s.kind].rows:
-            # no complete hour yet: 1h rows have exactly the 1m rows' columns
-            per_hour = minute_row[s.kind].bytes_per_row / s.gpus_per_entity
-            print(f"  (fw_{s.kind}_1h empty: counted at fw_{s.kind}_1m's bytes per row)")
-        print(
-            f"  fw_{s.kind}_{s.tier:3s} {s.bytes / 2**20:10.1f} MiB {s.rows:>12,} rows"
-            f" {fmt(s.bytes_per_row, 0):>6s} B/row {per_hour / 1000:9.1f} kB per GPU-hour"
-        )
-        total += per_hour
-        raw += per_hour if s.tier == "raw" else 0.0
-    print(
-        f"  per GPU-hour: raw {raw / 1000:.1f} kB, all tiers {total / 1000:.1f} kB"
-        " (Prometheus peer ~314 kB)"
-    )
-    return {
-        "ack_p99_s": a["ack_p99_s"] if a["ack_p99_s"] is not None else math.nan,
-        "max_ack_gap_s": a["max_ack_gap_s"],
-        "rollup_tick_s": statistics.median(rollup_s) if rollup_s else math.nan,
-        "rollup_max_s": max(rollup_s, default=math.nan),
-        "retention_pass_s": max(retention_s, default=math.nan),
-        "bytes_per_gpu_hour": total,
-    }
+def keep_logs(tmp: Path, logs_dir: Path) -> None:
+    logs_dir.mkdir(parents=True, exist_ok=True)
+    for path in [*tmp.glob("*.log"), tmp / "agents.json", tmp / "nginx.conf"]:
+        if path.exists():
+            shutil.copy(path, logs_dir / path.name)
+    print(f"logs kept in {logs_dir}")
 
 
 def main() -> int:
@@ -449,6 +335,11 @@ def main() -> int:
         "--history-step-s", type=int, default=1, choices=(1, 2, 3, 5, 10, 15, 30, 60)
     )
     parser.add_argument("--warmup-s", type=float, default=20)
+    parser.add_argument(
+        "--logs-dir",
+        default=f"/tmp/fw-scale-{time.strftime('%Y%m%dT%H%M%S')}",
+        help="where the servers', worker's, beat's and nginx's logs are copied",
+    )
     args = parser.parse_args()
     print(f"machine: {machine()}", flush=True)
     with (
@@ -490,8 +381,14 @@ def main() -> int:
             f" vacuum+analyze {times.analyze_s:.1f} s",
             flush=True,
         )
-        run = run_fleet(bench, creds_path, args)
-        sizes = history.tier_sizes(bench.conninfo)
+        try:
+            run = run_fleet(bench, creds_path, args)
+            writers = ingest_writers(bench)
+            sizes = history.tier_sizes(bench.conninfo)
+        finally:
+            keep_logs(Path(tmp), Path(args.logs_dir))
+        for row in writers:
+            print(row)
         figures = report(run, sizes, gpus, hist.step_s)
     print(
         f"rollup tick: median {fmt(figures['rollup_tick_s'])} s,"

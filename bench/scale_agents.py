@@ -2,8 +2,10 @@
 proxy), one batch per node per second (8 GPU samples and the node's own sample), each
 node at its own fixed phase within the second, as a fleet of independently started
 agents would be (bench/freshness_agents.py sends every node at the same instant instead).
+The connections are bench/scale_wire.py's lean client, so the load generator takes as
+little CPU from the servers as it can; a lost connection is reopened a second later.
 
-    python bench/scale_agents.py --url ws://…/ws/ingest/v1 --creds creds.json \
+    python -m bench.scale_agents --url ws://…/ws/ingest/v1 --creds creds.json \
         --window-start EPOCH --window-end EPOCH --out result.json
 
 Sends from now until --window-end; only batches sent inside [--window-start,
@@ -12,7 +14,8 @@ Sends from now until --window-end; only batches sent inside [--window-start,
 between consecutive acks, any agent) and when it began, nacks, a per-second timeline
 (acks, worst and p99 latency) for lining up with the worker's log, and how late the
 sender itself was (a starved load generator shows up there, not as server latency).
-A 503 is counted, not resent (the real agent would resend it).
+A 503 is counted, not resent (the real agent would resend it), and so are batches left
+unacknowledged on a connection that went (the agent would resend them from its spool).
 """
 
 from __future__ import annotations
@@ -25,9 +28,11 @@ import resource
 import time
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import SplitResult, urlsplit
 
 import orjson
-import websockets
+
+from bench.scale_wire import WireClient, connect
 
 GPUS_PER_NODE = 8
 # The fields a busy H200's fast lane carries every second (bench/rules.py's sample; the
@@ -91,7 +96,9 @@ class Record:
     ack_walls: list[float] = field(default_factory=list)  # every ack in the window, wall clock
     lateness: list[float] = field(default_factory=list)  # send time − scheduled time
     per_second: dict[int, list[float]] = field(default_factory=dict)
-    closed: int = 0
+    closed: int = 0  # connections lost (then reopened, as the agent does)
+    lost: int = 0  # batches sent in the window, unacknowledged when their connection went
+    skipped: int = 0  # ticks in the window with no connection to send on
 
     def ack(self, wall: float, latency: float | None) -> None:
         if not self.window_start <= wall < self.window_end + 5.0:
@@ -110,59 +117,88 @@ class Record:
             self.nack_samples.append(str(reply)[:200])
 
 
-async def read_acks(ws: Any, sent_at: dict[int, tuple[float, bool]], rec: Record) -> None:
-    try:
-        async for message in ws:
-            reply = orjson.loads(message)
-            now_wall, now = time.time(), time.perf_counter()
-            seq = reply.get("ack")
-            if seq is None:
-                sent_at.pop(int(reply.get("nack") or -1), None)
-                if rec.window_start <= now_wall < rec.window_end + 5.0:
-                    rec.nack(reply)
-                continue
-            started = sent_at.pop(int(seq), None)
-            if started is None:
-                continue
-            rec.ack(now_wall, now - started[0] if started[1] else None)
-    except websockets.ConnectionClosed:
-        rec.closed += 1
+class Agent:
+    """One node's connection, its sequence numbers and its batches awaiting an ack."""
 
+    def __init__(self, cred: dict[str, str], phase: float, rec: Record) -> None:
+        self.cred, self.phase, self.rec = cred, phase, rec
+        self.client: WireClient | None = None
+        self.reconnecting = False
+        self.reconnector: asyncio.Future[None] | None = None
+        self.seq = 0
+        self.sent_at: dict[int, tuple[float, bool]] = {}  # seq -> (perf_counter, in window)
 
-async def agent(
-    url: str, cred: dict[str, str], phase: float, t0: float, rec: Record, gate: asyncio.Semaphore
-) -> None:
-    async with gate:
-        ws = await websockets.connect(
-            url,
-            additional_headers={"Authorization": f"Bearer {cred['token']}"},
-            compression=None,
-            open_timeout=60,
-            ping_interval=None,
+    def on_message(self, message: bytes) -> None:
+        reply = orjson.loads(message)
+        now_wall, now = time.time(), time.perf_counter()
+        seq = reply.get("ack")
+        if seq is None:
+            self.sent_at.pop(int(reply.get("nack") or -1), None)
+            if self.rec.window_start <= now_wall < self.rec.window_end + 5.0:
+                self.rec.nack(reply)
+            return
+        started = self.sent_at.pop(int(seq), None)
+        if started is not None:
+            self.rec.ack(now_wall, now - started[0] if started[1] else None)
+
+    async def connect(self, url: SplitResult) -> None:
+        self.client = await connect(
+            url.hostname or "127.0.0.1",
+            url.port or 80,
+            url.path,
+            self.cred["token"],
+            self.on_message,
         )
-    sent_at: dict[int, tuple[float, bool]] = {}  # seq -> (perf_counter, inside window)
-    reader = asyncio.ensure_future(read_acks(ws, sent_at, rec))
+
+    async def reconnect(self, url: SplitResult) -> None:
+        """As the agent does after a lost connection: try again every second."""
+        self.reconnecting = True
+        self.rec.closed += 1
+        self.rec.lost += sum(1 for _, inside in self.sent_at.values() if inside)
+        self.sent_at.clear()
+        try:
+            while time.time() < self.rec.window_end:
+                try:
+                    await self.connect(url)
+                    return
+                except (OSError, ConnectionError, TimeoutError):
+                    await asyncio.sleep(1.0)
+        finally:
+            self.reconnecting = False
+
+    def send(self, ts: float, tick: int, url: SplitResult) -> bool:
+        client = self.client
+        if client is None or client.closed:
+            if not self.reconnecting:
+                self.reconnector = asyncio.ensure_future(self.reconnect(url))
+            return False
+        self.seq += 1
+        inside = self.rec.window_start <= ts < self.rec.window_end
+        self.sent_at[self.seq] = (time.perf_counter(), inside)
+        return client.send_text(batch(self.cred["source"], self.seq, ts, tick)) and inside
+
+
+async def drive(agents: list[Agent], rec: Record, url: SplitResult) -> None:
+    """Every agent once a second at its own phase; several due within a couple of
+    milliseconds go together (one timer per slot, not one per agent)."""
+    order = sorted(agents, key=lambda a: a.phase)
+    t0 = math.ceil(time.time()) + 1.0
     tick = 0
-    try:
-        while True:
-            due = t0 + phase + tick
+    while t0 + tick < rec.window_end:
+        for agent in order:
+            due = t0 + tick + agent.phase
             if due >= rec.window_end:
                 break
             delay = due - time.time()
-            if delay > 0:
+            if delay > 0.002:
                 await asyncio.sleep(delay)
             ts = time.time()
-            inside = rec.window_start <= ts < rec.window_end
-            sent_at[tick + 1] = (time.perf_counter(), inside)
-            await ws.send(batch(cred["source"], tick + 1, ts, tick))
-            if inside:
+            if agent.send(ts, tick, url):
                 rec.sent += 1
-                rec.lateness.append(ts - due)
-            tick += 1
-        await asyncio.sleep(5.0)  # the last acks
-    finally:
-        await ws.close()
-        reader.cancel()
+                rec.lateness.append(max(0.0, ts - due))
+            elif rec.window_start <= ts < rec.window_end:
+                rec.skipped += 1
+        tick += 1
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -191,10 +227,12 @@ def summary(rec: Record, nodes: int) -> dict[str, Any]:
         "nodes": nodes,
         "sent": rec.sent,
         "acked": rec.acked,
-        "unacked": rec.sent - rec.acked - sum(rec.nacks.values()),
+        "unacked": rec.sent - rec.acked - sum(rec.nacks.values()) - rec.lost,
         "nacks": rec.nacks,
         "nack_samples": rec.nack_samples,
         "closed": rec.closed,
+        "lost": rec.lost,
+        "skipped": rec.skipped,
         "ack_p50_s": percentile(lat, 50),
         "ack_p90_s": percentile(lat, 90),
         "ack_p99_s": percentile(lat, 99),
@@ -219,10 +257,20 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     with open(args.creds) as f:
         creds: list[dict[str, str]] = json.load(f)
     rec = Record(args.window_start, args.window_end)
+    url = urlsplit(args.url)
+    agents = [Agent(c, (i * GOLDEN) % 1.0, rec) for i, c in enumerate(creds)]
     gate = asyncio.Semaphore(CONNECT_AT_ONCE)
-    t0 = math.ceil(time.time()) + 1.0
-    agents = [agent(args.url, c, (i * GOLDEN) % 1.0, t0, rec, gate) for i, c in enumerate(creds)]
-    await asyncio.gather(*agents)
+
+    async def first_connect(agent: Agent) -> None:
+        async with gate:
+            await agent.connect(url)
+
+    await asyncio.gather(*(first_connect(a) for a in agents))
+    await drive(agents, rec, url)
+    await asyncio.sleep(5.0)  # the last acks
+    for agent in agents:
+        if agent.client is not None:
+            agent.client.close()
     return summary(rec, len(creds))
 
 

@@ -163,6 +163,29 @@ def _time_chunks(start: int, end: int, step: int, rows_per_t: int) -> list[tuple
     return [(lo, min(end, lo + span), step) for lo in range(start, end, span)]
 
 
+def set_state(conn: psycopg.Connection[Any], tier: str, kind: str, done: int) -> None:
+    """The tier computed up to `done`; where the 1m state has a seal (`sealed_until`,
+    migration 0015) it stands there too, as the migration and the rollup leave it."""
+    columns = {
+        str(r[0])
+        for r in conn.execute(
+            "SELECT column_name FROM information_schema.columns"
+            " WHERE table_name = 'fw_rollup_state' AND table_schema = current_schema()"
+        )
+    }
+    names = ["tier", "kind", "done_until"] + [c for c in ("sealed_until",) if c in columns]
+    values = [tier, kind, done] + [done] * (len(names) - 3)
+    updates = ", ".join(f"{c} = excluded.{c}" for c in names[2:])
+    if "dirty_from" in columns:
+        updates += ", dirty_from = NULL"
+    conn.execute(
+        f"INSERT INTO fw_rollup_state ({', '.join(names)})"  # type: ignore[arg-type]
+        f" VALUES ({', '.join(['%s'] * len(names))})"
+        f" ON CONFLICT (tier, kind) DO UPDATE SET {updates}",
+        values,
+    )
+
+
 def preload(
     conninfo: str, history: History, nodes: int, say: Callable[[str], None]
 ) -> PreloadTimes:
@@ -192,12 +215,7 @@ def preload(
     with psycopg.connect(conninfo, autocommit=True) as conn:
         for kind in KINDS:
             for tier, done in (("1m", history.end), ("1h", hour_end)):
-                conn.execute(
-                    "INSERT INTO fw_rollup_state (tier, kind, done_until, dirty_from)"
-                    " VALUES (%s, %s, %s, NULL) ON CONFLICT (tier, kind)"
-                    " DO UPDATE SET done_until = excluded.done_until, dirty_from = NULL",
-                    (tier, kind, done),
-                )
+                set_state(conn, tier, kind, done)
     times.rollups_s = time.perf_counter() - started
     say(f"  1m and 1h tiers and rollup state: {times.rollups_s:.1f} s")
     started = time.perf_counter()

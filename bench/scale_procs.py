@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import socket
 import subprocess
 import time
@@ -13,7 +12,6 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 NGINX = "/usr/sbin/nginx"
-EXAMPLE_CONF = Path(__file__).resolve().parent.parent / "docs" / "examples" / "nginx.conf"
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 MINIMAL_CONF = """
@@ -48,34 +46,27 @@ http {{
 """
 
 
-def example_conf(tmp: Path, port: int, upstreams: list[int]) -> str | None:
-    """docs/examples/nginx.conf made runnable here: its upstream servers → ours, its
-    listen → a loopback port without TLS, logs and temp files in `tmp`, no `user`."""
-    if not EXAMPLE_CONF.exists():
+def shipped_conf(tmp: Path, port: int, upstreams: list[int]) -> str | None:
+    """docs/examples/nginx.conf as tests/support/nginx.py runs it (ports, certificate and
+    log paths substituted, nothing else), inside a main config sized for thousands of
+    sockets (each agent holds one to nginx and nginx one to a server process)."""
+    try:
+        from tests.support.nginx import site_config
+    except ImportError:
         return None
-    text = EXAMPLE_CONF.read_text()
-    servers = " ".join(f"server 127.0.0.1:{p};" for p in upstreams)
-    text, found = re.subn(r"upstream\s+(\S+)\s*\{[^}]*\}", rf"upstream \1 {{ {servers} }}", text)
-    if not found:
-        return None  # it proxies to one fixed address: not a two-process shape
-    text = re.sub(r"^\s*user\s+[^;]*;", "", text, flags=re.M)
-    text = re.sub(r"^\s*(ssl_\w+|http2)\s+[^;]*;", "", text, flags=re.M)
-    text = re.sub(r"listen\s+[^;]*;", f"listen 127.0.0.1:{port};", text)
-    text = re.sub(r"(error_log|access_log)\s+[^;]*;", "", text)
-    text = re.sub(r"^\s*pid\s+[^;]*;", "", text, flags=re.M)
-    text = re.sub(r"^\s*include\s+[^;]*;", "", text, flags=re.M)
-    temp = "".join(
+    from tests.support.server import free_port
+
+    site = tmp / "fleetwatch-site.conf"
+    site.write_text(site_config(port, free_port(), upstreams, tmp))
+    temps = "".join(
         f"    {k}_temp_path {tmp}/nginx-{k};\n"
         for k in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
     )
-    if re.search(r"^\s*http\s*\{", text, flags=re.M):  # a whole nginx.conf
-        text = re.sub(r"^(\s*http\s*\{)", rf"\1\n    access_log off;\n{temp}", text, flags=re.M)
-        return f"error_log {tmp}/nginx-error.log warn;\n{text}"
-    # a conf.d snippet (what sits inside http {})
+    user = "user root;\n" if os.geteuid() == 0 else ""  # workers write the temp paths
     return (
-        f"worker_processes auto;\nworker_rlimit_nofile 20000;\n"
+        f"{user}worker_processes auto;\nworker_rlimit_nofile 20000;\n"
         f"error_log {tmp}/nginx-error.log warn;\nevents {{ worker_connections 8192; }}\n"
-        f"http {{\n    access_log off;\n{temp}{text}\n}}\n"
+        f"http {{\n{temps}    access_log off;\n    include {site};\n}}\n"
     )
 
 
@@ -85,7 +76,7 @@ def nginx(tmp: Path, upstreams: list[int]) -> Iterator[tuple[int, str, int]]:
     from tests.support.server import free_port
 
     port = free_port()
-    conf, which = example_conf(tmp, port, upstreams), "docs/examples/nginx.conf"
+    conf, which = shipped_conf(tmp, port, upstreams), "docs/examples/nginx.conf"
     if conf is None:
         servers = " ".join(f"server 127.0.0.1:{p};" for p in upstreams)
         conf, which = MINIMAL_CONF.format(tmp=tmp, servers=servers, port=port), "minimal"
