@@ -34,7 +34,13 @@ from fleet.prometheus.pull_db import DjangoDb
 from fleet.prometheus.pull_match import GpuRef, Labels, Matcher, identity, load_matcher
 from fleet.prometheus.pull_query import Points, SourceDown, fetch_range, fetch_recent
 from fleet.storage.db import Row
-from fleet.storage.samples import SampleWrite, latest_delta, write_samples
+from fleet.storage.samples import (
+    SampleWrite,
+    drop_too_old,
+    latest_delta,
+    raw_horizon,
+    write_samples,
+)
 
 log = logging.getLogger(__name__)
 
@@ -197,9 +203,15 @@ def save(source: PrometheusSource, pulled: Pulled, now: float) -> dict[str, Any]
     known = known_gpus(source)
     events, last_xid = xid_events(source, pulled, {g: k[1] for g, k in known.items()})
     pulled.write.events.extend(events)
+    # History older than raw retention is not stored raw (fleet.storage.samples): a long
+    # backfill keeps only what the raw tier keeps, and says how much it left out.
+    too_old = drop_too_old(pulled.write, raw_horizon(now))
     db = DjangoDb()
     db.transaction(lambda _tx: _commit(db, source, pulled, (known, last_xid), now))
-    return pulled.summary() | {"write_s": round(time.perf_counter() - started, 3)}
+    return pulled.summary() | {
+        "older_than_raw_retention": sum(too_old.values()),
+        "write_s": round(time.perf_counter() - started, 3),
+    }
 
 
 Known = dict[int, tuple[float, int | None]]  # gpu_id → (last_pulled, last_xid)
@@ -345,7 +357,7 @@ def backfill(source: PrometheusSource, start: float, end: float, step_s: float) 
     steps = (end - start) / step_s
     if steps > MAX_STEPS:
         raise ValueError(f"{steps:.0f} steps per series: at most {MAX_STEPS}; use a larger step")
-    totals: dict[str, Any] = {"series": 0, "rows": 0, "chunks": 0}
+    totals: dict[str, Any] = {"series": 0, "rows": 0, "older_than_raw_retention": 0, "chunks": 0}
     chunk = step_s * MAX_STEPS_PER_QUERY
     at = start
     while at <= end:
@@ -357,6 +369,7 @@ def backfill(source: PrometheusSource, start: float, end: float, step_s: float) 
         summary = store(source, series, time.time())
         totals["series"] = max(totals["series"], summary["series"])
         totals["rows"] += summary["rows"]
+        totals["older_than_raw_retention"] += summary["older_than_raw_retention"]
         totals["chunks"] += 1
         at = stop + step_s
     return totals

@@ -7,27 +7,33 @@ The rollup tables are compared with the oracle of test_rollups.py (`expected`)."
 from __future__ import annotations
 
 import contextlib
+import itertools
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from django.conf import settings
 from django.db import connections, transaction
 
+from fleet.ingest.pipeline import IngestPipeline
 from fleet.storage import late, samples
-from fleet.storage.db import Database, open_db
+from fleet.storage.db import Database, SqliteDb, open_db
 from fleet.storage.late import late_table
 from fleet.storage.retention import apply_retention
 from fleet.storage.rollups import claim, read_state, rollup
 from fleet.storage.samples import SampleWrite, write_samples
+from fleetwatch.env import database_from_url
 from tests.fleet.test_rollups import (
     GPU_METRICS,
     GPUS,
     T,
     TierDb,
+    _register,
     expected,
     fresh_db,
     gpu_row,
@@ -35,6 +41,8 @@ from tests.fleet.test_rollups import (
     store_raw,
     stored,
 )
+from tests.support.agent import enroll, gpu_batch, post_json
+from tests.support.server import FleetServer
 
 RAW_KEEP = int(settings.RETENTION_RAW_HOURS * 3600)
 MARKER = -1.0  # put in a column no sample carries: a rewritten rollup row loses it
@@ -287,3 +295,66 @@ def roll_in_thread(db: TierDb, now: float) -> None:
         rollup("1m", "gpu", now, using=db.alias)
     finally:
         connections[db.alias].close()  # this thread's own connection
+
+
+def test_the_ingest_writer_acks_a_batch_older_than_raw_retention_and_counts_it(
+    tmp_path: Path,
+) -> None:
+    server = FleetServer(tmp_path)
+    server.prepare()
+    pipeline = IngestPipeline(SqliteDb(str(tmp_path / "fleetwatch.sqlite3")), save_interval_s=0)
+    try:
+        pipeline.hello(1, "node:gpu-a01-01", 1, "hash")
+        now = time.time()
+        behind = gpu_batch("gpu-a01-01", 1, ts=now - RAW_KEEP - 3600, temp_gpu_c=40)
+        on_time = gpu_batch("gpu-a01-01", 2, ts=now - 1, temp_gpu_c=70)
+        frames = [(1, orjson.dumps(behind)), (1, orjson.dumps(on_time))]
+        assert [r.code for r in pipeline.process(frames, now)] == [0, 0]  # both acked
+        assert pipeline.counters.too_old == 8  # one sample per GPU
+        assert pipeline.counters.samples == 8
+        assert pipeline.db.query("SELECT min(ts), count(*) FROM fw_gpu_raw") == [(now - 1, 8)]
+    finally:
+        pipeline.db.close()
+
+
+def test_acks_keep_flowing_while_a_rollup_holds_its_locks_on_postgresql(
+    tier: str, tmp_path: Path, django_db_blocker: Any
+) -> None:
+    """The real ingest path (HTTP, server, ingest child) while a rollup transaction holds
+    the state row and the marks it took: every batch, late ones included, is acked."""
+    if tier != "services":
+        pytest.skip("PostgreSQL only: SQLite has one writer at a time by design")
+    with FleetServer.started(tmp_path / "server", tier=tier) as server:
+        assert server.database_url is not None
+        token = enroll(server, "node:gpu-a01-01")
+        url = server.url + "/api/v1/ingest"
+        assert post_json(url, gpu_batch("gpu-a01-01", 1, ts=time.time() - 600), token)[0] == 200
+        server.manage("rollup")  # the state rows exist, the seal is a minute or so back
+        alias = "acks_" + uuid.uuid4().hex[:8]
+        _register(alias, database_from_url(server.database_url))
+        holding, release = threading.Event(), threading.Event()
+        held: list[bool] = []
+        with django_db_blocker.unblock():
+            db = TierDb(tier, alias, tmp_path, server.database_url)
+            holder = threading.Thread(
+                target=lambda: held.append(hold_rollup_transaction(db, holding, release))
+            )
+            holder.start()
+            try:
+                assert holding.wait(10)
+                acked_at = [time.monotonic()]
+                for seq in range(2, 22):  # a late batch (it leaves marks), then an on-time one
+                    ts = time.time() - (300 if seq % 2 else 1)
+                    status, body = post_json(url, gpu_batch("gpu-a01-01", seq, ts=ts), token)
+                    assert status == 200, body
+                    acked_at.append(time.monotonic())
+                acked_while_held = holder.is_alive() and not release.is_set()
+            finally:
+                release.set()
+                holder.join()
+                del connections.settings[alias]
+        gaps = [b - a for a, b in itertools.pairwise(acked_at)]
+        assert acked_while_held and held == [True]
+        assert max(gaps) < 1.0, gaps
+        late_marks = server.query("SELECT count(*) FROM fw_gpu_late WHERE tier = '1m'")
+        assert late_marks[0][0] > 0  # the late batches were marked, not waited for
