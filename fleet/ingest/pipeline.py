@@ -30,10 +30,17 @@ from agents.protocol import parse_source
 from agents.protocol.validate import ProtocolError, validate_batch
 from fleet.ingest.inventory import Inventory
 from fleet.ingest.resolve import Connection, Resolver, authorize, to_json
+from fleet.ingest.tally import too_old_statement
 from fleet.storage.db import Database, Row, Tx
 from fleet.storage.dialect import failure_kind, is_database_error, json_param
 from fleet.storage.latest import Key, LatestDelta, merge_latest
-from fleet.storage.samples import SampleWrite, raw_horizon, write_samples
+from fleet.storage.samples import (
+    SampleWrite,
+    count_too_old,
+    raw_horizon,
+    raw_keep_s,
+    write_samples,
+)
 
 log = logging.getLogger("fleet.ingest.pipeline")
 
@@ -192,19 +199,21 @@ class IngestPipeline:
 
     def _commit(self, items: list[Prepared], now: float) -> None:
         write = SampleWrite()
+        horizon = raw_horizon(now)
         for item in items:
             write.extend(item.write)
+            if too_old := count_too_old(item.write, horizon):
+                # acked, not stored: counted per source for the admin, in this commit
+                write.statements.append(
+                    too_old_statement(item.source, too_old, raw_keep_s(), now, self.db.vendor)
+                )
         save = self._save_due(now)
         latest = self.pending if save else None
         if save:
             write.statements.extend(self._source_statements())
-        too_old = write_samples(self.db, write, latest, horizon=raw_horizon(now))
+        too_old = sum(write_samples(self.db, write, latest, horizon=horizon).values())
         # Only what is committed changes what the pipeline remembers.
-        if too_old:
-            self.counters.too_old += sum(too_old.values())
-            log.info(
-                "%s samples older than raw retention left out: %s", sum(too_old.values()), too_old
-            )
+        self.counters.too_old += too_old
         self.counters.batches += len(items)
         self.counters.samples += sum(len(kind_items) for kind_items in write.samples.values())
         if save:

@@ -26,6 +26,13 @@ OVERFLOW_SOURCE = "(too many sources)"
 
 Key = tuple[str, str, int, str]  # source, transport, status, field
 
+# Samples an ingest writer acknowledged but did not store: stamped older than raw
+# retention (fleet.storage.samples.drop_too_old), e.g. a node whose clock is far behind.
+# Counted by the writer itself, in the commit that leaves them out (`too_old_statement`).
+TOO_OLD_TRANSPORT = "ingest writer"
+TOO_OLD_STATUS = 200  # the batch was acknowledged; the rest of it is stored
+TOO_OLD_FIELD = "ts"
+
 
 @dataclass
 class Count:
@@ -130,6 +137,23 @@ def _write(counts: dict[Key, Count]) -> None:
     ]
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.executemany(_UPSERT, rows)
+
+
+def too_old_statement(
+    source: str, samples: int, keep_s: float, now: float, vendor: str
+) -> tuple[str, tuple[object, ...]]:
+    """The upsert counting one batch of `source` with `samples` samples older than raw
+    retention, for a writer's own transaction (`%s` placeholders; the time in the form
+    Django reads back on `vendor`)."""
+    from fleet.ingest.resolve import discovered_at_param
+
+    reason = (
+        f"{samples} samples older than raw retention ({keep_s / 3600:g} h) were acknowledged"
+        " and not stored: is the node's clock behind?"
+    )
+    moment = discovered_at_param(vendor, now)
+    key = (source[:240], TOO_OLD_TRANSPORT, TOO_OLD_STATUS, TOO_OLD_FIELD)
+    return _UPSERT, (*key, 1, reason[:300], "", moment, moment)
 
 
 def _moment(ts: float) -> dt.datetime:

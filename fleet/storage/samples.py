@@ -121,6 +121,15 @@ def drop_too_old(write: SampleWrite, horizon: float) -> dict[str, int]:
     return dropped
 
 
+def count_too_old(write: SampleWrite, horizon: float) -> int:
+    """How many samples of `write` `drop_too_old` would leave out (`write` unchanged)."""
+    return sum(
+        sum(1 for _, s in items if s["ts"] < horizon)
+        for items in write.samples.values()
+        if items and min(s["ts"] for _, s in items) < horizon
+    )
+
+
 def late_marks(tx: Tx, write: SampleWrite) -> list[tuple[str, Row]]:
     """Marks for the rows of `write` whose minute the 1m rollup may already have
     summarised: one per distinct (entity, minute) before the kind's seal.

@@ -19,6 +19,7 @@ import orjson
 import pytest
 from django.conf import settings
 from django.db import connections, transaction
+from django.utils.dateparse import parse_datetime
 
 from fleet.ingest.pipeline import IngestPipeline
 from fleet.storage import late, samples
@@ -313,6 +314,13 @@ def test_the_ingest_writer_acks_a_batch_older_than_raw_retention_and_counts_it(
         assert pipeline.counters.too_old == 8  # one sample per GPU
         assert pipeline.counters.samples == 8
         assert pipeline.db.query("SELECT min(ts), count(*) FROM fw_gpu_raw") == [(now - 1, 8)]
+        # counted for the admin's "Refused input", per source, as acknowledged (200)
+        [(source, status, count, reason, last_at)] = pipeline.db.query(
+            "SELECT source, status, count, last_reason, last_at FROM fleet_rejectiontally"
+        )
+        assert (source, status, count) == ("node:gpu-a01-01", 200, 1)
+        assert reason.startswith("8 samples older than raw retention")
+        assert parse_datetime(last_at) is not None  # in the form Django reads back
     finally:
         pipeline.db.close()
 
@@ -358,3 +366,10 @@ def test_acks_keep_flowing_while_a_rollup_holds_its_locks_on_postgresql(
         assert max(gaps) < 1.0, gaps
         late_marks = server.query("SELECT count(*) FROM fw_gpu_late WHERE tier = '1m'")
         assert late_marks[0][0] > 0  # the late batches were marked, not waited for
+        # and a batch from a clock hours behind is acked, counted, not stored
+        behind = gpu_batch("gpu-a01-01", 30, ts=time.time() - RAW_KEEP - 600)
+        assert post_json(url, behind, token)[0] == 200
+        assert server.query(
+            "SELECT status, count FROM fleet_rejectiontally WHERE source = 'node:gpu-a01-01'"
+        ) == [(200, 1)]
+        assert server.count("gpu", "ts < ?", (time.time() - RAW_KEEP,)) == 0
