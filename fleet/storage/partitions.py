@@ -302,7 +302,8 @@ def ensure_partitions(now: float, using: str = "default") -> list[str]:
 
 
 def describe(using: str = "default") -> list[tuple[str, str, float, float, int, int]]:
-    """(parent, partition, lo, hi, estimated rows, bytes incl. indexes) of every partition."""
+    """(parent, partition, lo, hi, estimated rows, bytes incl. indexes) of every partition;
+    rows are -1 until the partition was first analysed."""
     from django.db import connections
 
     if connections[using].vendor != "postgresql":
@@ -314,7 +315,7 @@ def describe(using: str = "default") -> list[tuple[str, str, float, float, int, 
         for parent, parts in list_partitions(execute, tables).items():
             for p in parts:
                 rows, size = execute(
-                    "SELECT greatest(reltuples, 0)::bigint, pg_total_relation_size(oid)"
+                    "SELECT reltuples::bigint, pg_total_relation_size(oid)"
                     " FROM pg_class WHERE oid = to_regclass(%s)",
                     [p.name],
                 )[0]

@@ -59,7 +59,8 @@ class Command(BaseCommand):
         if opts["quiet"]:
             return
         for parent, name, lo, hi, rows, size in describe(using):
+            estimate = "?" if rows < 0 else f"~{rows:,}"  # not analysed yet
             self.stdout.write(
                 f"{parent:18} {name:32} {_when(lo):>16} → {_when(hi):16}"
-                f" ~{rows:>12,} rows {size / 2**20:10.1f} MiB"
+                f" {estimate:>14} rows {size / 2**20:10.1f} MiB"
             )
