@@ -266,6 +266,7 @@ def drive(
         for name, pids in groups.items():
             cpu_before[name] = procs.cpu_of(procs.with_children(pids))
         wal_before = pg_value(bench, "SELECT pg_current_wal_lsn()::text")
+        busy_before = procs.machine_busy_s()
         sampler.start()
         load: list[float] = []
         while time.time() < window_end:
@@ -277,12 +278,14 @@ def drive(
         cpu_after["postgres"] = procs.cpu_of(backend_pids(bench))
         for name, pids in groups.items():
             cpu_after[name] = procs.cpu_of(procs.with_children(pids))
+        busy = procs.machine_busy_s() - busy_before
         rss = sum(procs.rss_mib(pid) for pid in procs.with_children(roots))
         wal = pg_value(bench, f"SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '{wal_before}')")
         _, err = agents.communicate(timeout=600)
         if agents.returncode:
             raise RuntimeError(f"agent loop failed:\n{err[-3000:]}")
     cpu = {k: procs.cpu_spent(cpu_before[k], cpu_after[k]) for k in cpu_before}
+    cpu["everything else"] = max(0.0, busy - sum(cpu.values()))
     if not any(t[1] == "fleet.rollup" for t in task_ticks(worker_log)):
         print(f"no rollup tick in the worker's log; its tail:\n{worker_log.read_text()[-3000:]}")
     return Run(

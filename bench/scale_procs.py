@@ -158,3 +158,11 @@ def cpu_of(pids: Iterable[int]) -> dict[int, float]:
 def cpu_spent(before: dict[int, float], after: dict[int, float]) -> float:
     """CPU between two readings; a process first seen in `after` counts from zero."""
     return sum(after[pid] - before.get(pid, 0.0) for pid in after)
+
+
+def machine_busy_s() -> float:
+    """CPU seconds the whole machine has been busy (all cores; /proc/stat, not idle or
+    iowait): the difference over the window shows what other work took beside ours."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
+    idle = fields[3] + fields[4]
+    return (sum(fields[:8]) - idle) / CLOCK_TICKS

@@ -74,7 +74,12 @@ def report(run: Run, sizes: list[history.TierSize], gpus: int, step: int) -> dic
     )
     print(
         f"  batches sent {a['sent']:,}, acked {a['acked']:,}, nacks {a['nacks']},"
-        f" unacked {a['unacked']:,}, sockets closed {a['closed']}"
+        f" unacked {a['unacked']:,} (lost with their connection {a['lost']:,}),"
+        f" sockets closed {a['closed']}, ticks with no connection {a['skipped']:,}"
+    )
+    print(
+        f"  throughput: {a['acked'] / run.window_s:,.0f} batches/s acked,"
+        f" {a['sent'] / run.window_s:,.0f} sent"
     )
     for sample in a["nack_samples"][:3]:
         print(f"  nack: {sample}")
@@ -135,6 +140,12 @@ def report(run: Run, sizes: list[history.TierSize], gpus: int, step: int) -> dic
         f" = {run.rss_mib / gpus * 1000:.0f} MiB per 1,000 GPUs"
     )
     print(f"  load average during the window: {', '.join(f'{x:.1f}' for x in run.load)}")
+    busy = sum(run.cpu.values()) / run.window_s
+    print(
+        f"  the machine was busy {busy:.2f} of {os.cpu_count()} cores on average;"
+        f" {run.cpu['everything else'] / run.window_s:.2f} of them not this bench"
+        " (other work, PostgreSQL's own background processes, the kernel)"
+    )
     print(f"WAL: {run.wal_bytes / run.window_s / 1e6:.2f} MB/s over the window (whole server)")
     print(f"PostgreSQL activity ({run.pg_samples} samples of active backends, top 8):")
     for what, n in run.pg_activity.most_common(8):
