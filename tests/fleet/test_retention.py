@@ -11,7 +11,14 @@ from typing import Any
 import pytest
 from django.conf import settings
 
-from fleet.storage.partitions import django_runner, ensure_between, families, slot
+from fleet.storage.partitions import (
+    describe,
+    django_runner,
+    ensure_between,
+    ensure_partitions,
+    families,
+    slot,
+)
 from fleet.storage.retention import apply_retention
 from tests.fleet.test_rollups import T, TierDb, fresh_db
 
@@ -177,3 +184,11 @@ def test_minutes_waiting_for_a_late_hour_mark_are_kept(db: TierDb) -> None:
     assert oldest(db, "fw_gpu_1m", "bucket")[0] == kept_from(db, "1m", hour)
     marked = f"bucket >= {hour} AND bucket < {hour + HOUR}"
     assert db.execute(f"SELECT count(*) FROM fw_gpu_1m WHERE {marked}") == [(60,)]
+
+
+def test_sqlite_tables_are_not_partitioned_so_there_are_none_to_make(db: TierDb) -> None:
+    if db.vendor != "sqlite":
+        pytest.skip("PostgreSQL partitions: tests/fleet/test_partitions.py")
+
+    assert ensure_partitions(T, using=db.alias) == []
+    assert describe(using=db.alias) == []
