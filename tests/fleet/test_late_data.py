@@ -35,6 +35,7 @@ from tests.fleet.test_rollups import (
     T,
     TierDb,
     _register,
+    cover_test_clock,
     expected,
     fresh_db,
     gpu_row,
@@ -54,6 +55,7 @@ def db(
     tier: str, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, django_db_blocker: Any
 ) -> Iterator[TierDb]:
     with fresh_db(tier, tmp_path, tmp_path_factory, django_db_blocker) as fresh:
+        cover_test_clock(fresh)
         yield fresh
 
 

@@ -29,6 +29,7 @@ import pytest
 from django.db import connections, transaction
 
 from fleet.storage.late import late_table
+from fleet.storage.partitions import django_runner, ensure_between, families
 from fleet.storage.rollups import claim, read_state, rollup
 from fleet.storage.schema import ENTITY_COLUMNS, raw_table, rollup_table
 from fleetwatch.env import database_from_url, sqlite_database
@@ -139,11 +140,21 @@ def fresh_db(
             services.drop_database(services.services_database_url(), url.rsplit("/", 1)[1])
 
 
+def cover_test_clock(db: TierDb, kinds: tuple[str, ...] = ("gpu", "node")) -> None:
+    """PostgreSQL: partitions around the test clock T (the migration made them around the
+    real now): six hours before it to one after, for the kinds these tests write."""
+    if db.vendor != "postgresql":
+        return
+    spans = {f: (T - 6 * 3600, T + 3600) for f in families() if f.kind in kinds}
+    ensure_between(django_runner(db.alias), spans)
+
+
 @pytest.fixture
 def db(
     tier: str, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, django_db_blocker: Any
 ) -> Iterator[TierDb]:
     with fresh_db(tier, tmp_path, tmp_path_factory, django_db_blocker) as fresh:
+        cover_test_clock(fresh)
         yield fresh
 
 
