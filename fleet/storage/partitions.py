@@ -26,6 +26,7 @@ its own connection through a `Runner`; `django_runner` adapts a Django connectio
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -236,7 +237,7 @@ def ensure_between(
             continue
         wanted = _missing(family, existing[family.table], start, end)
         if wanted:
-            made += run(lambda ex, f=family, w=wanted: _create(ex, f, w))  # type: ignore[misc]
+            made += run(functools.partial(_create, family=family, wanted=wanted))
     return made
 
 

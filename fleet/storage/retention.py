@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
@@ -216,7 +217,7 @@ def _delete_slices(
     column: str,
     slice_s: float,
     using: str,
-    limit: Any,
+    limit: Callable[[], float | None],
     spare: str = "",
 ) -> int:
     conn = connections[using]
