@@ -6,10 +6,11 @@ inventory scaled to --gpus (1,250 nodes × 8 H200s for 10,000), a token per node
 --history-hours of history written server-side (bench/scale_history.py: raw rows every
 --history-step-s seconds, the 1m and 1h tiers and the rollup state as a running system
 would hold them); two uvicorn server processes (each with its ingest child) behind nginx
-(docs/examples/nginx.conf when it exists, else a minimal equivalent); a real Celery worker
-and beat with fleetwatch/celery.py's schedule (rollup every 30 s, retention every 600 s,
-the alert rules every 10 s; bench/scale_beat.py sets the first retention tick halfway
-through the window); every node on its own WebSocket through nginx at 1 Hz
+(docs/examples/nginx.conf when it exists, else a minimal equivalent); the two Celery
+workers of docs/operations.md (alerts; maintenance, --pool solo) and a beat with
+fleetwatch/celery.py's schedule (rollup every 30 s, retention every 600 s, the alert rules
+every 10 s; bench/scale_beat.py sets the first retention tick halfway through the
+window); every node on its own WebSocket through nginx at 1 Hz
 (bench/scale_agents.py, nodes spread over the second) for --minutes after --warmup-s.
 
 Prints: each batch's send → ack (p50/p99/max), the longest stretch with no ack fleet-wide,
@@ -54,6 +55,11 @@ from tests.support.server import FleetServer  # noqa: E402
 
 REDIS_DB = 15  # an index of our own on the shared Redis (bench/rules.py uses 12–14)
 TARGETS = {"ack_p99_s": 0.5, "max_ack_gap_s": 1.0, "rollup_tick_s": 10.0}
+# The two workers of docs/operations.md ("Alerting"): rollup and retention on their own.
+ALERTS_WORKER = ["worker", "-Q", "rules,notifications,celery", "--concurrency", "2"]
+ALERTS_WORKER += ["--loglevel", "INFO", "-n", "alerts@%h"]
+MAINTENANCE_WORKER = ["worker", "-Q", "maintenance", "--pool", "solo", "--loglevel", "INFO"]
+MAINTENANCE_WORKER += ["-n", "maintenance@%h"]
 PRODUCTION_ENV = {
     "FLEETWATCH_LIVE_INTERVAL_S": "0.5",  # FleetServer's test values are faster
     "FLEETWATCH_REVALIDATE_S": "5",
@@ -233,7 +239,8 @@ def drive(
     beat_env = {"FW_SCALE_FIRST_RETENTION_S": f"{first_retention:g}"}
     out = bench.var_dir / "agents.json"
     with (
-        celery(bench, "worker", ["worker", "--loglevel", "INFO"], {}) as (worker_log, worker),
+        celery(bench, "alerts-worker", ALERTS_WORKER, {}) as (alerts_log, alerts_worker),
+        celery(bench, "maintenance-worker", MAINTENANCE_WORKER, {}) as (worker_log, worker),
         celery(bench, "beat", beat_args, beat_env),
     ):
         agents = subprocess.Popen(
@@ -259,7 +266,12 @@ def drive(
         sampler = PgSampler(bench)
         time.sleep(max(0.0, window_start - time.time()))
         roots = [s.proc.pid for s in servers if s.proc is not None]
-        groups = {"nginx": [nginx_pid], "worker": [worker], "agents": [agents.pid]}
+        groups = {
+            "nginx": [nginx_pid],
+            "alerts worker": [alerts_worker],
+            "maint. worker": [worker],
+            "agents": [agents.pid],
+        }
         cpu_before = {"server loops": procs.cpu_of(roots)}
         cpu_before["ingest children"] = procs.cpu_of(procs.children(roots))
         cpu_before["postgres"] = procs.cpu_of(backend_pids(bench))
@@ -267,6 +279,7 @@ def drive(
             cpu_before[name] = procs.cpu_of(procs.with_children(pids))
         wal_before = pg_value(bench, "SELECT pg_current_wal_lsn()::text")
         busy_before = procs.machine_busy_s()
+        threads_before = [procs.thread_cpu_seconds(pid) for pid in roots]
         sampler.start()
         load: list[float] = []
         while time.time() < window_end:
@@ -279,6 +292,9 @@ def drive(
         for name, pids in groups.items():
             cpu_after[name] = procs.cpu_of(procs.with_children(pids))
         busy = procs.machine_busy_s() - busy_before
+        threads = [procs.thread_cpu_seconds(pid) for pid in roots]
+        loop_s = sum(t[0] - b[0] for t, b in zip(threads, threads_before, strict=True))
+        thread_s = sum(t[1] - b[1] for t, b in zip(threads, threads_before, strict=True))
         rss = sum(procs.rss_mib(pid) for pid in procs.with_children(roots))
         wal = pg_value(bench, f"SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '{wal_before}')")
         _, err = agents.communicate(timeout=600)
@@ -286,12 +302,16 @@ def drive(
             raise RuntimeError(f"agent loop failed:\n{err[-3000:]}")
     cpu = {k: procs.cpu_spent(cpu_before[k], cpu_after[k]) for k in cpu_before}
     cpu["everything else"] = max(0.0, busy - sum(cpu.values()))
+    print(
+        f"server processes: event-loop thread {loop_s:.1f} s, other threads {thread_s:.1f} s"
+        " (sync database calls, the live publisher)"
+    )
     if not any(t[1] == "fleet.rollup" for t in task_ticks(worker_log)):
         print(f"no rollup tick in the worker's log; its tail:\n{worker_log.read_text()[-3000:]}")
     return Run(
         json.loads(out.read_text()),
         window,
-        task_ticks(worker_log),
+        sorted(task_ticks(worker_log) + task_ticks(alerts_log)),
         cpu,
         rss,
         float(wal),

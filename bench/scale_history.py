@@ -18,7 +18,6 @@ per row and per GPU-hour at 1 Hz.
 from __future__ import annotations
 
 import importlib
-import inspect
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -106,27 +105,27 @@ def rollup_insert_sql(kind: str, tier: str) -> str:
     )
 
 
-def ensure_partitions_if_any(conninfo: str, history: History, until: float) -> str:
-    """Call `fleet.storage.partitions.ensure_partitions` when it exists (raw tables as time
-    partitions on PostgreSQL), so the history's old rows have partitions to land in."""
+def ensure_partitions_if_any(conninfo: str, history: History, now: float) -> str:
+    """Where raw and rollup tables are time partitions (`fleet.storage.partitions`,
+    PostgreSQL), make them as a running system has them (`ensure_partitions(now)`: from
+    each tier's retention horizon to ahead of now) and, for history older than that
+    horizon, over [history start, now) too (what `manage.py partitions --cover` does)."""
     try:
         module = importlib.import_module("fleet.storage.partitions")
     except ImportError:
-        return "none (fleet.storage.partitions absent: plain raw tables)"
-    ensure: Callable[..., Any] | None = getattr(module, "ensure_partitions", None)
-    if ensure is None:
-        return "none (no ensure_partitions)"
-    params = inspect.signature(ensure).parameters
-    kwargs: dict[str, Any] = {}
-    for name in params:
-        if name in ("start", "since", "first", "oldest", "lo", "from_ts"):
-            kwargs[name] = float(history.start)
-        elif name in ("end", "until", "last", "newest", "hi", "to_ts", "now"):
-            kwargs[name] = float(until)
-    result = ensure(**kwargs)
-    return (
-        f"ensure_partitions({', '.join(f'{k}={v:.0f}' for k, v in kwargs.items())}) -> {result!r}"
-    )
+        return "none (fleet.storage.partitions absent: plain tables)"
+    made: list[str] = list(module.ensure_partitions(now))
+    spans = {
+        module.Family(kind, tier): (float(history.start), now)
+        for kind in KINDS
+        for tier in module.PARTITIONED_TIERS
+    }
+    made += module.ensure_between(module.django_runner("default"), spans)
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_inherits WHERE inhparent = 'fw_gpu_raw'::regclass"
+        ).fetchone()
+    return f"{len(made)} made; fw_gpu_raw has {row[0] if row else 0} partitions"
 
 
 def _run_chunks(conninfo: str, sql: str, chunks: Sequence[tuple[Any, ...]]) -> None:

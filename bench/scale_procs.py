@@ -166,3 +166,24 @@ def machine_busy_s() -> float:
     fields = [int(x) for x in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
     idle = fields[3] + fields[4]
     return (sum(fields[:8]) - idle) / CLOCK_TICKS
+
+
+def thread_cpu_seconds(pid: int) -> tuple[float, float]:
+    """(main thread, every other thread) CPU of one process: for a server process, its
+    event loop against the threads beside it (sync database calls, the live publisher)."""
+    main = other = 0.0
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return 0.0, 0.0
+    for task in tasks:
+        try:
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        spent = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+        if task.name == str(pid):
+            main += spent
+        else:
+            other += spent
+    return main, other

@@ -109,7 +109,7 @@ def report(run: Run, sizes: list[history.TierSize], gpus: int, step: int) -> dic
     print(f"worker: {len(rollups)} rollup ticks, {len(passes)} retention passes in the run")
     if evals:
         print(
-            f"  alerts.evaluate (every 10 s, same worker): {len(evals)} ticks, median"
+            f"  alerts.evaluate (every 10 s, the alerts worker): {len(evals)} ticks, median"
             f" {statistics.median(evals):.3f} s, max {max(evals):.3f} s"
         )
     for when, task, took, done in run.ticks:
