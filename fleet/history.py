@@ -23,11 +23,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connections
 
 from agents.protocol.metrics import METRICS
 from fleet.storage.dialect import POSTGRESQL, SQLITE, bucket_expr
+from fleet.storage.retention import kept_s
 from fleet.storage.schema import ENTITY_COLUMNS, TIER_SECONDS, raw_table, rollup_table
 
 __all__ = (
@@ -120,17 +120,14 @@ class ReasonSpan:
 # -- validation ----------------------------------------------------------------------------
 
 
-def _retention_s() -> dict[str, float]:
-    return {
-        "raw": settings.RETENTION_RAW_HOURS * 3600.0,
-        "1m": settings.RETENTION_1M_HOURS * 3600.0,
-        "1h": settings.RETENTION_1H_HOURS * 3600.0,
-    }
+def _retention_s(kind: str) -> dict[str, float]:
+    return {tier: kept_s(tier, kind) for tier in ("raw", "1m", "1h")}
 
 
-def max_range_s() -> float:
-    """The longest range any tier keeps: the 1-hour rollups' retention."""
-    return _retention_s()["1h"]
+def max_range_s(kind: str = "gpu") -> float:
+    """The longest range any tier of `kind` keeps: its 1-hour rollups' retention
+    (facility, loop, rack and feed hours are kept longer than GPU hours)."""
+    return _retention_s(kind)["1h"]
 
 
 def _check_kind(kind: str) -> None:
@@ -154,13 +151,13 @@ def _check_key(kind: str, key: Sequence[int]) -> tuple[int, ...]:
     return tuple(int(k) for k in key)
 
 
-def _check_range(start: float, end: float, max_points: int) -> None:
+def _check_range(start: float, end: float, max_points: int, kind: str) -> None:
     if not (math.isfinite(start) and math.isfinite(end)):
         raise HistoryError("start", "start and end must be finite epoch seconds")
     if start >= end:
         raise HistoryError("start", "start must be before end")
-    if end - start > max_range_s():
-        days = max_range_s() / 86400
+    if end - start > max_range_s(kind):
+        days = max_range_s(kind) / 86400
         raise HistoryError("range", f"at most {days:.0f} days (the 1-hour rollups' retention)")
     if not 2 <= max_points <= MAX_POINTS:
         raise HistoryError("max_points", f"between 2 and {MAX_POINTS}")
@@ -169,9 +166,11 @@ def _check_range(start: float, end: float, max_points: int) -> None:
 # -- tier and bucket choice ----------------------------------------------------------------
 
 
-def choose_tier(start: float, end: float, now: float, vendor: str = POSTGRESQL) -> str:
+def choose_tier(
+    start: float, end: float, now: float, vendor: str = POSTGRESQL, kind: str = "gpu"
+) -> str:
     """The finest tier that still holds `start` and is worth reading for this range."""
-    kept = _retention_s()
+    kept = _retention_s(kind)
     if end - start <= RAW_MAX_RANGE_S.get(vendor, 900.0) and start >= now - kept["raw"]:
         return "raw"
     if start >= now - kept["1m"]:
@@ -274,10 +273,10 @@ def history(
     _check_kind(kind)
     _check_metrics(kind, metrics)
     entity = _check_key(kind, key)
-    _check_range(start, end, max_points)
+    _check_range(start, end, max_points, kind)
     names = list(dict.fromkeys(metrics))
     vendor = connections[using].vendor
-    tier = choose_tier(start, end, now, vendor)
+    tier = choose_tier(start, end, now, vendor, kind)
     step = bucket_step(tier, start, end, max_points)
     rows: list[tuple[Any, ...]] = []
     parts = plan(kind, tier, start, end, step, using)
@@ -339,8 +338,8 @@ def reason_spans(
     the reasons seen at least in each bucket (its min, max and last masks), not every
     sample's."""
     entity = _check_key("gpu", key)
-    _check_range(start, end, max_points)
-    tier = choose_tier(start, end, now, connections[using].vendor)
+    _check_range(start, end, max_points, "gpu")
+    tier = choose_tier(start, end, now, connections[using].vendor, "gpu")
     step = bucket_step(tier, start, end, max_points)
     spans: list[ReasonSpan] = []
     for bucket, mask in _mask_rows(tier, (entity[0], entity[1]), start, end, step, using):

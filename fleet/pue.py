@@ -14,10 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connections
 
 from fleet import health
+from fleet.storage import retention
 from fleet.storage.schema import TIER_SECONDS, rollup_table
 
 # A rolling figure covering less of its window than this is marked "not enough history"
@@ -57,9 +57,8 @@ class RollingPue:
 
 
 def kept_s(tier: str) -> float:
-    """How far back a rollup tier reaches (its retention)."""
-    hours = settings.RETENTION_1M_HOURS if tier == "1m" else settings.RETENTION_1H_HOURS
-    return float(hours) * 3600
+    """How far back a rollup tier of the facility meters reaches (its retention)."""
+    return retention.kept_s(tier, "facility")
 
 
 def tier_for(window_s: int) -> str:

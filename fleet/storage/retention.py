@@ -27,6 +27,7 @@ from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
 
 from agents.protocol.metrics import METRICS
+from fleet.storage.late import late_table
 from fleet.storage.partitions import (
     MINVALUE,
     Family,
@@ -75,11 +76,6 @@ def kept_s(tier: str, kind: str) -> float:
     else:
         hours = settings.RETENTION_1H_HOURS
     return float(hours) * HOUR_S
-
-
-def late_table(kind: str) -> str:
-    """Late marks of `kind` (the contract of fleet/storage/late.py)."""
-    return f"fw_{kind}_late"
 
 
 def summarised_until(cur: Any, tier: str, kind: str) -> float | None:

@@ -19,6 +19,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -84,6 +85,25 @@ def _migrate(var_dir: Path, database_url: str | None) -> None:
         check=True,
         timeout=120,
     )
+    if database_url:
+        # PostgreSQL tables are partitioned by time and the migration made partitions around
+        # the real now: add them around the fixed test clock T, and a day behind now (tests
+        # that store expired rows). Once per session, in the template every test clones.
+        now, day = int(time.time()), 86400
+        spans = [
+            ("raw", T - 2 * day, T + day),
+            ("1m", T - 10 * day, T + 2 * day),
+            ("1h", T - 460 * day, T + 62 * day),
+            ("raw", now - day, now),
+        ]
+        cover = [arg for tier, lo, hi in spans for arg in ("--cover", tier, str(lo), str(hi))]
+        subprocess.run(
+            [sys.executable, str(ROOT / "manage.py"), "partitions", "--quiet", *cover],
+            env=env,
+            cwd=ROOT,
+            check=True,
+            timeout=300,
+        )
 
 
 def _template(tier: str, factory: pytest.TempPathFactory) -> str:
