@@ -63,7 +63,8 @@ def write_samples(
     stamped before it are taken out of `write` first and not stored: raw retention
     would delete them at its next pass, and holding them for a rollup would pin it.
     Returns how many were left out per kind (only kinds that had any). A caller that
-    builds its latest delta from `write` afterwards sees only what was stored.
+    builds its latest delta from `write` afterwards sees only what was stored; one that
+    builds it first calls `drop_too_old` itself before (`latest` is merged as given).
     """
     too_old = drop_too_old(write, horizon) if horizon is not None else {}
     db.transaction(lambda tx: _write(tx, write, latest))

@@ -82,3 +82,35 @@ def test_a_resend_of_a_stored_write_is_a_no_op(db: Database) -> None:
     assert db.query("SELECT count(*) FROM fw_gpu_raw")[0][0] == 1
     assert db.query("SELECT count(*) FROM fleet_event")[0][0] == 1
     assert latest_temp(db) == (63.0, ts)
+
+
+def gpu_samples(db: Database, *stamps: tuple[int, float]) -> SampleWrite:
+    node_id = int(db.query("SELECT min(id) FROM fleet_node")[0][0])
+    write = SampleWrite()
+    write.add_samples("gpu", [((node_id, g), {"ts": ts, "temp_gpu_c": 50.0}) for g, ts in stamps])
+    return write
+
+
+def test_rows_before_the_rollup_seal_leave_one_mark_per_entity_and_minute(db: Database) -> None:
+    seal = int(time.time() // 60) * 60 - 60
+    before = seal - 120  # a minute the rollup may already have summarised
+    write_samples(db, gpu_samples(db, (0, before + 1)))
+    assert db.query("SELECT count(*) FROM fw_gpu_late")[0][0] == 0  # no rollup ran yet
+
+    db.query(
+        "INSERT INTO fw_rollup_state (tier, kind, done_until, sealed_until)"
+        " VALUES ('1m', 'gpu', %s, %s)",
+        (seal, seal),
+    )
+    write_samples(db, gpu_samples(db, (0, before + 2), (0, before + 30), (1, before), (1, seal)))
+    marks = db.query("SELECT gpu, tier, bucket FROM fw_gpu_late ORDER BY gpu")
+    assert marks == [(0, "1m", before), (1, "1m", before)]  # none for the row at the seal
+
+
+def test_samples_older_than_the_horizon_are_left_out_and_counted(db: Database) -> None:
+    now = time.time()
+    write = gpu_samples(db, (0, now - 7200), (1, now - 7200), (2, now - 10))
+    assert write_samples(db, write, horizon=now - 3600) == {"gpu": 2}
+    assert db.query("SELECT gpu FROM fw_gpu_raw") == [(2,)]
+    # the write now holds what was stored: a latest delta built from it leaves them out too
+    assert [key[1] for key, _ in write.samples["gpu"]] == [2]
