@@ -19,16 +19,20 @@ from bench.scale_agents import GPU_FIELDS, GPUS_PER_NODE
 
 TASK_LINE = re.compile(
     r"^\[?(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)[,.]\d+.*?"
-    r"task (fleet\.rollup|fleet\.retention|alerts\.evaluate) (done in|failed after) ([0-9.]+) s",
+    r"task (fleet\.rollup|fleet\.retention|alerts\.evaluate) (done in|failed after) ([0-9.]+) s"
+    r"(?:: (\{.*\}))?",
     re.M,
 )
+
+
+Tick = tuple[float, str, float, bool, bool]  # (when, task, seconds, done, did work)
 
 
 @dataclass
 class Run:
     agents: dict[str, Any]
     window_s: float
-    ticks: list[tuple[float, str, float, bool]]  # (when, task, seconds, done)
+    ticks: list[Tick]
     cpu: dict[str, float]
     rss_mib: float
     wal_bytes: float
@@ -40,7 +44,9 @@ class Run:
     notes: list[str] = field(default_factory=list)
 
 
-def task_ticks(log: Path) -> list[tuple[float, str, float, bool]]:
+def task_ticks(log: Path) -> list[Tick]:
+    """The worker's task lines; a tick "did work" when its result names rows or partitions
+    (a rollup tick that finds the next minute not complete yet returns {})."""
     text = log.read_text(errors="replace") if log.exists() else ""
     return [
         (
@@ -48,6 +54,7 @@ def task_ticks(log: Path) -> list[tuple[float, str, float, bool]]:
             m[2],
             float(m[4]),
             m[3] == "done in",
+            m[5] not in (None, "{}"),
         )
         for m in TASK_LINE.finditer(text)
     ]
@@ -112,16 +119,24 @@ def report(run: Run, sizes: list[history.TierSize], gpus: int, step: int) -> dic
             f"  alerts.evaluate (every 10 s, the alerts worker): {len(evals)} ticks, median"
             f" {statistics.median(evals):.3f} s, max {max(evals):.3f} s"
         )
-    for when, task, took, done in run.ticks:
+    for when, task, took, done, worked in run.ticks:
         if task == "alerts.evaluate":
             continue
-        status = "" if done else " FAILED"
+        status = ("" if worked else " (nothing to do)") if done else " FAILED"
         since = when - run.beat_started
         print(
             f"  {time.strftime('%H:%M:%S', time.gmtime(when))} (+{since:4.0f} s) {task}"
             f" {took:.3f} s{status}"
         )
-    rollup_s = [t[2] for t in rollups if t[3]]
+    # The beat ticks every 30 s and a minute completes every 60 s, so about every other
+    # tick finds nothing to do: the figure is the ticks that computed a minute.
+    rollup_s = [t[2] for t in rollups if t[3] and t[4]]
+    idle_s = [t[2] for t in rollups if t[3] and not t[4]]
+    if idle_s:
+        print(
+            f"  rollup ticks with nothing to do: {len(idle_s)}, median"
+            f" {statistics.median(idle_s):.3f} s (not in rollup_tick_s)"
+        )
     retention_s = [t[2] for t in passes if t[3]]
     samples = a["acked"] * GPUS_PER_NODE
     print("CPU over the window (s; per GPU sample acked):")
@@ -147,8 +162,8 @@ def report(run: Run, sizes: list[history.TierSize], gpus: int, step: int) -> dic
         " (other work, PostgreSQL's own background processes, the kernel)"
     )
     print(f"WAL: {run.wal_bytes / run.window_s / 1e6:.2f} MB/s over the window (whole server)")
-    print(f"PostgreSQL activity ({run.pg_samples} samples of active backends, top 8):")
-    for what, n in run.pg_activity.most_common(8):
+    print(f"PostgreSQL activity ({run.pg_samples} samples of active backends, top 14):")
+    for what, n in run.pg_activity.most_common(14):
         print(f"  {n / max(1, run.pg_samples):5.2f}  {what}")
     print(f"storage (history every {step} s; per GPU-hour at 1 Hz = B/row × rows per GPU-hour):")
     total = raw = 0.0
