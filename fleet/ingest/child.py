@@ -37,7 +37,15 @@ log = logging.getLogger("fleet.ingest.child")
 
 MAX_READ = 4 << 20  # bytes taken per round: bounds one commit's size and latency
 COUNTERS_EVERY_S = 10.0  # how often a writer saves its counters (fleet.models.IngestWriter)
-COUNTER_FIELDS = ("batches", "samples", "refused", "retried", "saves", "save_failures")
+COUNTER_FIELDS = (
+    "batches",
+    "samples",
+    "refused",
+    "retried",
+    "too_old",
+    "saves",
+    "save_failures",
+)
 SAVE_COUNTERS = (
     "INSERT INTO fleet_ingestwriter (writer, started_at, updated_at, "
     + ", ".join(COUNTER_FIELDS)
@@ -182,7 +190,9 @@ def main(argv: list[str]) -> int:
     # Everything arrives from the server's validated settings (fleet/ingest/link.py).
     config = orjson.loads(os.environ["FLEETWATCH_CHILD_CONFIG"])
     db = open_db(config["db"], lock_timeout_ms=config["pg_lock_timeout_ms"])
-    pipeline = IngestPipeline(db, save_interval_s=config["latest_save_s"])
+    pipeline = IngestPipeline(
+        db, save_interval_s=config["latest_save_s"], raw_keep_s=config["raw_keep_s"]
+    )
     loop = ChildLoop(sock, pipeline, config["live_interval_s"], config["revalidate_s"])
 
     def stop(signum: int, frame: Any) -> None:

@@ -227,4 +227,5 @@ def child_config() -> dict[str, Any]:
         "latest_save_s": settings.LATEST_SAVE_S,
         "revalidate_s": settings.REVALIDATE_S,
         "pg_lock_timeout_ms": settings.PG_LOCK_TIMEOUT_MS,
+        "raw_keep_s": settings.RETENTION_RAW_HOURS * 3600.0,
     }

@@ -37,10 +37,9 @@ from fleet.storage.latest import Key, LatestDelta, merge_latest
 from fleet.storage.samples import (
     SampleWrite,
     count_too_old,
-    raw_horizon,
-    raw_keep_s,
     write_samples,
 )
+from fleet.storage.samples import raw_keep_s as configured_raw_keep_s
 
 log = logging.getLogger("fleet.ingest.pipeline")
 
@@ -89,6 +88,9 @@ class IngestPipeline:
     changed: dict[str, set[Key]] = field(default_factory=dict)  # saved, not yet reported
     saved_at: float = 0.0
     counters: Counters = field(default_factory=Counters)
+    # Raw retention: older samples are acked but not stored. The child is given it by its
+    # server (fleet/ingest/link.py child_config); in-process users read Django's settings.
+    raw_keep_s: float = field(default_factory=configured_raw_keep_s)
 
     def __post_init__(self) -> None:
         self.resolver = Resolver(self.db, self.inventory)
@@ -199,13 +201,13 @@ class IngestPipeline:
 
     def _commit(self, items: list[Prepared], now: float) -> None:
         write = SampleWrite()
-        horizon = raw_horizon(now)
+        horizon = now - self.raw_keep_s
         for item in items:
             write.extend(item.write)
             if too_old := count_too_old(item.write, horizon):
                 # acked, not stored: counted per source for the admin, in this commit
                 write.statements.append(
-                    too_old_statement(item.source, too_old, raw_keep_s(), now, self.db.vendor)
+                    too_old_statement(item.source, too_old, self.raw_keep_s, now, self.db.vendor)
                 )
         save = self._save_due(now)
         latest = self.pending if save else None

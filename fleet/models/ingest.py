@@ -16,6 +16,9 @@ class IngestWriter(models.Model):
     samples = models.BigIntegerField(default=0)
     refused = models.BigIntegerField(default=0, help_text="answered 400 by the writer")
     retried = models.BigIntegerField(default=0, help_text="answered 503: not stored, resent")
+    too_old = models.BigIntegerField(
+        default=0, help_text="samples older than raw retention: acked, not stored"
+    )
     saves = models.BigIntegerField(default=0, help_text="latest-state saves")
     save_failures = models.BigIntegerField(default=0)
 

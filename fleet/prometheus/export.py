@@ -437,6 +437,11 @@ INGEST_COUNTERS = (
     ("samples", "fleetwatch_ingest_samples", "samples in the stored batches"),
     ("refused", "fleetwatch_ingest_refused_batches", "batches the writers refused (400)"),
     ("retried", "fleetwatch_ingest_retried_batches", "batches answered 503: not stored, resent"),
+    (
+        "too_old",
+        "fleetwatch_ingest_too_old_samples",
+        "samples older than raw retention: acknowledged, not stored",
+    ),
     ("saves", "fleetwatch_ingest_latest_saves", "latest-state saves"),
     ("save_failures", "fleetwatch_ingest_latest_save_failures", "latest-state saves that failed"),
 )

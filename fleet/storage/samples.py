@@ -94,16 +94,11 @@ def raw_horizon(now: float) -> float:
 
 
 def raw_keep_s() -> float:
-    """`RETENTION_RAW_HOURS` in seconds. Django's settings where a process has them; the
-    ingest child runs without Django and reads the same variable from the environment it
-    inherited from its server (same default and validation, `fleetwatch.settings`)."""
+    """`RETENTION_RAW_HOURS` in seconds, from Django's settings (the ingest child, which runs
+    without Django, is handed the same figure by its server: fleet/ingest/link.py)."""
     from django.conf import settings
 
-    if settings.configured:
-        return float(settings.RETENTION_RAW_HOURS) * 3600
-    from fleetwatch.env import env_float
-
-    return env_float("FLEETWATCH_RETENTION_RAW_HOURS", 3, minimum=0.1) * 3600
+    return float(settings.RETENTION_RAW_HOURS) * 3600
 
 
 def drop_too_old(write: SampleWrite, horizon: float) -> dict[str, int]:

@@ -148,11 +148,14 @@ def test_ingest_counters_are_summed_over_every_writer_that_ran(site: Site) -> No
     from fleet.models import IngestWriter
 
     IngestWriter.objects.create(
-        writer="a:1:1", started_at=1, updated_at=2, batches=10, samples=80, retried=1
+        writer="a:1:1", started_at=1, updated_at=2, batches=10, samples=80, retried=1, too_old=7
     )
-    IngestWriter.objects.create(writer="a:2:5", started_at=5, updated_at=6, batches=3, samples=24)
+    IngestWriter.objects.create(
+        writer="a:2:5", started_at=5, updated_at=6, batches=3, samples=24, too_old=1
+    )
     got = series(scrape()[1])
     assert got[("fleetwatch_ingest_batches_total", ())] == 13.0
     assert got[("fleetwatch_ingest_samples_total", ())] == 104.0
     assert got[("fleetwatch_ingest_retried_batches_total", ())] == 1.0
+    assert got[("fleetwatch_ingest_too_old_samples_total", ())] == 8.0
     assert got[("fleetwatch_ingest_writer_starts_total", ())] == 2.0
