@@ -27,6 +27,7 @@ from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
 
 from agents.protocol.metrics import METRICS
+from fleet.storage.dialect import WriterTurns
 from fleet.storage.late import late_table
 from fleet.storage.partitions import (
     MINVALUE,
@@ -57,10 +58,6 @@ SLICE_S = {"raw": 60, "1m": 3600, "1h": 86400, "event": 3600}
 # PostgreSQL still deletes events by slice; it locks rows, not the database, so wider
 # slices only save scans.
 PG_SLICE_FACTOR = 60
-
-# Pause between slices: SQLite's busy handler does not queue waiters, so without it a
-# long delete could win the lock back before the ingest writer retries.
-_YIELD_S = 0.005
 
 _NO_LOWER_BOUND = -(2**62)
 
@@ -220,8 +217,10 @@ def _delete_slices(
     if conn.vendor == "postgresql":
         slice_s *= PG_SLICE_FACTOR
     deleted = 0
+    turns = WriterTurns(conn.vendor)  # SQLite: let the ingest writer in between slices
     lo: float | None = _oldest(table, column, None, limit(), using)
     while lo is not None:
+        started = time.monotonic()
         with transaction.atomic(using=using), conn.cursor() as cur:
             upper = limit()
             if upper is None or upper <= lo:
@@ -232,7 +231,7 @@ def _delete_slices(
                 [lo, hi],
             )
             deleted += max(cur.rowcount, 0)
-        time.sleep(_YIELD_S)
+        turns.took(time.monotonic() - started)
         lo = _oldest(table, column, hi, upper, using)
     return deleted
 

@@ -34,7 +34,13 @@ from django.db.backends.utils import CursorWrapper
 
 from agents.protocol.metrics import METRICS
 from fleet.storage import late
-from fleet.storage.dialect import POSTGRESQL, bucket_expr, rollup_preamble, share_lock
+from fleet.storage.dialect import (
+    POSTGRESQL,
+    WriterTurns,
+    bucket_expr,
+    rollup_preamble,
+    share_lock,
+)
 from fleet.storage.schema import ENTITY_COLUMNS, TIER_SECONDS, raw_table, rollup_table
 
 log = logging.getLogger(__name__)
@@ -399,24 +405,15 @@ def rollup(tier: str, kind: str, now: float, using: str = DEFAULT_DB_ALIAS) -> i
     if tier not in TIER_SECONDS:
         raise ValueError(f"unknown tier {tier!r}")
     total = 0
+    turns = WriterTurns(connections[using].vendor)  # SQLite: let waiting writers in
+    started = time.monotonic()
     while (chunk := _chunk(tier, kind, now, using)) is not None:
         total += chunk.written
         if not chunk.more:
             break
-        _let_writers_in(using)
+        turns.took(time.monotonic() - started)
+        started = time.monotonic()
     return total
-
-
-# SQLite's busy handler polls (1, 2, 5 … 100 ms apart) instead of queueing: a catch-up
-# rollup that took the next chunk's write lock at once would keep an alert evaluation or
-# the ingest writer waiting for the whole backlog. A pause longer than its longest poll
-# between chunks lets each waiter in (measured cost: one chunk is 0.2-1 s).
-SQLITE_CHUNK_PAUSE_S = 0.11
-
-
-def _let_writers_in(using: str) -> None:
-    if connections[using].vendor != POSTGRESQL:
-        time.sleep(SQLITE_CHUNK_PAUSE_S)
 
 
 def rollup_all(now: float, using: str = DEFAULT_DB_ALIAS) -> dict[str, int]:
