@@ -29,15 +29,14 @@ from fleet.storage.retention import apply_retention
 from fleet.storage.rollups import claim, read_state, rollup
 from fleet.storage.samples import SampleWrite, write_samples
 from fleetwatch.env import database_from_url
+from tests.fleet import test_rollups
 from tests.fleet.test_rollups import (
     GPU_METRICS,
     GPUS,
     T,
     TierDb,
     _register,
-    cover_test_clock,
     expected,
-    fresh_db,
     gpu_row,
     roll,
     store_raw,
@@ -46,17 +45,10 @@ from tests.fleet.test_rollups import (
 from tests.support.agent import enroll, gpu_batch, post_json
 from tests.support.server import FleetServer
 
+db = test_rollups.db  # the fixture: a fresh migrated database per test, both tiers
+
 RAW_KEEP = int(settings.RETENTION_RAW_HOURS * 3600)
 MARKER = -1.0  # put in a column no sample carries: a rewritten rollup row loses it
-
-
-@pytest.fixture
-def db(
-    tier: str, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, django_db_blocker: Any
-) -> Iterator[TierDb]:
-    with fresh_db(tier, tmp_path, tmp_path_factory, django_db_blocker) as fresh:
-        cover_test_clock(fresh)
-        yield fresh
 
 
 @contextlib.contextmanager

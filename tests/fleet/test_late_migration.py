@@ -4,31 +4,13 @@ tiers, on both engines."""
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterator
-from pathlib import Path
-
-import pytest
-
-from tests.support import services
+from tests.fleet import test_migrations
 from tests.support.server import FleetServer
+
+server = test_migrations.server  # the fixture: a server of its own per test, both tiers
 
 T = 1_800_000_000  # an hour boundary
 DIRTY_FROM = T - 600  # late data had landed here before the upgrade
-
-
-@pytest.fixture
-def server(tier: str, tmp_path: Path) -> Iterator[FleetServer]:
-    name = None
-    url = None
-    if tier == "services":
-        name = f"fwtest_{uuid.uuid4().hex[:10]}"
-        url = services.create_database(services.services_database_url(), name)
-    try:
-        yield FleetServer(tmp_path, database_url=url)
-    finally:
-        if name:
-            services.drop_database(services.services_database_url(), name)
 
 
 def util(t: int) -> float:
