@@ -115,19 +115,6 @@ def test_beat_schedule_names_only_registered_tasks() -> None:
     import fleet.prometheus.tasks
     import fleet.tasks  # noqa: F401
 
+    # (what is scheduled, and that each tick expires before the next: tests/fleet/test_queues.py)
     scheduled = {entry["task"] for entry in fleet_app.conf.beat_schedule.values()}
-    expected = {
-        "fleet.rollup",
-        "fleet.retention",
-        "fleet.partitions",
-        "alerts.evaluate",
-        "alerts.watchdog",
-        "notifications.sweep",
-        "prometheus.pull",
-    }
-    assert scheduled == expected
-    assert all(
-        entry["options"]["expires"] < entry["schedule"]
-        for entry in fleet_app.conf.beat_schedule.values()
-    )
     assert scheduled <= set(fleet_app.tasks)
