@@ -152,7 +152,9 @@ def celery(
 
 
 class PgSampler(threading.Thread):
-    """pg_stat_activity of the bench database every 2 s: what its backends were doing."""
+    """pg_stat_activity of the bench database every second: what its backends were doing
+    (active ones, and idle ones whose last statement was rollup bookkeeping: a rollup
+    waiting between polls shows there)."""
 
     def __init__(self, bench: Bench) -> None:
         super().__init__(daemon=True)
@@ -164,16 +166,18 @@ class PgSampler(threading.Thread):
         import psycopg
 
         with psycopg.connect(self.bench.conninfo, autocommit=True) as conn:
-            while not self.halt.wait(2.0):
+            while not self.halt.wait(1.0):
                 rows = conn.execute(
-                    "SELECT coalesce(wait_event_type, 'CPU'), coalesce(wait_event, '-'),"
-                    " left(regexp_replace(query, '\\s+', ' ', 'g'), 70)"
+                    "SELECT state, coalesce(wait_event_type, 'CPU'), coalesce(wait_event, '-'),"
+                    " left(regexp_replace(query, '\\s+', ' ', 'g'), 90)"
                     " FROM pg_stat_activity WHERE datname = current_database()"
-                    " AND state = 'active' AND pid <> pg_backend_pid()"
+                    " AND pid <> pg_backend_pid() AND (state <> 'idle' OR query ~"
+                    " 'fw_rollup_state|pg_locks|snapshot|_late|fw_gpu_1m|fw_gpu_1h')"
                 ).fetchall()
                 self.samples += 1
-                for wait_type, wait, query in rows:
-                    self.seen[f"{wait_type}/{wait}: {query}"] += 1
+                for state, wait_type, wait, query in rows:
+                    where = wait_type if state == "active" else state
+                    self.seen[f"{where}/{wait}: {query}"] += 1
 
     def stop(self) -> None:
         self.halt.set()
@@ -341,7 +345,8 @@ def ingest_writers(bench: Bench) -> list[str]:
 
 def keep_logs(tmp: Path, logs_dir: Path) -> None:
     logs_dir.mkdir(parents=True, exist_ok=True)
-    for path in [*tmp.glob("*.log"), tmp / "agents.json", tmp / "nginx.conf"]:
+    kept = [tmp / "agents.json", tmp / "nginx.conf", tmp / "pg_activity.json"]
+    for path in [*tmp.glob("*.log"), *kept]:
         if path.exists():
             shutil.copy(path, logs_dir / path.name)
     print(f"logs kept in {logs_dir}")
@@ -407,6 +412,7 @@ def main() -> int:
         try:
             run = run_fleet(bench, creds_path, args)
             writers = ingest_writers(bench)
+            (Path(tmp) / "pg_activity.json").write_text(json.dumps(run.pg_activity.most_common()))
             sizes = history.tier_sizes(bench.conninfo)
         finally:
             keep_logs(Path(tmp), Path(args.logs_dir))

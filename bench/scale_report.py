@@ -162,7 +162,7 @@ def report(run: Run, sizes: list[history.TierSize], gpus: int, step: int) -> dic
         " (other work, PostgreSQL's own background processes, the kernel)"
     )
     print(f"WAL: {run.wal_bytes / run.window_s / 1e6:.2f} MB/s over the window (whole server)")
-    print(f"PostgreSQL activity ({run.pg_samples} samples of active backends, top 14):")
+    print(f"PostgreSQL activity ({run.pg_samples} samples, one a second, top 14):")
     for what, n in run.pg_activity.most_common(14):
         print(f"  {n / max(1, run.pg_samples):5.2f}  {what}")
     print(f"storage (history every {step} s; per GPU-hour at 1 Hz = B/row × rows per GPU-hour):")
