@@ -271,9 +271,11 @@ class IngestPipeline:
             "UPDATE fleet_sourcetoken SET last_seq = %s, last_seen = %s,"
             f" agent_stats = {json_param(self.db.vendor)} WHERE source = %s AND revoked = %s"
         )
+        # In source order: two writers updating the same sources (a node that reconnected to
+        # the other server process) then lock the rows in the same order and cannot deadlock.
         return [
             (sql, (seq, seen, stats, source, False))
-            for source, (seq, seen, stats) in self.sources.items()
+            for source, (seq, seen, stats) in sorted(self.sources.items())
         ]
 
 

@@ -218,6 +218,34 @@ def _create(execute: Execute, family: Family, wanted: Sequence[tuple[int, int]])
     return made
 
 
+# The BRIN indexes of one table (a raw partition's index on ts).
+_BRIN_INDEXES = (
+    "SELECT i.indexrelid::regclass::text FROM pg_index i"
+    " JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_am a ON a.oid = c.relam"
+    " WHERE i.indrelid = to_regclass(%s) AND a.amname = 'brin'"
+)
+
+
+def summarize_new_pages(execute: Execute, kind: str, start: float, end: float) -> int:
+    """PostgreSQL: summarise the BRIN ranges on `ts` of the raw partitions overlapping
+    [start, end) that were filled since their last summary. Returns ranges summarised.
+
+    A BRIN index leaves pages appended since the last VACUUM unsummarised (unless
+    autosummarize asks autovacuum for it, which may be off or behind), and a scan must
+    read every unsummarised page: the rollup's minute read of the live hour partition then
+    grows through the hour (measured at 10,000 GPUs: ticks of 9 s rising to 25 s; one
+    summary cut that scan 6.6x). Summarising costs reading the new pages once, which the
+    rollup is about to do anyway. Takes only SHARE UPDATE EXCLUSIVE on the partition,
+    which inserts do not wait for."""
+    summarised = 0
+    family = Family(kind, "raw")
+    for lo, _ in slots("raw", start, end):
+        for (index,) in execute(_BRIN_INDEXES, [partition_name(family, lo)]):
+            row = execute("SELECT brin_summarize_new_values(%s::regclass)", [index])[0]
+            summarised += int(row[0])
+    return summarised
+
+
 def ensure_between(
     run: Runner, spans: Mapping[Family, tuple[float, float]], vendor: str = "postgresql"
 ) -> list[str]:

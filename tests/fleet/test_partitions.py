@@ -28,6 +28,7 @@ from fleet.storage.partitions import (
     slots,
 )
 from fleet.storage.retention import apply_retention, kept_s
+from fleet.storage.rollups import rollup
 from fleet.storage.samples import SampleWrite, write_samples
 from fleetwatch.env import database_from_url
 from tests.fleet.test_rollups import TierDb, fresh_db
@@ -253,3 +254,29 @@ def test_dropping_partitions_holds_no_lock_an_ingest_commit_waits_for(
     retention.join(timeout=30)
     assert took < 1.0
     assert count(pg, f"SELECT count(*) FROM fw_gpu_raw WHERE ts < {now - 4 * HOUR}") == 0
+
+
+def test_the_rollup_summarises_the_live_raw_partitions_new_pages_before_reading_them(
+    pg: TierDb,
+) -> None:
+    """Unsummarised BRIN ranges make every minute's read scan the whole live partition:
+    a tick grew through the hour at 10,000 GPUs. After a rollup none are left."""
+    now = time.time()
+    hour_lo, _ = slot("raw", now)
+    if now - hour_lo < 600:  # too early in the hour: use the last one's partition
+        now = hour_lo - 1.0
+        hour_lo, _ = slot("raw", now)
+    start = max(hour_lo, int(now) - 1800)  # inside one hour's partition, before `now`
+    rows = [(float(t), node, 5.0) for t in range(start, int(now) - 120) for node in range(1, 21)]
+    pg.insert("fw_node_raw", ("ts", "node_id", "cpu_pct"), rows)
+    index = pg.execute(
+        "SELECT i.indexrelid::regclass::text FROM pg_index i JOIN pg_class c"
+        " ON c.oid = i.indexrelid JOIN pg_am a ON a.oid = c.relam"
+        " WHERE i.indrelid = to_regclass(%s) AND a.amname = 'brin'",
+        [f"fw_node_raw_p{time.strftime('%Y%m%dt%H', time.gmtime(hour_lo))}"],
+    )[0][0]
+
+    rollup("1m", "node", now, using=pg.alias)
+
+    left = pg.execute("SELECT brin_summarize_new_values(%s::regclass)", [index])[0][0]
+    assert left == 0, f"{left} BRIN ranges of the live partition were left unsummarised"
