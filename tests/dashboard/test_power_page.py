@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import User
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
-from django.test import Client
+from django.test import Client, override_settings
 
 from fleet import access
 from fleet.demo import seed_demo_site
@@ -141,8 +141,12 @@ def test_rolling_pue_rows_say_their_span_and_when_history_is_short(
     assert "30 d 1.30 (category 2: PDU output)" in page
     assert "6 h of 30 d not enough history" in page
     assert "12 months 1.30 (category 2: PDU output)" in page
-    assert "not enough history: 90 d of history is kept" in page  # the 1-hour tier's retention
+    # facility hours are kept 400 days: a year is only short of history, not of retention
+    assert "6 h of 365 d not enough history" in page
     assert "24 h no data – no history" in page  # no 1-minute means at all
+    with override_settings(RETENTION_FACILITY_1H_HOURS=90 * 24):
+        page = fold(client.get("/power/").content.decode())
+    assert "not enough history: 90 d of history is kept" in page  # a year cannot fit
 
 
 def test_the_chart_gets_the_last_days_and_months_facility_and_it_power(
