@@ -2,45 +2,21 @@
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterator
 
 import pytest
 
-from tests.conftest import chromium_path
+from tests.conftest import launched_chromium
 from tests.support.agent import enroll, gpu_batch, post_json
 from tests.support.server import FleetServer
 
-CHROMIUM = chromium_path()
-ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--disable-dev-shm-usage",
-]
-
 pytestmark = pytest.mark.browser
-
-if CHROMIUM is None and os.environ.get("REQUIRE_BROWSER") == "1":
-    raise RuntimeError("REQUIRE_BROWSER=1 but Debian chromium is not installed")
 
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[object]:
-    if CHROMIUM is None:
-        pytest.skip("Debian chromium is not installed (apt-get install chromium)")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        yield b
-        b.close()
+    yield from launched_chromium()
 
 
 def login(page, server: FleetServer) -> None:  # type: ignore[no-untyped-def]

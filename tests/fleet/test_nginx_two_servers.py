@@ -19,7 +19,7 @@ import pytest
 from websockets.sync.client import connect
 
 from fleetwatch.serve import UVICORN_LIMITS, WS_MAX_SIZE
-from tests.conftest import chromium_path
+from tests.conftest import launched_chromium
 from tests.support.agent import gpu_batch, post_json
 from tests.support.celery_proc import private_broker
 from tests.support.live import PASSWORD, USER, create_ops_user
@@ -28,8 +28,6 @@ from tests.support.server import ROOT, FleetServer
 
 pytestmark = pytest.mark.services
 
-CHROMIUM = chromium_path()
-BROWSER_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"]
 BATCHES = 10  # per agent
 GPUS = 8  # per batch (tests.support.agent.gpu_batch)
 
@@ -190,14 +188,7 @@ def test_plain_http_is_redirected_to_https(site: Site) -> None:
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    if CHROMIUM is None:
-        pytest.skip("Debian chromium is not installed (apt-get install chromium)")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        launched = p.chromium.launch(executable_path=CHROMIUM, args=BROWSER_ARGS)
-        yield launched
-        launched.close()
+    yield from launched_chromium()
 
 
 def test_pages_on_either_process_and_on_the_proxy_are_pushed_what_the_other_ingested(
