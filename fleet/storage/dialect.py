@@ -45,7 +45,12 @@ def rollup_preamble(vendor: str) -> list[str]:
     if vendor == POSTGRESQL:
         # The statement's cost estimate triggers JIT, which compiled its 136 aggregates
         # for 2.3 s to run a 0.1 s query (measured, one 512-GPU minute).
-        return ["SET LOCAL jit = off"]
+        # work_mem: with the server's default 4 MB, a 10,000-GPU minute (600,000 rows)
+        # was sorted through 123 MB of temp files on every tick (2.1 s); 64 MB (hash
+        # tables may use twice that, `hash_mem_multiplier`) lets it hash-aggregate in
+        # memory: 1.65 s, and no temp-file writes beside the ingest path's WAL fsyncs.
+        # A larger chunk (catching up) spills to disk as before.
+        return ["SET LOCAL jit = off", "SET LOCAL work_mem = '64MB'"]
     return []
 
 
