@@ -37,6 +37,7 @@ from fleet.storage.latest import Key, LatestDelta, merge_latest
 from fleet.storage.samples import (
     SampleWrite,
     count_too_old,
+    run_statements,
     write_samples,
 )
 from fleet.storage.samples import raw_keep_s as configured_raw_keep_s
@@ -239,8 +240,7 @@ class IngestPipeline:
 
         def work(tx: Tx) -> None:
             merge_latest(tx, pending)
-            for sql, params in statements:
-                tx.execute(sql, params)
+            run_statements(tx, statements)
 
         try:
             self.db.transaction(work)

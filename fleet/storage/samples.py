@@ -16,8 +16,9 @@ Either all of it is stored or none of it is; the exception tells the caller why
 
 from __future__ import annotations
 
+import itertools
 import operator
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -82,10 +83,21 @@ def _write(tx: Tx, write: SampleWrite, latest: LatestDelta | None) -> None:
             tx.execute(sql, params)
     if write.events:
         tx.insert_events(write.events)
-    for sql, params in write.statements:
-        tx.execute(sql, params)
+    run_statements(tx, write.statements)
     if latest is not None and len(latest):
         merge_latest(tx, latest)
+
+
+def run_statements(tx: Tx, statements: Sequence[tuple[str, Row]]) -> None:
+    """Run the statements in order. A run of the same statement (the ingest child updates
+    every source it heard from, ~1,250 a second at 10,000 GPUs) goes as one `executemany`,
+    which psycopg pipelines: one round trip for the run instead of one per source."""
+    for sql, run in itertools.groupby(statements, key=operator.itemgetter(0)):
+        rows = [params for _, params in run]
+        if len(rows) == 1:
+            tx.execute(sql, rows[0])
+        else:
+            tx.execute_many(sql, rows)
 
 
 def raw_horizon(now: float) -> float:
