@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from fleet.storage.db import Database, SqliteDb, open_db
+from fleet.storage.db import Database, Row, SqliteDb, open_db
 from fleet.storage.samples import run_statements
 from fleetwatch.env import database_from_url
 from tests.support import services
@@ -41,7 +41,7 @@ def seqs(db: Database) -> dict[str, int]:
 
 def test_runs_of_the_same_statement_apply_every_row_in_order(db: Database) -> None:
     db.transaction(lambda tx: tx.execute("CREATE TABLE seen (source TEXT PRIMARY KEY, seq INT)"))
-    statements = [(INSERT, (f"node:n{i:03d}", i)) for i in range(300)]
+    statements: list[tuple[str, Row]] = [(INSERT, (f"node:n{i:03d}", i)) for i in range(300)]
     statements += [(UPDATE, (1000 + i, f"node:n{i:03d}")) for i in range(0, 300, 2)]
     statements += [(INSERT, ("node:late", 7)), (UPDATE, (8, "node:late"))]
 
@@ -56,9 +56,10 @@ def test_runs_of_the_same_statement_apply_every_row_in_order(db: Database) -> No
 
 def test_a_failing_row_in_a_run_stores_nothing_of_the_commit(db: Database) -> None:
     db.transaction(lambda tx: tx.execute("CREATE TABLE seen (source TEXT PRIMARY KEY, seq INT)"))
-    statements = [(INSERT, ("node:a", 1)), (INSERT, ("node:b", 2)), (INSERT, ("node:a", 3))]
+    statements: list[tuple[str, Row]] = [(INSERT, ("node:a", 1)), (INSERT, ("node:b", 2))]
+    statements.append((INSERT, ("node:a", 3)))
 
-    with pytest.raises(Exception, match="(?i)unique|duplicate"):
+    with pytest.raises(Exception, match=r"(?i)unique|duplicate"):
         db.transaction(lambda tx: run_statements(tx, statements))
 
     assert seqs(db) == {}
