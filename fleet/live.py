@@ -186,11 +186,25 @@ async def watched(layer: Any, groups: set[str]) -> set[str]:
         for index, names in by_shard.items():
             keys = [layer._group_key(name) for name in names]
             counts = await asyncio.wait_for(
-                layer.connection(index).eval(_MEMBER_COUNTS, len(keys), *keys), SEND_TIMEOUT_S
+                _member_counts(layer.connection(index), keys), SEND_TIMEOUT_S
             )
             out.update(name for name, count in zip(names, counts, strict=True) if count)
         return out
     return set(groups)
+
+
+async def _member_counts(connection: Any, keys: list[bytes]) -> list[int]:
+    """ZCARD of each key in one round trip: a Lua call, or, where the server refuses
+    scripts (an ACL without `@scripting`), one pipeline of ZCARDs."""
+    from redis.exceptions import ResponseError
+
+    try:
+        return list(await connection.eval(_MEMBER_COUNTS, len(keys), *keys))
+    except ResponseError:
+        async with connection.pipeline(transaction=False) as pipe:
+            for key in keys:
+                pipe.zcard(key)
+            return list(await pipe.execute())
 
 
 _executor: ThreadPoolExecutor | None = None

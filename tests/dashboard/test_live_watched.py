@@ -43,3 +43,27 @@ async def test_a_group_whose_last_subscriber_left_is_no_longer_watched(
 
 async def test_no_groups_asks_nothing(layer: RedisChannelLayer) -> None:
     assert await watched(layer, set()) == set()
+
+
+async def test_a_redis_that_refuses_scripts_is_asked_with_a_pipeline(
+    layer: RedisChannelLayer,
+) -> None:
+    # An ACL user without @scripting: EVAL is refused, the answer must not change.
+    import redis.asyncio as aioredis
+
+    admin = aioredis.Redis.from_url(services_redis_url())
+    user, password = f"fwtest{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
+    await admin.execute_command(
+        "ACL", "SETUSER", user, "on", f">{password}", "~*", "&*", "+@all", "-@scripting"
+    )
+    try:
+        url = services_redis_url().replace("redis://", f"redis://{user}:{password}@", 1)
+        limited = RedisChannelLayer(hosts=[url], prefix=layer.prefix)
+        channel = await layer.new_channel()
+        await layer.group_add(rack_group(5), channel)
+
+        assert await watched(limited, {rack_group(5), rack_group(6)}) == {rack_group(5)}
+        await limited.close_pools()
+    finally:
+        await admin.execute_command("ACL", "DELUSER", user)
+        await admin.aclose()
