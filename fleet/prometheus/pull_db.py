@@ -16,8 +16,7 @@ from typing import Any, TypeVar
 
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
 
-from agents.protocol.metrics import METRICS
-from fleet.storage.db import EVENT_SQL_COLUMNS, Row, Upsert, _pg_types, _PgTx
+from fleet.storage.db import EVENT_SQL_COLUMNS, Row, Upsert, pg_tx_on
 from fleet.storage.dialect import POSTGRESQL
 from fleet.storage.schema import raw_table
 
@@ -33,7 +32,6 @@ class DjangoDb:
     def __init__(self, using: str = DEFAULT_DB_ALIAS) -> None:
         self.using = using
         self.vendor = connections[using].vendor
-        self._pg_types = {kind: _pg_types(kind) for kind in METRICS}
 
     # -- Database ---------------------------------------------------------------
     def transaction(self, work: Callable[[Any], T]) -> T:
@@ -44,7 +42,7 @@ class DjangoDb:
             # stage, ON CONFLICT) on Django's psycopg cursor. Binding tens of thousands of
             # parameters per INSERT instead took 2.7 s for 8,000 GPUs (bench/prometheus.py).
             with connections[self.using].cursor() as cur:
-                return work(_PgTx(cur.cursor, self._pg_types, staged=True))
+                return work(pg_tx_on(cur.cursor))
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
         return self.execute(sql, params)

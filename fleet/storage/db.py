@@ -312,6 +312,13 @@ def _pg_types(kind: str) -> dict[str, str]:
     return types | {m.name: "int8" if m.integer else "float8" for m in METRICS[kind]}
 
 
+def pg_tx_on(cursor: Any) -> Tx:
+    """The ingest writer's PostgreSQL transaction (binary COPY through a temp stage, ON
+    CONFLICT, so a row stored before is skipped) on a psycopg cursor someone else's
+    transaction owns: the Prometheus pull runs it on Django's (fleet/prometheus/pull_db.py)."""
+    return _PgTx(cursor, {kind: _pg_types(kind) for kind in METRICS}, staged=True)
+
+
 def open_db(db: dict[str, Any], lock_timeout_ms: int = PG_LOCK_TIMEOUT_MS) -> Database:
     """A storage connection for a Django DATABASES entry."""
     engine = db["ENGINE"]

@@ -7,6 +7,7 @@ import uuid
 
 import pytest
 from channels_redis.core import RedisChannelLayer
+from redis.exceptions import ResponseError
 
 from fleet.live import rack_group, watched
 from tests.support.services import services_redis_url
@@ -53,9 +54,13 @@ async def test_a_redis_that_refuses_scripts_is_asked_with_a_pipeline(
 
     admin = aioredis.Redis.from_url(services_redis_url())
     user, password = f"fwtest{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
-    await admin.execute_command(
-        "ACL", "SETUSER", user, "on", f">{password}", "~*", "&*", "+@all", "-@scripting"
-    )
+    try:
+        await admin.execute_command(
+            "ACL", "SETUSER", user, "on", f">{password}", "~*", "&*", "+@all", "-@scripting"
+        )
+    except ResponseError as exc:  # Redis before 6.2 has no ACLs (or no pub/sub rules)
+        await admin.aclose()
+        pytest.skip(f"this Redis cannot make a user without scripts: {exc}")
     try:
         url = services_redis_url().replace("redis://", f"redis://{user}:{password}@", 1)
         limited = RedisChannelLayer(hosts=[url], prefix=layer.prefix)
