@@ -40,7 +40,6 @@ import math
 import os
 import platform
 import pstats
-import shutil
 import statistics
 import subprocess
 import sys
@@ -57,20 +56,10 @@ os.environ.setdefault("FLEETWATCH_TESTING", "1")
 
 from bench.freshness_agents import BASE_W, GPUS_PER_NODE, STEP_W  # noqa: E402
 from tests.support.agent import enroll  # noqa: E402
+from tests.support.browser import CHROMIUM_ARGS, chromium_path  # noqa: E402
 from tests.support.server import FleetServer  # noqa: E402
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--disable-dev-shm-usage",
-]
+CHROMIUM = chromium_path() or "/usr/bin/chromium"
 USER, PASSWORD = "bench", "bench-password-1"
 WARMUP_S = 5  # ticks before the window: connections, first latest-state saves, first pushes
 SETTLE_S = 6.0  # watched after the last tick (a quiet page refresh may show it)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import faulthandler
 import os
-import shutil
 import sys
 import threading
 import time
@@ -18,6 +17,7 @@ from typing import Any
 import pytest
 
 from tests.support import services
+from tests.support.browser import CHROMIUM_ARGS, chromium_path
 from tests.support.server import FleetServer
 
 
@@ -102,25 +102,6 @@ def fresh_server(tier: str, tmp_path: Path) -> Iterator[FleetServer]:
     """A backend of the test's own, for tests that stop and start it."""
     with FleetServer.started(tmp_path / "server", tier=tier) as server:
         yield server
-
-
-def chromium_path() -> str | None:
-    return shutil.which("chromium") or (
-        "/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None
-    )
-
-
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--disable-dev-shm-usage",
-]
 
 
 def launched_chromium() -> Iterator[Any]:

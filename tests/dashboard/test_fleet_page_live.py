@@ -7,8 +7,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.conftest import CHROMIUM_ARGS, chromium_path, launched_chromium
+from tests.conftest import launched_chromium
 from tests.support.agent import enroll, gpu_batch, post_json
+from tests.support.browser import CHROMIUM_ARGS, chromium_path
 from tests.support.server import FleetServer
 
 pytestmark = pytest.mark.browser
