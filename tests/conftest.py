@@ -118,3 +118,10 @@ def launched_chromium() -> Iterator[Any]:
         browser = p.chromium.launch(executable_path=path, args=CHROMIUM_ARGS)
         yield browser
         browser.close()
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    """Chromium for one test (modules that share one across their tests override this
+    with a module-scoped fixture of the same name)."""
+    yield from launched_chromium()

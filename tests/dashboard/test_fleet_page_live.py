@@ -9,15 +9,9 @@ import pytest
 
 from tests.conftest import launched_chromium
 from tests.support.agent import enroll, gpu_batch, post_json
-from tests.support.browser import CHROMIUM_ARGS, chromium_path
 from tests.support.server import FleetServer
 
 pytestmark = pytest.mark.browser
-
-# For the other browser modules, which launch chromium inside their tests (the same
-# arguments as `launched_chromium`).
-CHROMIUM = chromium_path()
-ARGS = CHROMIUM_ARGS
 
 
 @pytest.fixture(scope="module")

@@ -4,22 +4,18 @@ not served), saved as a screenshot that must not be blank."""
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.dashboard.test_fleet_page_live import ARGS, CHROMIUM, login
+from tests.dashboard.test_fleet_page_live import login
 from tests.dashboard.test_rack_cooling_browser import shot
 from tests.support.agent import enroll, post_json
 from tests.support.server import FleetServer
 
 pytestmark = pytest.mark.browser
-
-if CHROMIUM is None and os.environ.get("REQUIRE_BROWSER") == "1":
-    raise RuntimeError("REQUIRE_BROWSER=1 but Debian chromium is not installed")
 
 
 def facility_batch(seq: int, total_w: float, it_w: float) -> dict[str, Any]:
@@ -38,11 +34,7 @@ def a_day_of_minutes(server: FleetServer, site_id: int) -> None:
         )
 
 
-def test_power_page_shows_live_figures_and_a_chart(tmp_path: Path) -> None:
-    if CHROMIUM is None:
-        pytest.skip("Debian chromium is not installed (apt-get install chromium)")
-    from playwright.sync_api import sync_playwright
-
+def test_power_page_shows_live_figures_and_a_chart(tmp_path: Path, browser: Any) -> None:
     env = {"DJANGO_SUPERUSER_PASSWORD": "ops-password-1"}
     with FleetServer.started(tmp_path / "srv", racks=1, extra_env=env) as server:
         server.manage("createsuperuser", "--noinput", "--username", "ops", "--email", "o@x.io")
@@ -51,35 +43,32 @@ def test_power_page_shows_live_figures_and_a_chart(tmp_path: Path) -> None:
         token = enroll(server, "site:demo")
         ingest = server.url + "/api/v1/ingest"
         assert post_json(ingest, facility_batch(1, 1.3e6, 1e6), token)[0] == 200
-        with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-            page = browser.new_page(viewport={"width": 1280, "height": 900})
-            login(page, server)
-            page.goto(server.url + "/power/")
-            page.wait_for_selector("h1:has-text('Power & PUE')")
-            site = page.locator(f"#power-site-{site_id}")
-            assert site.locator("[data-field=total_power]").inner_text() == "1.30 MW"
-            assert site.locator("[data-field=pue]").inner_text() == "1.30 (category 2: PDU output)"
-            assert "facility − IT" in site.locator("[data-field=cooling_source]").inner_text()
-            assert "24 h" in site.locator("table.rolling").inner_text()
-            chart = site.locator(".chart")
-            drawn = chart.get_attribute("data-chart")
-            if drawn == "drawn":
-                assert chart.locator(".main-svg").count() > 0
-                site.locator("input[value=month]").check()  # the 30-day view, hourly means
-                assert chart.get_attribute("data-span") == "month"
-                site.locator("input[value=day]").check()
-                assert chart.get_attribute("data-span") == "day"
-                assert chart.locator("g.trace").count() == 2  # both lines drawn again
-            else:  # plotly.js not served yet: the numbers stand, the chart says so
-                assert "chart unavailable" in chart.inner_text()
-            page.wait_for_selector("#live-status[data-state='live']")
-            page.evaluate("window.__reloaded = false")
-            assert post_json(ingest, facility_batch(2, 1.5e6, 1e6), token)[0] == 200
-            pue = site.locator("[data-field=pue]")
-            page.wait_for_function(
-                "el => el.textContent.startsWith('1.50')", arg=pue.element_handle(), timeout=5000
-            )
-            assert page.evaluate("window.__reloaded") is False  # pushed, not reloaded
-            shot(page, tmp_path / "power.png")
-            browser.close()
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        login(page, server)
+        page.goto(server.url + "/power/")
+        page.wait_for_selector("h1:has-text('Power & PUE')")
+        site = page.locator(f"#power-site-{site_id}")
+        assert site.locator("[data-field=total_power]").inner_text() == "1.30 MW"
+        assert site.locator("[data-field=pue]").inner_text() == "1.30 (category 2: PDU output)"
+        assert "facility − IT" in site.locator("[data-field=cooling_source]").inner_text()
+        assert "24 h" in site.locator("table.rolling").inner_text()
+        chart = site.locator(".chart")
+        drawn = chart.get_attribute("data-chart")
+        if drawn == "drawn":
+            assert chart.locator(".main-svg").count() > 0
+            site.locator("input[value=month]").check()  # the 30-day view, hourly means
+            assert chart.get_attribute("data-span") == "month"
+            site.locator("input[value=day]").check()
+            assert chart.get_attribute("data-span") == "day"
+            assert chart.locator("g.trace").count() == 2  # both lines drawn again
+        else:  # plotly.js not served yet: the numbers stand, the chart says so
+            assert "chart unavailable" in chart.inner_text()
+        page.wait_for_selector("#live-status[data-state='live']")
+        page.evaluate("window.__reloaded = false")
+        assert post_json(ingest, facility_batch(2, 1.5e6, 1e6), token)[0] == 200
+        pue = site.locator("[data-field=pue]")
+        page.wait_for_function(
+            "el => el.textContent.startsWith('1.50')", arg=pue.element_handle(), timeout=5000
+        )
+        assert page.evaluate("window.__reloaded") is False  # pushed, not reloaded
+        shot(page, tmp_path / "power.png")

@@ -3,22 +3,19 @@ loop → the cooling page, each saved as a screenshot that must not be blank."""
 
 from __future__ import annotations
 
-import os
 import struct
 import time
 import zlib
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tests.dashboard.test_fleet_page_live import ARGS, CHROMIUM, login
+from tests.dashboard.test_fleet_page_live import login
 from tests.support.agent import enroll, gpu_batch, post_json
 from tests.support.server import FleetServer
 
 pytestmark = pytest.mark.browser
-
-if CHROMIUM is None and os.environ.get("REQUIRE_BROWSER") == "1":
-    raise RuntimeError("REQUIRE_BROWSER=1 but Debian chromium is not installed")
 
 
 def distinct_bytes(png: bytes) -> int:
@@ -41,89 +38,75 @@ def shot(page, path: Path) -> None:  # type: ignore[no-untyped-def]
     assert distinct_bytes(path.read_bytes()) > 32, f"{path.name} looks blank"
 
 
-def test_fleet_to_rack_to_cooling(tmp_path: Path) -> None:
-    if CHROMIUM is None:
-        pytest.skip("Debian chromium is not installed (apt-get install chromium)")
-    from playwright.sync_api import sync_playwright
-
+def test_fleet_to_rack_to_cooling(tmp_path: Path, browser: Any) -> None:
     env = {"DJANGO_SUPERUSER_PASSWORD": "ops-password-1"}
     with FleetServer.started(tmp_path / "srv", racks=2, extra_env=env) as server:
         server.manage("createsuperuser", "--noinput", "--username", "ops", "--email", "o@x.io")
         token = enroll(server, "node:gpu-a01-01")
         assert post_json(server.url + "/api/v1/ingest", gpu_batch("gpu-a01-01", 1), token)[0] == 200
         rack_id = server.query("SELECT id FROM fleet_rack WHERE name = 'A01'")[0][0]
-        with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-            page = browser.new_page(viewport={"width": 1280, "height": 800})
-            login(page, server)
-            shot(page, tmp_path / "fleet.png")
-            page.click(f"#rack-{rack_id} a.rack-name")
-            page.wait_for_selector("h1:has-text('Rack A01')")
-            assert page.url.endswith(f"/racks/{rack_id}/")
-            assert page.locator(".gpu").count() > 0
-            assert "kW" in page.locator("#rack-power").inner_text()
-            shot(page, tmp_path / "rack.png")
-            page.click("#loop-link")
-            page.wait_for_selector("h1:has-text('Cooling')")
-            assert "/cooling/" in page.url
-            assert page.locator(".loop").first.inner_text().startswith("CDU-1")
-            assert page.locator(f"a[href='/racks/{rack_id}/']").count() == 1
-            shot(page, tmp_path / "cooling.png")
-            browser.close()
+        page = browser.new_page(viewport={"width": 1280, "height": 800})
+        login(page, server)
+        shot(page, tmp_path / "fleet.png")
+        page.click(f"#rack-{rack_id} a.rack-name")
+        page.wait_for_selector("h1:has-text('Rack A01')")
+        assert page.url.endswith(f"/racks/{rack_id}/")
+        assert page.locator(".gpu").count() > 0
+        assert "kW" in page.locator("#rack-power").inner_text()
+        shot(page, tmp_path / "rack.png")
+        page.click("#loop-link")
+        page.wait_for_selector("h1:has-text('Cooling')")
+        assert "/cooling/" in page.url
+        assert page.locator(".loop").first.inner_text().startswith("CDU-1")
+        assert page.locator(f"a[href='/racks/{rack_id}/']").count() == 1
+        shot(page, tmp_path / "cooling.png")
 
 
 PUSH_MS = 15_000  # a bound on a hang, not a timing assertion
 
 
-def test_a_gpu_that_goes_quiet_shows_its_age_instead_of_its_last_figures(tmp_path: Path) -> None:
+def test_a_gpu_that_goes_quiet_shows_its_age_instead_of_its_last_figures(
+    tmp_path: Path, browser: Any
+) -> None:
     """Its agent sends once, with samples 25 s old (fresh by the 30 s target), then falls
     silent: the tile shows the figure by push, then, with no reload, how long it has been
     quiet, and the number is gone."""
-    if CHROMIUM is None:
-        pytest.skip("Debian chromium is not installed (apt-get install chromium)")
-    from playwright.sync_api import sync_playwright
-
     env = {"DJANGO_SUPERUSER_PASSWORD": "ops-password-1"}
     with FleetServer.started(tmp_path / "srv", racks=1, extra_env=env) as server:
         server.manage("createsuperuser", "--noinput", "--username", "ops", "--email", "o@x.io")
         rack_id = server.query("SELECT id FROM fleet_rack WHERE name = 'A01'")[0][0]
         node_id = server.query("SELECT id FROM fleet_node WHERE name = 'gpu-a01-01'")[0][0]
-        with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-            page = browser.new_page(viewport={"width": 1280, "height": 900})
-            login(page, server)
-            page.goto(f"{server.url}/racks/{rack_id}/")
-            page.wait_for_selector("#live-status[data-state='live']")
-            page.evaluate("window.__reloaded = false")
-            token = enroll(server, "node:gpu-a01-01")
-            batch = gpu_batch("gpu-a01-01", 1, ts=time.time() - 25, temp_gpu_c=63)
-            assert post_json(server.url + "/api/v1/ingest", batch, token)[0] == 200
-            tile = page.locator(f"#node-{node_id} .gpu").first
-            page.wait_for_function(
-                "el => el.textContent.includes('63 °C')", arg=tile.element_handle(), timeout=PUSH_MS
-            )
-            page.wait_for_function(
-                "el => /no data for \\d+ s/.test(el.textContent)",
-                arg=tile.element_handle(),
-                timeout=PUSH_MS,
-            )
-            assert "63 °C" not in tile.inner_text()  # never a frozen number
-            assert tile.get_attribute("data-stale") == "1"
-            # The level in words, not only a colour.
-            assert tile.locator(".level-word").first.text_content() == "No data"
-            assert page.evaluate("window.__reloaded") is False
-            shot(page, tmp_path / "rack-stale.png")
-            browser.close()
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        login(page, server)
+        page.goto(f"{server.url}/racks/{rack_id}/")
+        page.wait_for_selector("#live-status[data-state='live']")
+        page.evaluate("window.__reloaded = false")
+        token = enroll(server, "node:gpu-a01-01")
+        batch = gpu_batch("gpu-a01-01", 1, ts=time.time() - 25, temp_gpu_c=63)
+        assert post_json(server.url + "/api/v1/ingest", batch, token)[0] == 200
+        tile = page.locator(f"#node-{node_id} .gpu").first
+        page.wait_for_function(
+            "el => el.textContent.includes('63 °C')", arg=tile.element_handle(), timeout=PUSH_MS
+        )
+        page.wait_for_function(
+            "el => /no data for \\d+ s/.test(el.textContent)",
+            arg=tile.element_handle(),
+            timeout=PUSH_MS,
+        )
+        assert "63 °C" not in tile.inner_text()  # never a frozen number
+        assert tile.get_attribute("data-stale") == "1"
+        # The level in words, not only a colour.
+        assert tile.locator(".level-word").first.text_content() == "No data"
+        assert page.evaluate("window.__reloaded") is False
+        shot(page, tmp_path / "rack-stale.png")
 
 
-def test_the_shared_live_client_follows_a_rack_and_ages_what_went_quiet(tmp_path: Path) -> None:
+def test_the_shared_live_client_follows_a_rack_and_ages_what_went_quiet(
+    tmp_path: Path, browser: Any
+) -> None:
     """FleetLive (static/dashboard/live.js), as the node and GPU pages use it: a rack's
     messages carry each GPU; an element whose data-ts is past the target reads "last data
     N s ago" with its figures hidden; a rack the user may not see says "not allowed"."""
-    if CHROMIUM is None:
-        pytest.skip("Debian chromium is not installed (apt-get install chromium)")
-    from playwright.sync_api import sync_playwright
-
     env = {"DJANGO_SUPERUSER_PASSWORD": "ops-password-1"}
     with FleetServer.started(tmp_path / "srv", racks=1, extra_env=env) as server:
         server.manage("createsuperuser", "--noinput", "--username", "ops", "--email", "o@x.io")
@@ -132,35 +115,32 @@ def test_the_shared_live_client_follows_a_rack_and_ages_what_went_quiet(tmp_path
             "SELECT g.id FROM fleet_gpu g JOIN fleet_node n ON n.id = g.node_id"
             " WHERE n.name = 'gpu-a01-01' AND g.\"index\" = 2"
         )[0][0]
-        with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-            page = browser.new_page(viewport={"width": 1280, "height": 900})
-            login(page, server)
-            page.goto(f"{server.url}/racks/{rack_id}/")
-            page.evaluate(CLIENT_PAGE, {"rack": rack_id, "gpu": str(gpu_pk)})
-            page.wait_for_selector("#probe-status[data-state='live']")
-            assert page.locator("#probe-status").inner_text() == "live"
-            token = enroll(server, "node:gpu-a01-01")
-            batch = gpu_batch("gpu-a01-01", 1, temp_gpu_c=71, power_w=455.0)
-            assert post_json(server.url + "/api/v1/ingest", batch, token)[0] == 200
-            page.wait_for_function("() => window.__probeGpu !== undefined", timeout=PUSH_MS)
-            gpu = page.evaluate("window.__probeGpu")
-            assert (gpu["index"], gpu["temp_c"], gpu["power_w"]) == (2, 71, 455.0)
-            assert gpu["level_word"] in ("OK", "Warning", "Critical", "No data")
-            aged = page.locator("#probe-aged")
-            page.wait_for_function(
-                "el => /last data \\d+ s ago/.test(el.textContent)",
-                arg=aged.element_handle(),
-                timeout=PUSH_MS,
-            )
-            assert aged.get_attribute("data-stale") == "1"
-            assert page.locator("#probe-aged [data-fresh]").is_hidden()
-            assert page.locator("#probe-fresh [data-fresh]").is_visible()
-            page.wait_for_function(
-                "() => document.getElementById('probe-refused').textContent === 'not allowed'",
-                timeout=PUSH_MS,
-            )
-            browser.close()
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        login(page, server)
+        page.goto(f"{server.url}/racks/{rack_id}/")
+        page.evaluate(CLIENT_PAGE, {"rack": rack_id, "gpu": str(gpu_pk)})
+        page.wait_for_selector("#probe-status[data-state='live']")
+        assert page.locator("#probe-status").inner_text() == "live"
+        token = enroll(server, "node:gpu-a01-01")
+        batch = gpu_batch("gpu-a01-01", 1, temp_gpu_c=71, power_w=455.0)
+        assert post_json(server.url + "/api/v1/ingest", batch, token)[0] == 200
+        page.wait_for_function("() => window.__probeGpu !== undefined", timeout=PUSH_MS)
+        gpu = page.evaluate("window.__probeGpu")
+        assert (gpu["index"], gpu["temp_c"], gpu["power_w"]) == (2, 71, 455.0)
+        assert gpu["level_word"] in ("OK", "Warning", "Critical", "No data")
+        aged = page.locator("#probe-aged")
+        page.wait_for_function(
+            "el => /last data \\d+ s ago/.test(el.textContent)",
+            arg=aged.element_handle(),
+            timeout=PUSH_MS,
+        )
+        assert aged.get_attribute("data-stale") == "1"
+        assert page.locator("#probe-aged [data-fresh]").is_hidden()
+        assert page.locator("#probe-fresh [data-fresh]").is_visible()
+        page.wait_for_function(
+            "() => document.getElementById('probe-refused').textContent === 'not allowed'",
+            timeout=PUSH_MS,
+        )
 
 
 # Builds on the rack page (live.js is loaded there) what a page of its own would do.

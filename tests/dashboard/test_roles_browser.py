@@ -4,19 +4,16 @@ the theme toggle switches to light and is remembered."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tests.dashboard.test_fleet_page_live import ARGS, CHROMIUM
 from tests.dashboard.test_rack_cooling_browser import shot
 from tests.support.server import FleetServer
 
 pytestmark = pytest.mark.browser
 
-if CHROMIUM is None and os.environ.get("REQUIRE_BROWSER") == "1":
-    raise RuntimeError("REQUIRE_BROWSER=1 but Debian chromium is not installed")
 
 WEBHOOK = "https://hooks.slack.com/services/T000/B000/sEcReTtOkEn1234"
 
@@ -64,52 +61,45 @@ def sign_in(page, server: FleetServer, name: str) -> None:  # type: ignore[no-un
     page.wait_for_selector("h1:has-text('Alerts')")
 
 
-def test_a_viewer_reads_alerts_and_an_operator_acknowledges_them(tmp_path: Path) -> None:
-    if CHROMIUM is None:
-        pytest.skip("Debian chromium is not installed (apt-get install chromium)")
-    from playwright.sync_api import sync_playwright
-
+def test_a_viewer_reads_alerts_and_an_operator_acknowledges_them(
+    tmp_path: Path, browser: Any
+) -> None:
     with FleetServer.started(tmp_path / "srv", racks=2) as server:
         server.manage("shell", "-c", CAST)
-        with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-            viewer = browser.new_context(viewport={"width": 1280, "height": 800}).new_page()
-            sign_in(viewer, server, "vic")
-            assert "1 firing" in viewer.locator("h1").inner_text()
-            assert viewer.locator("tr[data-alert]").count() == 1
-            assert viewer.locator("input[name=alert]").count() == 0
-            assert viewer.locator("text=Acknowledge selected").count() == 0
-            assert "hooks.slack.com" not in viewer.content()
-            shot(viewer, tmp_path / "alerts-viewer.png")
-            # The page is live: an alert that starts firing appears without a reload.
-            viewer.evaluate("window.__stayed = true")
-            server.manage("shell", "-c", SECOND)
-            viewer.wait_for_function(
-                "document.querySelectorAll('tr[data-alert]').length === 2", timeout=15_000
-            )
-            assert viewer.evaluate("window.__stayed === true")
-            assert "2 firing" in viewer.locator("h1").inner_text()
-            assert viewer.locator("#live-status").inner_text() == "live"
+        viewer = browser.new_context(viewport={"width": 1280, "height": 800}).new_page()
+        sign_in(viewer, server, "vic")
+        assert "1 firing" in viewer.locator("h1").inner_text()
+        assert viewer.locator("tr[data-alert]").count() == 1
+        assert viewer.locator("input[name=alert]").count() == 0
+        assert viewer.locator("text=Acknowledge selected").count() == 0
+        assert "hooks.slack.com" not in viewer.content()
+        shot(viewer, tmp_path / "alerts-viewer.png")
+        # The page is live: an alert that starts firing appears without a reload.
+        viewer.evaluate("window.__stayed = true")
+        server.manage("shell", "-c", SECOND)
+        viewer.wait_for_function(
+            "document.querySelectorAll('tr[data-alert]').length === 2", timeout=15_000
+        )
+        assert viewer.evaluate("window.__stayed === true")
+        assert "2 firing" in viewer.locator("h1").inner_text()
+        assert viewer.locator("#live-status").inner_text() == "live"
 
-            # A wall screen: the system asks for dark, and the page follows it.
-            wall = browser.new_context(
-                viewport={"width": 1920, "height": 1080}, color_scheme="dark"
-            )
-            operator = wall.new_page()
-            sign_in(operator, server, "otto")
-            assert "hooks.slack.com …1234" in operator.content()
-            operator.check("tr[data-alert='1'] input[name=alert]")
-            operator.fill("input[name=comment]", "swapping the pump")
-            operator.click("text=Acknowledge selected")
-            operator.wait_for_selector("text=1 alert(s) acknowledged")
-            assert "otto: swapping the pump" in operator.locator("tr[data-alert='1']").inner_text()
+        # A wall screen: the system asks for dark, and the page follows it.
+        wall = browser.new_context(viewport={"width": 1920, "height": 1080}, color_scheme="dark")
+        operator = wall.new_page()
+        sign_in(operator, server, "otto")
+        assert "hooks.slack.com …1234" in operator.content()
+        operator.check("tr[data-alert='1'] input[name=alert]")
+        operator.fill("input[name=comment]", "swapping the pump")
+        operator.click("text=Acknowledge selected")
+        operator.wait_for_selector("text=1 alert(s) acknowledged")
+        assert "otto: swapping the pump" in operator.locator("tr[data-alert='1']").inner_text()
 
-            assert operator.locator("#theme-toggle").inner_text() == "☀ light theme"
-            shot(operator, tmp_path / "alerts-operator-dark.png")
-            operator.click("#theme-toggle")
-            assert operator.evaluate("document.documentElement.dataset.theme") == "light"
-            operator.reload()
-            assert operator.evaluate("document.documentElement.dataset.theme") == "light"
-            assert operator.locator("#theme-toggle").inner_text() == "☾ dark theme"
-            shot(operator, tmp_path / "alerts-operator-light.png")
-            browser.close()
+        assert operator.locator("#theme-toggle").inner_text() == "☀ light theme"
+        shot(operator, tmp_path / "alerts-operator-dark.png")
+        operator.click("#theme-toggle")
+        assert operator.evaluate("document.documentElement.dataset.theme") == "light"
+        operator.reload()
+        assert operator.evaluate("document.documentElement.dataset.theme") == "light"
+        assert operator.locator("#theme-toggle").inner_text() == "☾ dark theme"
+        shot(operator, tmp_path / "alerts-operator-light.png")
