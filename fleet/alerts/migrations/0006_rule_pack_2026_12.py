@@ -1,0 +1,23 @@
+"""Reinstall the built-in rule pack after its December 2026 changes (each agent judged
+silent in its own declared interval; a rule for hardware slowdown alone). The installer's
+three-way merge keeps every field an operator edited (docs/rules.md, "Editing and
+installing")."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import migrations
+
+
+def install(apps: Any, schema_editor: Any) -> None:
+    from fleet.alerts.install import install_rule_pack
+
+    install_rule_pack(apps.get_model("alerts", "AlertRule"))
+
+
+class Migration(migrations.Migration):
+    dependencies = [("alerts", "0005_grouping_acks_silences_maintenance")]
+
+    # Reversing leaves the rules: they may carry an operator's edits.
+    operations = [migrations.RunPython(install, migrations.RunPython.noop)]
