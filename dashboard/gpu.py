@@ -88,6 +88,7 @@ class GpuPage:
     reasons: list[str]
     throttling: bool
     stale: str | None
+    lost: str | None  # "off the bus since 03:23 UTC (XID 79)"
     unjudged: str | None  # why a GPU with fresh data still has no level
     figures: list[Figure]
     limits: list[LimitLine]
@@ -269,9 +270,12 @@ def event_rows(node_id: int, gpu_index: int | None, now: float) -> list[EventRow
 def gpu_page(gpu: GPU, range_name: str, now: float, figures_only: bool = False) -> GpuPage:
     """The page for one GPU (its node, rack and hall already joined on `gpu`)."""
     node, rack = gpu.node, gpu.node.rack
-    reading = latest_readings("gpu", [node.id]).get((node.id, gpu.index), health.EMPTY)
+    readings = latest_readings("gpu", [node.id])
+    reading = readings.get((node.id, gpu.index), health.EMPTY)
+    node_reading = latest_readings("node", [node.id]).get((node.id,), health.EMPTY)
+    reporting = health.node_reports(node_reading, readings.values(), now)
     limits = gpu_limits([node.id]).get((node.id, gpu.index))
-    tile = gpu_tile(gpu, reading, limits, now)
+    tile = gpu_tile(gpu, reading, limits, now, node_reports=reporting, tz=rack.hall.site.timezone)
     page = GpuPage(
         pk=gpu.pk,
         index=gpu.index,
@@ -289,6 +293,7 @@ def gpu_page(gpu: GPU, range_name: str, now: float, figures_only: bool = False) 
         reasons=tile.reasons,
         throttling=tile.throttling,
         stale=tile.stale,
+        lost=tile.lost,
         unjudged=unjudged_words(tile),
         figures=live_figures(reading, limits, now),
         limits=limit_lines(limits),

@@ -16,7 +16,7 @@ from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
 from dashboard.gpu import PLOTLY_VERSION, EventRow, event_rows
-from dashboard.rack import GpuTile, gpu_tile
+from dashboard.rack import GpuTile, gpu_tiles
 from dashboard.words import as_of, clock_offset_text, level_word, no_data_words
 from fleet import health
 from fleet.access import can_view_site
@@ -63,6 +63,7 @@ class NodePage:
     last_heard: str
     as_of: str
     events: list[EventRow]
+    lost: str = ""  # "2 GPUs lost" while the node reports
 
 
 def _fresh(reading: health.Reading, metric: str, now: float) -> float | None:
@@ -154,20 +155,21 @@ def linked_tiles(
     readings: dict[tuple[int, ...], health.Reading],
     limits: dict[tuple[int, int], health.GpuLimits],
     now: float,
+    node_reports: bool,
+    tz: str = "UTC",
 ) -> list[LinkedTile]:
     """The rack page's GPU tiles, each with the inventory id its link needs."""
-    return [
-        LinkedTile(
-            gpu.pk,
-            gpu_tile(
-                gpu,
-                readings.get((node.id, gpu.index), health.EMPTY),
-                limits.get((node.id, gpu.index)),
-                now,
-            ),
-        )
-        for gpu in GPU.objects.filter(node=node).order_by("index")
-    ]
+    gpus = list(GPU.objects.filter(node=node).order_by("index"))
+    tiles = gpu_tiles(
+        [
+            (g, readings.get((node.id, g.index), health.EMPTY), limits.get((node.id, g.index)))
+            for g in gpus
+        ],
+        now,
+        node_reports={node.id: node_reports},
+        tz=tz,
+    )
+    return [LinkedTile(g.pk, tile) for g, tile in zip(gpus, tiles, strict=True)]
 
 
 def node_page(node: Node, now: float) -> NodePage:
@@ -200,7 +202,10 @@ def node_page(node: Node, now: float) -> NodePage:
             else None
         ),
         last_data=last_data_words(summary.ts, now),
-        gpus=linked_tiles(node, gpu_readings, limits, now),
+        gpus=linked_tiles(
+            node, gpu_readings, limits, now, not summary.stale, rack.hall.site.timezone
+        ),
+        lost=health.gpus_lost_words(summary.lost_gpus) if summary.lost_gpus else "",
         host=host_figures(reading, now),
         tuning=tuning_findings(info),
         agent_version=str(info.get("agent_version") or "not reported"),

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from dashboard.words import SOURCE_WORDS, as_of, level_word, no_data_words
 from fleet import health
+from fleet.lost_gpus import LostSince, lost_since
 from fleet.models import GPU, Node, PowerFeed, Rack
 from fleet.payloads import gpu_entry, liquid_entry
 from fleet.state import (  # REASON_WORDS and throttle_words: imported from here by others
@@ -41,7 +42,8 @@ class GpuTile:
     power: str
     reasons: list[str]  # decoded clock-event reasons, "name: meaning"
     throttling: bool
-    stale: str | None  # "no data for 14 s" when nothing of it is fresh
+    stale: str | None  # "no data for 14 s" when nothing of it is fresh (its node silent too)
+    lost: str | None = None  # "off the bus since 03:23 UTC (XID 79)": its node reports, it not
 
 
 @dataclass
@@ -56,6 +58,7 @@ class NodeRow:
     inlet: str | None
     stale: str | None
     gpus: list[GpuTile] = field(default_factory=list)
+    lost: str = ""  # "2 GPUs lost" while the node reports
 
 
 @dataclass
@@ -117,16 +120,60 @@ def headroom_words(headroom_c: float | None) -> str:
 
 
 def gpu_tile(
-    gpu: GPU, reading: health.Reading, limits: health.GpuLimits | None, now: float
+    gpu: GPU,
+    reading: health.Reading,
+    limits: health.GpuLimits | None,
+    now: float,
+    *,
+    node_reports: bool,
+    tz: str = "UTC",
 ) -> GpuTile:
-    """A GPU tile in words (the rack page's elevation and the GPU page)."""
-    return tile_from_entry(gpu, gpu_entry(gpu.node_id, gpu.index, reading, limits, now), now)
+    """A GPU tile in words (the node and GPU pages; the rack page builds its many at once)."""
+    return gpu_tiles(
+        [(gpu, reading, limits)], now, node_reports={gpu.node_id: node_reports}, tz=tz
+    )[0]
 
 
-def tile_from_entry(gpu: GPU, entry: Payload, now: float) -> GpuTile:
+def gpu_tiles(
+    gpus: list[tuple[GPU, health.Reading, health.GpuLimits | None]],
+    now: float,
+    *,
+    node_reports: dict[int, bool],
+    tz: str = "UTC",
+) -> list[GpuTile]:
+    """GPU tiles in words, with since when and why each lost GPU is lost (its events read
+    once for all of them)."""
+    entries = [
+        gpu_entry(
+            g.node_id,
+            g.index,
+            reading,
+            limits,
+            now,
+            node_reports=node_reports.get(g.node_id, False),
+        )
+        for g, reading, limits in gpus
+    ]
+    since = lost_since(
+        ((g.node_id, g.index), health.newest_ts(reading))
+        for (g, reading, _), entry in zip(gpus, entries, strict=True)
+        if entry["lost"]
+    )
+    return [
+        tile_from_entry(g, entry, now, since.get((g.node_id, g.index)), tz)
+        for (g, _, _), entry in zip(gpus, entries, strict=True)
+    ]
+
+
+def tile_from_entry(
+    gpu: GPU, entry: Payload, now: float, since: LostSince | None = None, tz: str = "UTC"
+) -> GpuTile:
     """A GPU tile in words, from the same entry the live rack message carries
     (`fleet.payloads.gpu_entry`), so the page and a live GPU view never disagree."""
-    stale = no_data_words(entry["ts"], now) if entry["stale"] else None
+    lost = None
+    if entry["lost"]:
+        lost = since.words(tz) if since is not None else entry["lost_words"]
+    stale = no_data_words(entry["ts"], now) if entry["stale"] and not lost else None
     temp_c, power_w, frac = entry["temp_c"], entry["power_w"], entry["power_frac"]
     temp = (stale or "no temperature") if temp_c is None else f"{temp_c:.0f} °C"
     if power_w is None:
@@ -147,6 +194,7 @@ def tile_from_entry(gpu: GPU, entry: Payload, now: float) -> GpuTile:
         reasons=entry["reasons"],
         throttling=entry["throttling"],
         stale=stale,
+        lost=lost,
     )
 
 
@@ -179,21 +227,29 @@ def node_row(node: Node, summary: health.NodeSummary | None, now: float) -> Node
         power=power,
         inlet=None if summary.inlet_c is None else f"{summary.inlet_c:.1f} °C inlet",
         stale=no_data_words(summary.ts, now) if summary.stale else None,
+        lost=health.gpus_lost_words(summary.lost_gpus) if summary.lost_gpus else "",
     )
 
 
-def elevation(state: RackState, now: float) -> list[NodeRow]:
+def elevation(state: RackState, now: float, tz: str = "UTC") -> list[NodeRow]:
     """Nodes top of the rack first (highest U), each with its GPUs in index order."""
     nodes = list(Node.objects.filter(rack_id=state.info.id).order_by("-position", "name"))
     gpus: dict[int, list[GPU]] = {}
     for gpu in GPU.objects.filter(node_id__in=[n.id for n in nodes]).order_by("node_id", "index"):
         gpus.setdefault(gpu.node_id, []).append(gpu)
+    reporting = {node_id: not n.stale for node_id, n in state.nodes.items()}
+    listed = [g for node in nodes for g in gpus.get(node.id, [])]
+    tiles = gpu_tiles(
+        [(g, *state.gpus.get((g.node_id, g.index), (health.EMPTY, None))) for g in listed],
+        now,
+        node_reports=reporting,
+        tz=tz,
+    )
+    by_gpu = {g.pk: tile for g, tile in zip(listed, tiles, strict=True)}
     rows = []
     for node in nodes:
         row = node_row(node, state.nodes.get(node.id), now)
-        for gpu in gpus.get(node.id, []):
-            reading, limits = state.gpus.get((node.id, gpu.index), (health.EMPTY, None))
-            row.gpus.append(gpu_tile(gpu, reading, limits, now))
+        row.gpus = [by_gpu[g.pk] for g in gpus.get(node.id, [])]
         rows.append(row)
     return rows
 
@@ -274,6 +330,12 @@ def liquid(state: RackState, now: float) -> Liquid | None:
     )
 
 
+def site_timezone(rack_id: int) -> str:
+    """The time zone of the rack's site, in which the page says when a GPU was lost."""
+    tz = Rack.objects.filter(pk=rack_id).values_list("hall__site__timezone", flat=True).first()
+    return tz or "UTC"
+
+
 def rack_page(rack_id: int, now: float) -> RackPage | None:
     """The rack page's content, None for a rack that does not exist."""
     state = rack_states([rack_id], now).get(rack_id)
@@ -300,6 +362,6 @@ def rack_page(rack_id: int, now: float) -> RackPage | None:
         redundancy=lines,
         redundancy_holds=holds,
         liquid=liquid(state, now),
-        nodes=elevation(state, now),
+        nodes=elevation(state, now, site_timezone(rack_id)),
         as_of=as_of(now),
     )

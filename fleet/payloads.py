@@ -65,27 +65,36 @@ def gpu_entry(
     reading: health.Reading,
     limits: health.GpuLimits | None,
     now: float,
+    *,
+    node_reports: bool,
 ) -> Payload:
     """One GPU as the rack and GPU pages show it (the contract of `gpus` in a rack message):
 
     `node_id`, `index`; `level` (ok/warn/crit/unknown) and `level_word` (OK/Warning/
-    Critical/No data); `temp_c` (temp_gpu_c); `headroom_c` to the GPU's own slowdown
-    limit; `power_w` and `power_limit_w` (the enforced cap, else the board's maximum) with
-    `power_frac` of it; `sm_clock_mhz` (clock_sm_mhz); `util_pct` (util_gpu_pct);
-    `reasons` (decoded clock-event reasons, "hw_thermal: hardware thermal slowdown
-    (>=2x)"); `throttling` (thermal or power); `stale` (nothing fresh); `stale_s` (seconds
-    since its newest sample, null when it never reported); `ts` (that sample, epoch s).
-    Every figure is null when absent or older than `health.STALE_AFTER_S`.
+    Critical/No data); `lost`: its node reports (`node_reports`: the node or another of
+    its GPUs is fresh) and it has nothing fresh — then its level is `health.LOST_LEVEL`
+    (critical), never "no data", and `lost_words` says so ("lost: off the bus");
+    `temp_c` (temp_gpu_c); `headroom_c` to the GPU's own slowdown limit; `power_w` and
+    `power_limit_w` (the enforced cap, else the board's maximum) with `power_frac` of
+    it; `sm_clock_mhz` (clock_sm_mhz); `util_pct` (util_gpu_pct); `reasons` (decoded
+    clock-event reasons, "hw_thermal: hardware thermal slowdown (>=2x)"); `throttling`
+    (thermal or power); `stale` (nothing fresh); `stale_s` (seconds since its newest
+    sample, null when it never reported); `ts` (that sample, epoch s). Every figure is
+    null when absent or older than `health.STALE_AFTER_S`.
     """
     s = health.gpu_summary(reading, limits, now)
+    lost = health.gpu_lost_on(reading, node_reports, now)
+    level = health.LOST_LEVEL if lost else s.level
     cap = fresh_value(reading, "power_limit_w", now)
     if cap is None and limits is not None:
         cap = limits.power_limit_max_w
     return {
         "node_id": node_id,
         "index": index,
-        "level": s.level.value,
-        "level_word": level_word(s.level),
+        "level": level.value,
+        "level_word": level_word(level),
+        "lost": lost,
+        "lost_words": f"{health.LOST}: {health.OFF_THE_BUS}" if lost else "",
         "temp_c": s.temp_c,
         "headroom_c": None if s.stale else s.headroom.slowdown_c,
         "power_w": s.power_w,
@@ -103,8 +112,15 @@ def gpu_entry(
 
 def rack_gpus(state: RackState, ids: Mapping[GpuKey, int], now: float) -> dict[str, Payload]:
     """Every inventory GPU of the rack (`ids` from `gpu_ids`), keyed by its pk."""
+    reporting = {node_id: not n.stale for node_id, n in state.nodes.items()}
     return {
-        str(pk): gpu_entry(key[0], key[1], *state.gpus.get(key, (health.EMPTY, None)), now)
+        str(pk): gpu_entry(
+            key[0],
+            key[1],
+            *state.gpus.get(key, (health.EMPTY, None)),
+            now,
+            node_reports=reporting.get(key[0], False),
+        )
         for key, pk in sorted(ids.items())
     }
 

@@ -344,14 +344,24 @@ def rack_payload(state: RackState) -> Payload:
         "level": state.level.value,  # the rack's own signals and its loop's
         "headroom_level": health.headroom_level(summary.min_headroom_c).value,
         "throttling_level": health.throttling_level(summary.throttling_thermal).value,
+        "lost_gpus": lost_gpus(state),
+        "lost_level": health.LOST_LEVEL.value,
         "reasons": rack_reasons(state),
     }
+
+
+def lost_gpus(state: RackState) -> int:
+    """GPUs of the rack whose node reports and which do not (`health.lost`)."""
+    return sum(n.lost_gpus for n in state.nodes.values())
 
 
 def rack_reasons(state: RackState) -> list[str]:
     """Why a rack is not OK, in an operator's words (the tile and alerts show them)."""
     s = state.summary
     out: list[str] = []
+    lost = lost_gpus(state)
+    if lost:  # the worst hardware state in the building: said first
+        out.append(health.gpus_lost_words(lost))
     if s.power_level in (health.Level.WARN, health.Level.CRIT) and s.power_pct is not None:
         out.append(f"power {s.power_pct:.0f} % of budget")
     if s.throttling_thermal:

@@ -18,6 +18,7 @@ from fleet.health.levels import (
     stale,
     worst,
 )
+from fleet.health.lost import LOST_LEVEL
 from fleet.health.thresholds import (
     BENIGN_REASONS,
     CRIT_REASONS,
@@ -173,6 +174,9 @@ class NodeSummary:
     ts: float | None  # newest sample of the node or any GPU
     stale: bool  # nothing fresh at all
     level: Level
+    # GPUs with nothing fresh while the node reports (`health.lost`): critical, not "no
+    # data"; 0 when the node is silent (then its GPUs are unknown, counted in stale_gpus).
+    lost_gpus: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,7 +237,11 @@ def node_summary_of(
     node_power = node.fresh("power_w", now, stale_after_s)
     inlet = node.fresh("temp_inlet_c", now, stale_after_s)
     is_stale = not gpus.fresh and stale(node, now, stale_after_s)
+    # The node reports (it or a GPU is fresh): its GPUs with nothing fresh are lost.
+    lost = 0 if is_stale else gpus.count - gpus.fresh
     levels = [gpus.level] if gpus.count else []
+    if lost:
+        levels.append(LOST_LEVEL)
     if inlet is not None:
         levels.append(inlet_level(inlet))
     stamps = [t for t in (newest_ts(node), gpus.ts) if t is not None]
@@ -249,4 +257,5 @@ def node_summary_of(
         ts=max(stamps, default=None),
         stale=is_stale,
         level=Level.UNKNOWN if is_stale else worst(*levels),
+        lost_gpus=lost,
     )

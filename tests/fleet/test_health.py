@@ -316,11 +316,18 @@ def test_a_node_counts_thermal_and_power_throttled_gpus_separately() -> None:
     assert n.level is CRIT
 
 
-def test_one_silent_gpu_makes_an_otherwise_healthy_node_unknown() -> None:
+def test_one_silent_gpu_beside_reporting_ones_is_lost_and_makes_the_node_critical() -> None:
+    # Its node reports (a sibling is fresh): the silent GPU fell off the bus, the worst
+    # hardware state, never "no data" (issue 18).
     n = node(cool_gpu(), cool_gpu(60))
-    assert n.stale_gpus == 1 and not n.stale
+    assert n.stale_gpus == 1 and n.lost_gpus == 1 and not n.stale
     assert n.gpu_power_w == 500.0
-    assert n.level is UNKNOWN
+    assert n.level is CRIT
+
+
+def test_gpus_of_a_silent_node_are_no_data_not_lost() -> None:
+    n = node(cool_gpu(60), cool_gpu(60))
+    assert n.stale and n.lost_gpus == 0 and n.level is UNKNOWN
 
 
 def test_a_silent_gpu_does_not_hide_a_hot_one() -> None:

@@ -2,7 +2,8 @@
 (fields fresh, stale, on the staleness boundary or missing; GPUs without limits, with the
 T.Limit form only, without an inventory row; clock-event masks with every reason bit and
 unknown ones; headroom on and past its thresholds; power that rounds on a .x5) must give
-exactly the rack payloads that reading and judging every GPU in Python gives.
+exactly the rack payloads that reading and judging every GPU in Python gives — lost GPUs
+(their node fresh, they stale) counted and critical on both.
 
 `fleet.state.rack_summaries` (GPUs folded per node by `fleet.summaries_sql`) against
 `fleet.state.rack_states` (every GPU's reading through `fleet.health`), in a database of
@@ -127,7 +128,8 @@ def build(tdb: TierDb, seed: int) -> None:
     gpu_rows, node_rows, rack_rows, loop_rows = [], [], [], []
     node_no = 0
     for r in range(24):
-        mode = rng.choice(["mixed", "mixed", "calm", "warm", "warm", "quiet"])
+        # "lost": nodes that report while some of their GPUs went silent (off the bus)
+        mode = rng.choice(["mixed", "mixed", "calm", "warm", "warm", "quiet", "lost"])
         rack = Rack.objects.using(using).create(
             hall=halls[r % 2],
             name=f"R{r:02d}",
@@ -178,16 +180,21 @@ def build(tdb: TierDb, seed: int) -> None:
             for index in range(gpus + extra):
                 if not calm and rng.random() < 0.1:
                     continue  # never sent anything
-                values = gpu_values(rng, limits.get(index), mode)
-                gpu_rows.append(latest_row(rng, "gpu", (node.id, index), values, mode))
-            if calm or rng.random() < 0.85:
+                if mode == "lost":  # its node reports; this GPU may have stopped
+                    gpu_mode = "quiet" if rng.random() < 0.4 else "calm"
+                    values = gpu_values(rng, limits.get(index), "calm")
+                else:
+                    gpu_mode, values = mode, gpu_values(rng, limits.get(index), mode)
+                gpu_rows.append(latest_row(rng, "gpu", (node.id, index), values, gpu_mode))
+            if calm or mode == "lost" or rng.random() < 0.85:
                 node_values: dict[str, Any] = {"cpu_pct": 12.0}
                 if rng.random() < 0.6:
                     node_values["power_w"] = round(rng.uniform(2000, 9000), 1)
                 if rng.random() < 0.6:
                     inlets = [24.0, 27.0, 28.0, 32.5]
                     node_values["temp_inlet_c"] = 24.0 if mode in CALM else rng.choice(inlets)
-                node_rows.append(latest_row(rng, "node", (node.id,), node_values, mode))
+                node_mode = "calm" if mode == "lost" else mode
+                node_rows.append(latest_row(rng, "node", (node.id,), node_values, node_mode))
     for i, loop in enumerate(loops):
         supply = 25.0 if i == 0 else rng.choice([25.0, 31.0, 33.0])
         loop_values = {"supply_c": supply, "flow_lpm": 300.0}
@@ -227,6 +234,9 @@ def test_the_sql_path_gives_exactly_the_payloads_of_the_python_path(
     assert any(p["throttling_thermal"] for p in expected.values())
     assert any(p["throttling_power"] for p in expected.values())
     assert any(p["power_source"] == "gpus" for p in expected.values())
+    # GPUs lost (node fresh, GPU stale) are counted, and their racks are critical.
+    lost = [p for p in expected.values() if p["lost_gpus"]]
+    assert lost and all(p["level"] == "crit" for p in lost)
 
 
 def test_gpu_totals_from_the_database_match_folding_every_gpu(
