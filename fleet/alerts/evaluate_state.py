@@ -29,11 +29,20 @@ Key = tuple[int, ...]
 Values = dict[Key, float | None]
 Params = dict[str, Any]
 
-_FLAG_BITS = {
-    "hw_thermal_slowdown": nvml.HW_THERMAL_SLOWDOWN,
-    "sw_thermal_slowdown": nvml.SW_THERMAL_SLOWDOWN,
-    "hw_power_brake": nvml.HW_POWER_BRAKE_SLOWDOWN,
-    "sw_power_cap": nvml.SW_POWER_CAP,
+# Clock-event flags: signal -> (the bit that sets it, bits that explain it away). HW
+# slowdown (0x8) comes with HW thermal (0x40) or HW power brake (0x80) when either is its
+# cause, and those have rules of their own; alone (over-power, an external slowdown
+# signal, a driver that reports no finer reason) it is critical on the page with no other
+# rule: `hw_slowdown_unexplained` is that case, so one cause never fires twice.
+_FLAG_BITS: dict[str, tuple[int, int]] = {
+    "hw_thermal_slowdown": (nvml.HW_THERMAL_SLOWDOWN, 0),
+    "sw_thermal_slowdown": (nvml.SW_THERMAL_SLOWDOWN, 0),
+    "hw_slowdown_unexplained": (
+        nvml.HW_SLOWDOWN,
+        nvml.HW_THERMAL_SLOWDOWN | nvml.HW_POWER_BRAKE_SLOWDOWN,
+    ),
+    "hw_power_brake": (nvml.HW_POWER_BRAKE_SLOWDOWN, 0),
+    "sw_power_cap": (nvml.SW_POWER_CAP, 0),
 }
 
 
@@ -110,10 +119,16 @@ def _power_cap_fraction(snap: Snapshot) -> Values:
     }
 
 
-def _flag(bit: int) -> Callable[[Snapshot], Values]:
+def clock_event_flag(name: str, mask: int) -> float:
+    """The flag signal `name` (1.0 or 0.0) of a clock-event mask."""
+    bit, unless = _FLAG_BITS[name]
+    return float(bool(mask & bit) and not mask & unless)
+
+
+def _flag(name: str) -> Callable[[Snapshot], Values]:
     def compute(snap: Snapshot) -> Values:
         masks = snap.fresh("gpu", "clock_event_reasons")
-        return {k: None if m is None else float(bool(int(m) & bit)) for k, m in masks.items()}
+        return {k: None if m is None else clock_event_flag(name, int(m)) for k, m in masks.items()}
 
     return compute
 
@@ -201,7 +216,7 @@ DERIVED: dict[tuple[str, str], Callable[[Snapshot], Values]] = {
     ("gpu", "headroom_slowdown_c"): lambda s: _gpu_headroom(s, "slowdown_c"),
     ("gpu", "headroom_hbm_c"): lambda s: _gpu_headroom(s, "mem_max_c"),
     ("gpu", "power_cap_fraction"): _power_cap_fraction,
-    **{("gpu", name): _flag(bit) for name, bit in _FLAG_BITS.items()},
+    **{("gpu", name): _flag(name) for name in _FLAG_BITS},
     ("rack", "rack_power_fraction"): _rack_power_fraction,
     ("feed", "feed_load_fraction"): _feed_load_fraction,
     ("loop", "supply_over_limit_c"): _supply_over_limit,

@@ -13,8 +13,24 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any
 
-from fleet import health
 from fleet.alerts import signals
+from fleet.health.thresholds import (
+    FLOW_CRIT_FRACTION,
+    FLOW_STOPPED_LPM,
+    FLOW_WARN_FRACTION,
+    HEADROOM_CRIT_C,
+    HEADROOM_WARN_C,
+    INLET_ALLOWABLE_A1_MAX_C,
+    INLET_RECOMMENDED_MAX_C,
+    LEAK_CRIT,
+    LEAK_WARN,
+    PUMPS_FAILED_WARN,
+    PUMPS_RUNNING_MIN,
+    RACK_POWER_CRIT_FRACTION,
+    RACK_POWER_WARN_FRACTION,
+    RESERVOIR_LOW_WARN,
+    SUPPLY_WARN_MARGIN_C,
+)
 
 XID_RUNBOOK = "https://docs.nvidia.com/deploy/xid-errors/index.html"
 MEMORY_RUNBOOK = "https://docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/index.html"
@@ -72,9 +88,13 @@ def _plain(value: Any) -> Any:
     return value.total_seconds() if isinstance(value, dt.timedelta) else value
 
 
+# A rule at a level the pages show reads the page's threshold (fleet/health/thresholds.py)
+# with the page's comparison, so the page and the alert agree at the boundary itself
+# (tests/alerts/test_page_rule_boundaries.py); for-durations and clear thresholds are the
+# rules' own (a page shows the present, an alert waits out noise).
 _GPU = "{node} GPU {gpu}"
-_HC, _HW = health.HEADROOM_CRIT_C, health.HEADROOM_WARN_C
-_INLET_REC, _INLET_A1 = health.INLET_RECOMMENDED_MAX_C, health.INLET_ALLOWABLE_A1_MAX_C
+_HC, _HW = HEADROOM_CRIT_C, HEADROOM_WARN_C
+_INLET_REC, _INLET_A1 = INLET_RECOMMENDED_MAX_C, INLET_ALLOWABLE_A1_MAX_C
 
 GPU_RULES: tuple[RuleSpec, ...] = (
     RuleSpec(
@@ -82,7 +102,7 @@ GPU_RULES: tuple[RuleSpec, ...] = (
         "GPU near its slowdown limit",
         "gpu",
         "headroom_slowdown_c",
-        "lt",
+        "le",
         _HW,
         _HW + 2,
         120,
@@ -95,7 +115,7 @@ GPU_RULES: tuple[RuleSpec, ...] = (
         "GPU at its slowdown limit",
         "gpu",
         "headroom_slowdown_c",
-        "lt",
+        "le",
         _HC,
         _HC + 2,
         30,
@@ -117,6 +137,20 @@ GPU_RULES: tuple[RuleSpec, ...] = (
         "NVML clock-event reason 0x40: the hardware halves clocks or more to cool down.",
     ),
     RuleSpec(
+        "gpu-hw-slowdown",
+        "HW slowdown",
+        "gpu",
+        "hw_slowdown_unexplained",
+        "ge",
+        1,
+        None,
+        30,
+        "critical",
+        _GPU + " is in HW slowdown (clocks ≥2× cut) with no thermal or power-brake reason",
+        "NVML reason 0x8 alone: the hardware cuts clocks ≥2× (over-power, an external "
+        "slowdown signal); with 0x40 or 0x80 set, those rules fire instead.",
+    ),
+    RuleSpec(
         "gpu-sw-thermal-slowdown",
         "SW thermal slowdown sustained",
         "gpu",
@@ -125,7 +159,7 @@ GPU_RULES: tuple[RuleSpec, ...] = (
         1,
         None,
         180,
-        "warning",
+        "critical",
         _GPU + " has been in SW thermal slowdown for 3 minutes",
         "NVML reason 0x20: the driver keeps GPU or HBM under max operating temperature.",
     ),
@@ -162,13 +196,26 @@ GPU_RULES: tuple[RuleSpec, ...] = (
         "HBM near its max temperature",
         "gpu",
         "headroom_hbm_c",
-        "lt",
-        5,
-        7,
+        "le",
+        _HW,
+        _HW + 2,
         120,
         "warning",
         _GPU + " HBM is {value:.0f} °C from its max",
         "HBM against its own max operating temperature (95 °C on H100/A100).",
+    ),
+    RuleSpec(
+        "gpu-hbm-headroom-critical",
+        "HBM at its max temperature",
+        "gpu",
+        "headroom_hbm_c",
+        "le",
+        _HC,
+        _HC + 2,
+        30,
+        "critical",
+        _GPU + " HBM is {value:.0f} °C from its max",
+        "Within 3 °C of HBM max operating temperature the driver is about to slow the GPU.",
     ),
     RuleSpec(
         "gpu-ecc-dbe",
@@ -271,7 +318,7 @@ POWER_RULES: tuple[RuleSpec, ...] = (
         "rack",
         "rack_power_fraction",
         "ge",
-        health.RACK_POWER_WARN_FRACTION,
+        RACK_POWER_WARN_FRACTION,
         0.85,
         300,
         "warning",
@@ -285,7 +332,7 @@ POWER_RULES: tuple[RuleSpec, ...] = (
         "rack",
         "rack_power_fraction",
         "ge",
-        health.RACK_POWER_CRIT_FRACTION,
+        RACK_POWER_CRIT_FRACTION,
         0.95,
         60,
         "critical",
@@ -339,17 +386,45 @@ LOOP_RULES: tuple[RuleSpec, ...] = (
         labels=FACILITY,
     ),
     RuleSpec(
+        "loop-supply-near-limit",
+        "CDU supply near its class limit",
+        "loop",
+        "supply_over_limit_c",
+        "gt",
+        -SUPPLY_WARN_MARGIN_C,
+        -SUPPLY_WARN_MARGIN_C - 1,
+        120,
+        "warning",
+        "{loop} supply {value:+.1f} °C from its limit",
+        "Secondary supply within 2 °C of its limit: the plant has lost most of its margin.",
+        labels=FACILITY,
+    ),
+    RuleSpec(
         "loop-flow-collapse",
         "CDU flow collapse",
         "loop",
         "flow_fraction",
         "lt",
-        health.FLOW_CRIT_FRACTION,
+        FLOW_CRIT_FRACTION,
         0.6,
         30,
         "critical",
         "{loop} flow at {value:.0%} of rated",
-        "Flow under half the loop's rated flow.",
+        "Flow under 2 % of the loop's rated flow.",
+        labels=FACILITY,
+    ),
+    RuleSpec(
+        "loop-flow-low",
+        "CDU flow low",
+        "loop",
+        "flow_fraction",
+        "lt",
+        FLOW_WARN_FRACTION,
+        FLOW_WARN_FRACTION + 0.05,
+        60,
+        "warning",
+        "{loop} flow at {value:.0%} of rated",
+        "Flow under a tenth of the loop's rated flow: barely moving.",
         labels=FACILITY,
     ),
     RuleSpec(
@@ -358,7 +433,7 @@ LOOP_RULES: tuple[RuleSpec, ...] = (
         "loop",
         "flow_lpm",
         "le",
-        health.FLOW_STOPPED_LPM,
+        FLOW_STOPPED_LPM,
         5,
         10,
         "critical",
@@ -387,7 +462,7 @@ LOOP_RULES: tuple[RuleSpec, ...] = (
         "loop",
         "pumps_failed",
         "ge",
-        1,
+        PUMPS_FAILED_WARN,
         None,
         30,
         "warning",
@@ -401,7 +476,7 @@ LOOP_RULES: tuple[RuleSpec, ...] = (
         "loop",
         "pumps_running",
         "lt",
-        1,
+        PUMPS_RUNNING_MIN,
         None,
         10,
         "critical",
@@ -409,32 +484,39 @@ LOOP_RULES: tuple[RuleSpec, ...] = (
         "No pump running: no flow.",
         labels=FACILITY,
     ),
-    RuleSpec(
-        "loop-leak",
-        "Leak at a CDU",
-        "loop",
-        "leak",
-        "ge",
-        1,
-        None,
-        0,
-        "critical",
-        "{loop}: leak detected",
-        "Leak detection at warning or critical.",
-        labels=FACILITY,
+    *(
+        RuleSpec(
+            f"{scope}-leak{suffix}",
+            f"Leak {where}{what}",
+            scope,
+            "leak",
+            "ge",
+            state,
+            None,
+            0,
+            severity,
+            f"{{{scope}}}: leak detected ({word})",
+            f"Leak detection at {word} (Redfish LeakDetection {word.capitalize()}).",
+            labels=FACILITY,
+        )
+        for scope, where in (("loop", "at a CDU"), ("rack", "in a rack"))
+        for suffix, what, state, severity, word in (
+            ("-warning", " (warning)", LEAK_WARN, "warning", "warning"),
+            ("", "", LEAK_CRIT, "critical", "critical"),
+        )
     ),
     RuleSpec(
-        "rack-leak",
-        "Leak in a rack",
-        "rack",
-        "leak",
+        "loop-reservoir-low",
+        "CDU reservoir low",
+        "loop",
+        "reservoir_low",
         "ge",
-        1,
+        RESERVOIR_LOW_WARN,
         None,
-        0,
-        "critical",
-        "{rack}: leak detected",
-        "Leak detection at warning or critical.",
+        60,
+        "warning",
+        "{loop}: reservoir fluid level low",
+        "The CDU's reservoir reports a low level: top up before the pumps run dry.",
         labels=FACILITY,
     ),
 )
@@ -453,7 +535,8 @@ SOURCE_RULES: tuple[RuleSpec, ...] = (
             0,
             "warning",
             f"{name}: no batch for {{value:.0f}} intervals",
-            "No batch for 3 sampling intervals.",
+            "No batch for 3 of the source's own batch intervals, as the agent declares"
+            " them (a node agent: every second; a facility agent: its poll cadence).",
         )
         for scope, name in _SILENT.items()
     ),
@@ -469,8 +552,8 @@ SOURCE_RULES: tuple[RuleSpec, ...] = (
             0,
             "warning",
             f"{name}: {{metric}} has not arrived for {{value:.0f}} s",
-            "A field trails the entity's newest sample: it stopped arriving while the "
-            "agent still reports.",
+            "A field trails the entity's newest sample by 120 s, longer than its source's"
+            " own pace allows: it stopped arriving while the agent still reports.",
         )
         for scope, name in {**_SILENT, "gpu": _GPU, "feed": "{rack} feed {feed}"}.items()
     ),

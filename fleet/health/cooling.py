@@ -9,6 +9,9 @@ from fleet.health.thresholds import (
     FLOW_CRIT_FRACTION,
     FLOW_STOPPED_LPM,
     FLOW_WARN_FRACTION,
+    PUMPS_FAILED_WARN,
+    PUMPS_RUNNING_MIN,
+    RESERVOIR_LOW_WARN,
     STALE_AFTER_S,
     SUPPLY_WARN_MARGIN_C,
 )
@@ -72,13 +75,13 @@ def loop_summary(
     if flow is not None:
         levels.append(flow_level(flow, rated_flow_lpm))
     if failed is not None:
-        levels.append(Level.WARN if failed > 0 else Level.OK)
+        levels.append(Level.WARN if failed >= PUMPS_FAILED_WARN else Level.OK)
     if running is not None:
-        levels.append(Level.CRIT if running <= 0 else Level.OK)
+        levels.append(Level.CRIT if running < PUMPS_RUNNING_MIN else Level.OK)
     if leak is not None:
         levels.append(leak_level(leak))
     if reservoir is not None:
-        levels.append(Level.WARN if reservoir else Level.OK)
+        levels.append(Level.WARN if reservoir >= RESERVOIR_LOW_WARN else Level.OK)
     is_stale = stale(loop, now, stale_after_s)
     return LoopSummary(
         supply_c=supply,
