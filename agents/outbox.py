@@ -32,11 +32,14 @@ def build_batch(
     reading: Reading,
     agent: dict[str, Any],
     sent_at: float | None = None,
+    cadence: dict[str, float] | None = None,
 ) -> dict[str, Any]:
     """The protocol-v1 batch for one reading: empty parts are left out, not sent empty.
 
     `sent_at` is when the batch was built and spooled (informational: a spooled batch may
     go out much later; the server measures the clock offset from its acks instead).
+    `cadence` is the source's declared intervals (`agents.protocol.cadence`), in every
+    batch: the server judges the source's silence by it.
     """
     batch: dict[str, Any] = {
         "protocol": PROTOCOL_VERSION,
@@ -44,6 +47,8 @@ def build_batch(
         "seq": seq,
         "sent_at": round(time.time() if sent_at is None else sent_at, 3),
     }
+    if cadence is not None:
+        batch["cadence"] = cadence
     for kind, samples in reading.samples.items():
         if samples:
             batch[kind] = samples
@@ -65,8 +70,10 @@ class Outbox:
         uplink_settings: UplinkSettings,
         spool_settings: SpoolSettings | None = None,
         clock: Callable[[], float] = time.time,
+        cadence: dict[str, float] | None = None,
     ) -> None:
         self.source = source
+        self.cadence = cadence  # declared in every batch (docs/protocol.md, `cadence`)
         self.spool = Spool(spool_dir, spool_settings)
         self._uplink_settings = uplink_settings
         self._clock = clock  # stamps `sent_at`: the agent's AgentClock.now, in the agent
@@ -90,7 +97,9 @@ class Outbox:
             "ticks_skipped": self.ticks_skipped,
             **self.clock_offset.report(),  # clock_offset_s, clock_rtt_s once measured
         }
-        payload = orjson.dumps(build_batch(self.source, seq, reading, agent, self._clock()))
+        payload = orjson.dumps(
+            build_batch(self.source, seq, reading, agent, self._clock(), self.cadence)
+        )
         if len(payload) > MAX_BATCH_BYTES:
             # The server would refuse it (413) and resending cannot help: say so, keep going.
             log.error("batch over 1 MiB not sent", source=self.source, seq=seq, size=len(payload))

@@ -34,6 +34,7 @@ from agents.collectors.base import Collector, NotPresent, Reading, SlowRead
 from agents.enroll import EnrollError, read_token
 from agents.log import get_logger
 from agents.outbox import Outbox
+from agents.protocol import cadence
 from agents.runconfig import AgentConfig, ConfigError, config_from_args
 from agents.schedule import SlowLane, Ticker, merge_slow
 from agents.spool import SpoolSettings
@@ -266,9 +267,12 @@ def build_outbox(config: AgentConfig, token: str, clock: AgentClock | None = Non
         backoff_cap_s=config.backoff_cap_s,
     )
     spool = SpoolSettings(max_bytes=int(config.spool_max_mb * 1024 * 1024))
+    # One batch per tick: the agent samples and sends every `interval_s` (for a facility
+    # agent, its shortest target cadence: `tick_interval`).
+    declared = cadence(config.interval_s)
     if clock is None:
-        return Outbox(source, config.spool_dir, settings, spool)
-    return Outbox(source, config.spool_dir, settings, spool, clock=clock.now)
+        return Outbox(source, config.spool_dir, settings, spool, cadence=declared)
+    return Outbox(source, config.spool_dir, settings, spool, clock=clock.now, cadence=declared)
 
 
 def run_command(args: argparse.Namespace) -> int:

@@ -27,6 +27,20 @@ MAX_EVENTS_PER_BATCH = 1000
 MAX_INFO_BYTES = 64 * 1024  # node_info, agent, and gpu_info (all entries), each as JSON
 MAX_INFO_DEPTH = 16  # nesting of objects and lists in those blocks
 
+# The cadence a source declares in every batch (`cadence`: docs/protocol.md): how often it
+# samples and how often it sends a batch, in seconds. The server judges the source silent in
+# its own batch intervals; bounds keep a typo (0, or a day) from blinding that judgement.
+MIN_INTERVAL_S = 0.1
+MAX_INTERVAL_S = 3600.0
+CADENCE_KEYS = ("sample_s", "batch_s")
+
+
+def cadence(sample_s: float, batch_s: float | None = None) -> dict[str, float]:
+    """The batch's `cadence` block: sampling every `sample_s`, a batch every `batch_s`
+    (default: one batch per sample)."""
+    return {"sample_s": float(sample_s), "batch_s": float(sample_s if batch_s is None else batch_s)}
+
+
 # WebSocket close codes (4000 + the HTTP status they mirror).
 CLOSE_UNAUTHORIZED = 4401
 CLOSE_FORBIDDEN = 4403

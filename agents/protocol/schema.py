@@ -13,11 +13,14 @@ import sys
 from typing import Any
 
 from agents.protocol import (
+    CADENCE_KEYS,
     MAX_BATCH_BYTES,
     MAX_EVENTS_PER_BATCH,
     MAX_FUTURE_S,
     MAX_GPUS_PER_NODE,
+    MAX_INTERVAL_S,
     MAX_PAST_S,
+    MIN_INTERVAL_S,
     PROTOCOL_VERSION,
     SOURCE_KINDS,
 )
@@ -78,6 +81,26 @@ def batch_schema() -> dict[str, Any]:
         "sent_at": {
             "type": "number",
             "description": "Unix time (s) the batch was built; informational",
+        },
+        "cadence": {
+            "type": "object",
+            "description": "the source's own intervals; the server judges silence in batch"
+            " intervals (batch_s not shorter than sample_s, which a schema cannot state)",
+            "properties": {
+                key: {
+                    "type": "number",
+                    "minimum": MIN_INTERVAL_S,
+                    "maximum": MAX_INTERVAL_S,
+                    "description": help,
+                }
+                for key, help in zip(
+                    CADENCE_KEYS,
+                    ("seconds between samples", "seconds between batches"),
+                    strict=True,
+                )
+            },
+            "required": list(CADENCE_KEYS),
+            "additionalProperties": False,
         },
         "gpu_info": {
             "type": "array",

@@ -17,12 +17,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agents.protocol import (
+    CADENCE_KEYS,
     MAX_EVENTS_PER_BATCH,
     MAX_FUTURE_S,
     MAX_GPUS_PER_NODE,
     MAX_INFO_BYTES,
     MAX_INFO_DEPTH,
+    MAX_INTERVAL_S,
     MAX_PAST_S,
+    MIN_INTERVAL_S,
     PROTOCOL_VERSION,
     parse_source,
 )
@@ -54,6 +57,9 @@ class Batch:
     node_info: dict[str, Any] | None = None
     events: list[dict[str, Any]] = field(default_factory=list)
     agent: dict[str, Any] | None = None
+    # The source's declared cadence (seconds); None from an agent older than the field.
+    sample_s: float | None = None
+    batch_s: float | None = None
 
     @property
     def gpu_samples(self) -> int:
@@ -65,7 +71,17 @@ _SPECS: dict[str, dict[str, tuple[float, float, bool]]] = {
     kind: {m.name: (m.lo, m.hi, m.integer) for m in metrics} for kind, metrics in METRICS.items()
 }
 _TOP_KEYS = frozenset(
-    {"protocol", "source", "seq", "sent_at", "gpu_info", "node_info", "events", "agent"}
+    {
+        "protocol",
+        "source",
+        "seq",
+        "sent_at",
+        "cadence",
+        "gpu_info",
+        "node_info",
+        "events",
+        "agent",
+    }
     | set(SAMPLE_KINDS)
 )
 _EVENT_KINDS = frozenset({"xid", "ecc_sbe", "ecc_dbe", "gpu_lost", "collector_error", "note"})
@@ -97,6 +113,8 @@ def validate_batch(obj: Any, now: float) -> Batch:
     if sent_at is not None:
         _sent_at(sent_at)
     batch = Batch(source=source, seq=seq)
+    if "cadence" in obj:
+        batch.sample_s, batch.batch_s = _cadence(obj["cadence"])
     # Every timestamp must lie in [oldest, newest]: one chained comparison per sample.
     oldest, newest = now - MAX_PAST_S, now + MAX_FUTURE_S
     for kind in SAMPLE_KINDS:
@@ -296,6 +314,40 @@ def _sent_at(value: Any) -> None:
             raise ProtocolError(400, "sent_at", "must be a Unix time in seconds")
     elif t is not float or not math.isfinite(value):
         raise ProtocolError(400, "sent_at", "must be a number (Unix time in seconds)")
+
+
+def _cadence(value: Any) -> tuple[float, float]:
+    """The declared (sample_s, batch_s): both present, numbers within the bounds, and a
+    batch no more often than a sample (a batch carries at least one sampling interval)."""
+    if type(value) is not dict:
+        raise ProtocolError(400, "cadence", "must be an object {sample_s, batch_s}")
+    for key in value:
+        if key not in CADENCE_KEYS:
+            raise ProtocolError(400, f"cadence.{key}", "unknown cadence field")
+    out: list[float] = []
+    for key in CADENCE_KEYS:
+        interval = value.get(key)
+        where = f"cadence.{key}"
+        if interval is None:
+            raise ProtocolError(400, where, "required number of seconds (null is refused)")
+        if type(interval) is not int and type(interval) is not float:
+            raise ProtocolError(
+                400, where, f"must be a number of seconds, got {type(interval).__name__}"
+            )
+        if not MIN_INTERVAL_S <= interval <= MAX_INTERVAL_S:  # also false for NaN
+            raise ProtocolError(
+                400, where, f"{interval} is outside [{MIN_INTERVAL_S:g}, {MAX_INTERVAL_S:g}] s"
+            )
+        out.append(float(interval))
+    sample_s, batch_s = out
+    if batch_s < sample_s:
+        raise ProtocolError(
+            400,
+            "cadence.batch_s",
+            f"{batch_s:g} s is shorter than sample_s {sample_s:g} s: a batch carries at least"
+            " one sampling interval",
+        )
+    return sample_s, batch_s
 
 
 def _slow_sample(

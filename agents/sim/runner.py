@@ -30,6 +30,7 @@ from agents.collectors.base import Reading
 from agents.enroll import EnrollError, enroll
 from agents.log import get_logger
 from agents.outbox import Outbox
+from agents.protocol import cadence
 from agents.schedule import Ticker
 from agents.sim.collectors import site_collectors, site_reading
 from agents.sim.devices import SiteDevicePoll
@@ -111,6 +112,15 @@ class Simulator:
         self.agents = {a.source.partition(":")[2]: a for a in enrolled[1:]}
         log.info("simulator enrolled", nodes=len(self.agents), site=site_source)
 
+    def _cadence(self, agent: VirtualAgent) -> dict[str, float]:
+        """What each virtual source declares: a node samples and sends every tick; the
+        site every device poll (`facility_interval_s`), or every tick when its batch comes
+        straight from the model."""
+        if agent is self.site and self.devices is not None:
+            # Polls start on a tick, so they come no more often than the ticks do.
+            return cadence(max(self.settings.facility_interval_s, self.settings.interval_s))
+        return cadence(self.settings.interval_s)
+
     def _open(self, agent: VirtualAgent) -> Outbox:
         name = agent.source.replace(":", "_").replace("/", "_")
         settings = UplinkSettings(
@@ -125,6 +135,7 @@ class Simulator:
             settings,
             SpoolSettings(max_bytes=64 << 20, fsync=self.settings.spool_fsync),
             clock=self.clock.now,
+            cadence=self._cadence(agent),
         )
         outbox.start()
         return outbox

@@ -1,0 +1,82 @@
+"""Every sender declares its own cadence in every batch (docs/protocol.md, `cadence`): the
+node agent its tick, the facility agent its targets' cadence, the simulator's virtual
+nodes their tick and its site the device poll it really runs at."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from agents.enroll import write_token
+from agents.runconfig import AgentConfig
+from agents.runner import build_outbox, tick_interval
+from agents.sim.faults import FaultPlan
+from agents.sim.inventory import fetch_inventory
+from agents.sim.runner import SimSettings, Simulator
+from tests.agents.nvml_scenarios import CAPTURE
+from tests.agents.stub_server import ENROLL_TOKEN, StubBackend
+
+
+def _wait(predicate, timeout_s: float = 20.0) -> bool:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return bool(predicate())
+
+
+def test_the_node_agent_declares_its_interval_in_every_batch(
+    backend: StubBackend, tmp_path: Path
+) -> None:
+    source = "node:gpu-a01-01"
+    write_token(tmp_path / "token", backend.enroll(source))
+    argv = [
+        *(sys.executable, "-m", "agents.cli", "run", "--server", backend.url),
+        *("--token-file", str(tmp_path / "token"), "--source", source),
+        *("--spool-dir", str(tmp_path / "spool"), "--interval-s", "0.2"),
+        *("--nvml", f"fake:{CAPTURE}::2", "--collectors", "gpu"),
+    ]
+    agent = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert _wait(lambda: len(backend.store.batches) >= 3)
+    finally:
+        agent.send_signal(signal.SIGTERM)
+        _, stderr = agent.communicate(timeout=30)
+    assert agent.returncode == 0, stderr
+    batches = backend.store.batches
+    assert [b["cadence"] for b in batches] == [{"sample_s": 0.2, "batch_s": 0.2}] * len(batches)
+
+
+class _Target:
+    """A facility collector as the runner sees it: only its cadence matters here."""
+
+    def __init__(self, interval_s: float) -> None:
+        self.interval_s = interval_s
+
+
+def test_a_facility_agent_declares_its_shortest_target_cadence(tmp_path: Path) -> None:
+    config = AgentConfig(server="http://127.0.0.1:9", source="site:lab", spool_dir=tmp_path)
+    targets = [_Target(5.0), _Target(30.0)]
+    config.interval_s = tick_interval(config, targets)  # type: ignore[arg-type]
+    outbox = build_outbox(config, "fws_token")
+    assert outbox.cadence == {"sample_s": 5.0, "batch_s": 5.0}
+
+
+async def test_the_simulator_declares_each_source_at_its_real_cadence(
+    backend: StubBackend, tmp_path: Path
+) -> None:
+    inventory = fetch_inventory(backend.url, ENROLL_TOKEN).first_nodes(1)
+    settings = SimSettings(
+        backend.url, ENROLL_TOKEN, tmp_path, interval_s=0.1, facility_interval_s=0.3
+    )
+    await Simulator(settings, inventory, FaultPlan()).run(duration_s=1.0)
+    declared = {b["source"]: b["cadence"] for b in backend.store.batches}
+    assert declared == {
+        "node:gpu-a01-01": {"sample_s": 0.1, "batch_s": 0.1},
+        "site:lab": {"sample_s": 0.3, "batch_s": 0.3},
+    }
+    assert all("cadence" in b for b in backend.store.batches)
