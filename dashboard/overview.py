@@ -186,18 +186,21 @@ def site_names(site_ids: Iterable[int]) -> dict[int, str]:
 def site_strips(
     names: dict[int, str], racks: dict[str, Any], states: dict[int, RackState], now: float
 ) -> list[SiteStrip]:
-    """Each site's strip: its facility figures and counts, and the GPUs throttling now
-    summed from its racks' payloads (the page keeps that sum live the same way)."""
+    """Each site's strip: its facility figures and counts, and the GPUs throttling and
+    lost now summed from its racks' payloads (the page keeps those sums live the same way)."""
     # Each node's newest data is its summary's `ts`: no second read of the latest state.
     newest = ((s.info.site_id, n.ts) for s in states.values() for n in s.nodes.values())
     figures = site_payloads(names, now, agent_counts(newest, now))
     for payload in figures.values():
-        payload["throttling_thermal"] = payload["throttling_power"] = 0
+        payload["throttling_thermal"] = payload["throttling_power"] = payload["lost_gpus"] = 0
     for rack_id, state in states.items():
         site = figures[state.info.site_id]
         rack = racks[str(rack_id)]
         site["throttling_thermal"] += rack["throttling_thermal"]
         site["throttling_power"] += rack["throttling_power"]
+        site["lost_gpus"] += rack["lost_gpus"]
     for payload in figures.values():
         payload["throttling_level"] = health.throttling_level(payload["throttling_thermal"]).value
+        lost = payload["lost_gpus"]
+        payload["lost_level"] = health.LOST_LEVEL.value if lost else health.Level.OK.value
     return [SiteStrip(site_id, name, figures[site_id]) for site_id, name in names.items()]

@@ -345,6 +345,7 @@ def rack_payload(state: RackState) -> Payload:
         "headroom_level": health.headroom_level(summary.min_headroom_c).value,
         "throttling_level": health.throttling_level(summary.throttling_thermal).value,
         "lost_gpus": lost_gpus(state),
+        "lost_words": health.gpus_lost_words(lost_gpus(state)) if lost_gpus(state) else "",
         "lost_level": health.LOST_LEVEL.value,
         "reasons": rack_reasons(state),
     }

@@ -63,6 +63,7 @@
       return { level: r.power_level, figure: r.power_kw.toFixed(1) + " of " + r.budget_kw + " kW" + pct };
     },
     headroom(r) {
+      if (r.min_headroom_c === null && r.lost_gpus) return { level: r.lost_level, figure: r.lost_words };
       if (r.min_headroom_c === null) return { level: "unknown", figure: "no GPU temperature" };
       return { level: r.headroom_level, figure: "hottest GPU " + headroomWords(r.min_headroom_c) };
     },
@@ -91,7 +92,14 @@
     field("power").textContent = r.power_kw === null ? "–" : r.power_kw.toFixed(1);
     field("pct").textContent = r.power_pct === null ? "" : r.power_pct.toFixed(0) + "%";
     field("bar").style.width = (r.power_pct === null ? 0 : Math.min(r.power_pct, 100)) + "%";
-    field("headroom").textContent = headroomWords(r.min_headroom_c);
+    // Lost GPUs (off the bus while their node reports) are not "no data": the server's words.
+    field("headroom").textContent = r.min_headroom_c === null && r.lost_gpus
+      ? r.lost_words : headroomWords(r.min_headroom_c);
+    const lost = field("lost");
+    if (lost) {
+      lost.textContent = r.lost_words || "";
+      lost.dataset.level = r.lost_gpus ? r.lost_level : "ok";
+    }
     const throttle = [];
     if (r.throttling_thermal) throttle.push(r.throttling_thermal + " GPU(s) in thermal slowdown");
     if (r.throttling_power) throttle.push(r.throttling_power + " at their power limit");
@@ -125,14 +133,15 @@
 
   function siteThrottling(siteId) {
     // Sums of the site's racks; its level is the worst of theirs (judged on the server).
-    let thermal = 0, power = 0, level = "ok";
+    let thermal = 0, power = 0, level = "ok", lost = 0, lostLevel = "ok";
     racks.forEach((r, id) => {
       if ((places[id] || [])[0] !== Number(siteId)) return;
       thermal += r.throttling_thermal;
       power += r.throttling_power;
       if (r.throttling_level === "crit") level = "crit";
+      if (r.lost_gpus) { lost += r.lost_gpus; lostLevel = r.lost_level; }
     });
-    return { thermal: thermal, power: power, level: level };
+    return { thermal: thermal, power: power, level: level, lost: lost, lostLevel: lostLevel };
   }
 
   function renderSite(siteId, s, now) {
@@ -155,6 +164,11 @@
     const throttling = field("throttling");
     throttling.textContent = t.thermal + " in thermal slowdown · " + t.power + " at their power limit";
     throttling.dataset.level = t.level;
+    const lost = field("lost");
+    if (lost) {
+      lost.textContent = String(t.lost);
+      lost.dataset.level = t.lostLevel;
+    }
     const alerts = field("alerts");
     alerts.querySelector("a").textContent = String(s.alerts.firing);
     alerts.lastChild.textContent = " (" + s.alerts.critical + " critical)";
