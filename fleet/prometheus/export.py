@@ -29,6 +29,7 @@ from fleet.state import (
     gpu_ids,
     gpu_limits,
     loop_views,
+    lost_gpus,
     rack_summaries,
     select_rows,
     summary_readings,
@@ -140,7 +141,7 @@ def collect(now: float) -> list[Family]:
     _racks(families, states, sites)
     _feeds(families, states, sites, now)
     _loops(families, sites, now)
-    _sites(families, sites, now)
+    _sites(families, sites, now, states)
     _alerts(families)
     _agents(families, now)
     _deliveries(families)
@@ -161,6 +162,7 @@ class GpuFamilies:
     reason: Family
     level: Family
     stale: Family
+    lost: Family
 
 
 def _gpu_families(f: Families) -> GpuFamilies:
@@ -196,6 +198,12 @@ def _gpu_families(f: Families) -> GpuFamilies:
             GPU_LABELS,
         ),
         stale=f.gauge("fleetwatch_gpu_stale", "1 when nothing of the GPU is fresh", GPU_LABELS),
+        lost=f.gauge(
+            "fleetwatch_gpu_lost",
+            "1 when its node reports and the GPU does not (off the bus: health level 2);"
+            " 0 otherwise, also when the node is silent (then no data)",
+            GPU_LABELS,
+        ),
     )
 
 
@@ -218,7 +226,9 @@ def _gpus(
                 reading = readings.get((node_id, index), health.EMPTY)
                 limits = limits_of.get((node_id, index))
                 labels = label_text(GPU_LABELS, (site, state.info.name, node, str(index)))
-                _gpu(fams, labels, reading, limits, now)
+                summary = state.nodes.get(node_id)
+                reporting = summary is not None and not summary.stale
+                _gpu(fams, labels, reading, limits, now, reporting)
 
 
 def _gpu(
@@ -227,9 +237,14 @@ def _gpu(
     reading: health.Reading,
     limits: health.GpuLimits | None,
     now: float,
+    node_reports: bool,
 ) -> None:
     s = health.gpu_summary(reading, limits, now)
+    lost = health.gpu_lost_on(reading, node_reports, now)
     fams.stale.add_labelled(labels, 1.0 if s.stale else 0.0)
+    fams.lost.add_labelled(labels, 1.0 if lost else 0.0)
+    if lost:
+        fams.level.add_labelled(labels, LEVEL_VALUES[health.LOST_LEVEL])
     if s.stale:
         return
     limit = fresh_value(reading, "power_limit_w", now)
@@ -279,6 +294,11 @@ def _racks(f: Families, states: dict[int, RackState], sites: dict[int, str]) -> 
         RACK_LABELS,
     )
     stale = f.gauge("fleetwatch_rack_stale", "1 when nothing of the rack is fresh", RACK_LABELS)
+    lost = f.gauge(
+        "fleetwatch_rack_gpus_lost",
+        "GPUs off the bus: their node reports, they do not (each makes the rack critical)",
+        RACK_LABELS,
+    )
     for state in states.values():
         labels = [sites.get(state.info.site_id, ""), state.info.name]
         s = state.summary
@@ -291,6 +311,7 @@ def _racks(f: Families, states: dict[int, RackState], sites: dict[int, str]) -> 
         if state.level in LEVEL_VALUES:
             level.add_metric(labels, LEVEL_VALUES[state.level])
         stale.add_metric(labels, 1.0 if s.stale else 0.0)
+        lost.add_metric(labels, float(lost_gpus(state)))
 
 
 def _feeds(f: Families, states: dict[int, RackState], sites: dict[int, str], now: float) -> None:
@@ -340,7 +361,7 @@ def _loops(f: Families, sites: dict[int, str], now: float) -> None:
             level.add_metric(labels, LEVEL_VALUES[s.level])
 
 
-def _sites(f: Families, sites: dict[int, str], now: float) -> None:
+def _sites(f: Families, sites: dict[int, str], now: float, states: dict[int, RackState]) -> None:
     pue = f.gauge("fleetwatch_site_pue", "power usage effectiveness now (facility / IT)", ["site"])
     category = f.gauge(
         "fleetwatch_site_pue_category_info",
@@ -359,8 +380,17 @@ def _sites(f: Families, sites: dict[int, str], now: float) -> None:
         f"node agents whose newest data is older than {health.STALE_AFTER_S:g} s",
         ["site"],
     )
+    lost = f.gauge(
+        "fleetwatch_site_gpus_lost",
+        "GPUs off the bus at the site: their node reports, they do not",
+        ["site"],
+    )
+    lost_at: dict[int, int] = dict.fromkeys(sites, 0)
+    for state in states.values():
+        lost_at[state.info.site_id] = lost_at.get(state.info.site_id, 0) + lost_gpus(state)
     for site_id, figures in site_payloads(sites.keys(), now).items():
         slug = sites[site_id]
+        lost.add_metric([slug], float(lost_at.get(site_id, 0)))
         _maybe(pue, [slug], figures.get("pue"))
         if figures.get("pue_category") is not None:
             category.add_metric([slug, str(figures["pue_category"])], 1.0)

@@ -159,3 +159,27 @@ def test_ingest_counters_are_summed_over_every_writer_that_ran(site: Site) -> No
     assert got[("fleetwatch_ingest_retried_batches_total", ())] == 1.0
     assert got[("fleetwatch_ingest_too_old_samples_total", ())] == 8.0
     assert got[("fleetwatch_ingest_writer_starts_total", ())] == 2.0
+
+
+def test_a_gpu_off_the_bus_is_lost_and_critical_while_a_silent_nodes_gpus_are_not(
+    site: Site,
+) -> None:
+    now = time.time()
+    reporting = Node.objects.get(rack__name="A01")
+    silent = Node.objects.get(rack__name="A02")
+    store("gpu", (reporting.id, 0), now, temp_gpu_c=60.0, power_w=300.0)
+    store("gpu", (reporting.id, 1), now - 120, temp_gpu_c=95.0, power_w=300.0)  # fell off
+    for index in (0, 1):  # the whole node stopped talking: no data, not lost
+        store("gpu", (silent.id, index), now - 120, temp_gpu_c=60.0, power_w=300.0)
+    got = series(scrape()[1])
+    assert got[("fleetwatch_gpu_lost", gpu_labels(reporting.name, 1))] == 1.0
+    assert got[("fleetwatch_gpu_health_level", gpu_labels(reporting.name, 1))] == 2.0
+    assert ("fleetwatch_gpu_temperature_celsius", gpu_labels(reporting.name, 1)) not in got
+    assert got[("fleetwatch_gpu_lost", gpu_labels(reporting.name, 0))] == 0.0
+    assert got[("fleetwatch_gpu_lost", gpu_labels(silent.name, 1))] == 0.0
+    assert ("fleetwatch_gpu_health_level", gpu_labels(silent.name, 1)) not in got
+    rack = (("rack", "A01"), ("site", "demo"))
+    assert got[("fleetwatch_rack_gpus_lost", rack)] == 1.0
+    assert got[("fleetwatch_rack_health_level", rack)] == 2.0
+    assert got[("fleetwatch_rack_gpus_lost", (("rack", "A02"), ("site", "demo")))] == 0.0
+    assert got[("fleetwatch_site_gpus_lost", (("site", "demo"),))] == 1.0
