@@ -177,3 +177,22 @@ def test_each_rack_message_holds_only_its_own_gpus_and_feeds(site: Site) -> None
         message = updates[rack_group(rack.id)]
         assert set(message["gpus"]) == {str(g.pk) for g in GPU.objects.filter(node__rack=rack)}
         assert set(message["feeds"]) == {str(f.pk) for f in PowerFeed.objects.filter(rack=rack)}
+
+
+def test_a_gpu_silent_beside_reporting_siblings_is_lost_and_critical_in_the_rack_message(
+    site: Site,
+) -> None:
+    now = time.time()
+    rack = Rack.objects.get(name="A01")
+    node = Node.objects.filter(rack=rack).order_by("name").first()
+    assert node is not None
+    store("gpu", (node.id, 0), now, temp_gpu_c=60.0, power_w=450.0, clock_event_reasons=0)
+    store("gpu", (node.id, 1), now - 120, temp_gpu_c=95.0, power_w=450.0)  # off the bus
+    message = updates_for({"gpu": {(node.id, 0)}}, now)[rack_group(rack.id)]
+    lost = message["gpus"][str(GPU.objects.get(node=node, index=1).pk)]
+    assert (lost["level"], lost["level_word"], lost["lost"]) == ("crit", "Critical", True)
+    assert lost["temp_c"] is None  # never its last figure
+    assert message["gpus"][str(GPU.objects.get(node=node, index=0).pk)]["lost"] is False
+    assert message["rack"]["lost_gpus"] == 1 and message["rack"]["level"] == "crit"
+    assert message["rack"]["reasons"][0] == "1 GPU lost"
+    assert message["nodes"][str(node.id)]["lost_gpus"] == 1
