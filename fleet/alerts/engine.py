@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from django.conf import settings
 from django.db import transaction
 
+from fleet.alerts.consequences import SUPERSEDED_BY_LOST, superseded_when_lost
+from fleet.alerts.evaluate_source import gpu_missing
 from fleet.alerts.evaluate_state import (
     Snapshot,
     Values,
@@ -52,10 +54,12 @@ _skipped_logged: set[tuple[int, str]] = set()
 class Outcome:
     created: list[AlertInstance] = field(default_factory=list)
     changed: list[AlertInstance] = field(default_factory=list)
-    events: list[tuple[AlertInstance, str, str, float | None, bool]] = field(default_factory=list)
+    events: list[tuple[AlertInstance, str, str, float | None, bool, str]] = field(
+        default_factory=list
+    )
 
     def event(self, inst: AlertInstance, before: str, value: float | None) -> None:
-        self.events.append((inst, before, inst.state, value, inst.no_data))
+        self.events.append((inst, before, inst.state, value, inst.no_data, inst.superseded_by))
 
 
 def step(
@@ -158,7 +162,10 @@ def evaluate(now: float | None = None) -> dict[str, int]:
             evaluated.add(rule.pk)
             values = values_for(spec, snap, rule.params)
             _judge(rule, values, snap, active.get(rule.pk, {}), at, out)
+        _supersede_lost(snap, active, at, out)
         for inst in (i for per_rule in active.values() for i in per_rule.values()):
+            if inst.state == RESOLVED:
+                continue  # superseded above
             if inst.rule_id not in evaluated and not inst.rule.enabled:
                 before = inst.state  # the rule was disabled: its instances resolve
                 inst.state, inst.resolved_at, inst.updated_at = RESOLVED, at, at
@@ -166,7 +173,7 @@ def evaluate(now: float | None = None) -> dict[str, int]:
                 out.event(inst, before, None)
         places = Places()
         places.locate(out.created)
-        assign_groups((i for i, before, after, _, _ in out.events if _fires(before, after)), at)
+        assign_groups((i for i, before, after, *_ in out.events if _fires(before, after)), at)
         _write(out)
         # in the same transaction: the claims and delivery rows commit with the changes
         sent = notify_groups(at, places)
@@ -209,6 +216,35 @@ def _judge(
             step(rule, inst, entity, None, at, out)
 
 
+def _supersede_lost(
+    snap: Snapshot, active: dict[int, dict[str, AlertInstance]], at: dt.datetime, out: Outcome
+) -> None:
+    """A lost GPU (its node reports, it does not: fleet.health.lost) is one state, lost:
+    its active thermal and throttle instances end, "superseded: GPU lost", instead of
+    firing on no data. The lost GPUs are computed once, and only when such an instance is
+    active."""
+    candidates = [
+        inst
+        for per_rule in active.values()
+        for inst in per_rule.values()
+        if inst.state != RESOLVED and superseded_when_lost(inst.scope, inst.rule.signal)
+    ]
+    if not candidates:
+        return
+    missing = snap.cached("gpu_missing", lambda: gpu_missing(snap, {}))
+    lost = {snap.entity(key) for key, value in missing.items() if value == 1.0}
+    changed = {id(i) for i in out.changed}
+    for inst in candidates:
+        if inst.entity not in lost:
+            continue
+        before = inst.state
+        inst.state, inst.resolved_at, inst.updated_at = RESOLVED, at, at
+        inst.superseded_by = SUPERSEDED_BY_LOST
+        if id(inst) not in changed:
+            out.changed.append(inst)
+        out.event(inst, before, None)
+
+
 def _fires(before: str, after: str) -> bool:
     return after == FIRING and before != FIRING
 
@@ -219,7 +255,17 @@ def _write(out: Outcome) -> None:
     if out.changed:
         AlertInstance.objects.bulk_update(
             out.changed,
-            ["state", "value", "no_data", "fired_at", "resolved_at", "updated_at", "group"],
+            [
+                "state",
+                "value",
+                "no_data",
+                "fired_at",
+                "resolved_at",
+                "updated_at",
+                "group",
+                "labels",
+                "superseded_by",
+            ],
         )
     AlertInstanceEvent.objects.bulk_create(
         AlertInstanceEvent(
@@ -229,6 +275,7 @@ def _write(out: Outcome) -> None:
             to_state=after,
             value=value,
             no_data=no_data,
+            superseded_by=superseded_by,
         )
-        for inst, before, after, value, no_data in out.events
+        for inst, before, after, value, no_data, superseded_by in out.events
     )

@@ -1,14 +1,20 @@
 """`events:` signals (fleet/alerts/signals.py): stored agent events (fleet.models.Event) of
-one kind per GPU within the rule's `window_s`, counted by one grouped query per rule."""
+one kind per GPU within the rule's `window_s`, counted by one grouped query per rule.
+
+An off-the-bus event (XID 79, `gpu_lost`) stops counting once its GPU sends a sample
+REPORTS_AGAIN_AFTER_S after the last of them: the GPU was reset and is back, so its
+incident can end then instead of when the window runs out."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from django.db.models import Count
+from django.db.models import Count, Max
 
+from fleet import health
 from fleet.alerts.evaluate_source import gpu_inventory
+from fleet.health.lost import OFF_THE_BUS_XID, REPORTS_AGAIN_AFTER_S
 from fleet.models import Event
 
 if TYPE_CHECKING:
@@ -31,10 +37,28 @@ def event_count(kind: str) -> Callable[[Snapshot, Params], Values]:
         )
         if "codes" in params:
             rows = rows.filter(code__in=[int(c) for c in params["codes"] or ()])
-        counts = rows.values_list("node_id", "gpu_index").annotate(n=Count("id")).order_by()
+        counts = (
+            rows.values_list("node_id", "gpu_index", "code")
+            .annotate(n=Count("id"), last=Max("ts"))
+            .order_by()
+        )
+        gpus = snap.readings("gpu")
         out: Values = dict.fromkeys(gpu_inventory(snap), 0.0)
-        for node_id, index, n in counts:
-            out[(node_id, index)] = float(n)
+        for node_id, index, code, n, last in counts:
+            key = (node_id, index)
+            if _off_the_bus(kind, code) and _reports_since(gpus.get(key), last):
+                continue
+            out[key] = (out.get(key) or 0.0) + float(n)
         return out
 
     return compute
+
+
+def _off_the_bus(kind: str, code: int | None) -> bool:
+    return kind == "gpu_lost" or (kind == "xid" and code == OFF_THE_BUS_XID)
+
+
+def _reports_since(reading: health.Reading | None, last_event_ts: float) -> bool:
+    """The GPU sent a sample well after its last off-the-bus event: it is back."""
+    newest = None if reading is None else health.newest_ts(reading)
+    return newest is not None and newest >= last_event_ts + REPORTS_AGAIN_AFTER_S

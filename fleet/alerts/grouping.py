@@ -10,7 +10,9 @@ names silences match on. `assign_groups` puts each instance that fires into its 
 - other thermal alerts of one rack: `rack:<id>:thermal`, so a rack's GPUs running hot on
   several rules are one message;
 - any other rule in a rack: `rack:<id>:<rule key>` (72 GPUs with an ECC error: one);
-- a site's alerts: `site:<id>`.
+- a site's alerts: `site:<id>`;
+- a consequence (a GPU off the bus, a node gone silent) of an open cooling-loop or rack-
+  power incident: that incident (fleet/alerts/consequences.py).
 """
 
 from __future__ import annotations
@@ -21,15 +23,26 @@ from dataclasses import dataclass, field
 
 from django.db.models import Count
 
-from fleet.alerts import signals
-from fleet.alerts.models import AlertGroup, AlertInstance
+from fleet.alerts import consequences, signals
+from fleet.alerts.models import AlertGroup, AlertInstance, AlertRule
 from fleet.models import GPU, CoolingLoop, Node, PowerFeed, Rack, Site
 from fleet.notifications.notice import Where
 
-__all__ = ("SCOPE_ORDER", "Place", "Places", "assign_groups", "group_key", "rack_span")
+__all__ = (
+    "INCIDENT_LABEL",
+    "SCOPE_ORDER",
+    "Place",
+    "Places",
+    "assign_groups",
+    "group_key",
+    "is_cause",
+    "rack_span",
+)
 
 # Causes before symptoms: a loop's alert opens its group before a GPU's looks for it.
 SCOPE_ORDER = {"site": 0, "loop": 1, "feed": 2, "rack": 3, "node": 4, "gpu": 5}
+# Every member's labels name its group: a silence `incident=<key>` mutes a whole incident.
+INCIDENT_LABEL = "incident"
 _PLACE_LABELS = ("site", "hall", "loop", "rack", "feed", "node", "gpu")
 
 
@@ -187,19 +200,72 @@ def group_key(inst: AlertInstance, open_loops: set[int]) -> str:
 
 def assign_groups(firing: Iterable[AlertInstance], at: dt.datetime) -> None:
     """Put each instance that fires in this evaluation into its open group (created when
-    none is open), causes first so their symptoms can join them."""
+    none is open), causes first so their symptoms and consequences can join them
+    (fleet/alerts/consequences.py). Each one's labels get `incident=<group key>`."""
     ordered = sorted(firing, key=lambda i: SCOPE_ORDER.get(i.scope, 9))
     if not ordered:
         return
     groups = {g.key: g for g in AlertGroup.objects.filter(closed_at__isnull=True)}
+    causes = _Causes(groups, at)
     for inst in ordered:
         open_loops = {int(k[5:]) for k in groups if k.startswith("loop:") and k[5:].isdigit()}
-        key = group_key(inst, open_loops)
+        key = causes.consequence_of(inst, open_loops) or group_key(inst, open_loops)
         group = groups.get(key)
         if group is None:
             group = AlertGroup.objects.create(key=key, site_id=inst.site_id, opened_at=at)
             groups[key] = group
         inst.group = group
+        inst.labels = {**inst.labels, INCIDENT_LABEL: key}
+
+
+class _Causes:
+    """Which open cause, if any, an instance is a consequence of. Reads the rules of the
+    power causes and the recently hot GPUs once, and only when a consequence fires."""
+
+    def __init__(self, groups: dict[str, AlertGroup], at: dt.datetime) -> None:
+        self.groups, self.at = groups, at
+        self._power_rules: set[str] | None = None
+        self._hot: set[str] | None = None
+
+    def consequence_of(self, inst: AlertInstance, open_loops: set[int]) -> str | None:
+        if not consequences.is_consequence(inst.scope, inst.rule.signal):
+            return None
+        loop = inst.loop_id
+        if loop is not None and loop in open_loops and self._attributed(inst, open_loops):
+            return f"loop:{loop}"
+        if inst.rack_id is not None:
+            return self.power_cause(inst.rack_id)
+        return None
+
+    def _attributed(self, inst: AlertInstance, open_loops: set[int]) -> bool:
+        """A node of the loop's racks going silent; a GPU of them only when it was hot."""
+        return inst.scope == "node" or inst.entity in self.hot(open_loops)
+
+    def hot(self, open_loops: set[int]) -> set[str]:
+        if self._hot is None:
+            self._hot = consequences.hot_gpus(open_loops, self.at)
+        return self._hot
+
+    def power_cause(self, rack_id: int) -> str | None:
+        if self._power_rules is None:
+            self._power_rules = set(
+                AlertRule.objects.filter(signal__in=consequences.POWER_CAUSE_SIGNALS).values_list(
+                    "key", flat=True
+                )
+            )
+        prefix = f"rack:{rack_id}:"
+        open_causes = sorted(
+            (g.opened_at, key)
+            for key, g in self.groups.items()
+            if key.startswith(prefix) and key[len(prefix) :] in self._power_rules
+        )
+        return open_causes[0][1] if open_causes else None
+
+
+def is_cause(group_key_: str, inst: AlertInstance) -> bool:
+    """The member is what its group is about (its own key is the group's), not a symptom
+    or a consequence that joined it."""
+    return group_key(inst, set()) == group_key_
 
 
 def rack_span(names: Iterable[str]) -> str:

@@ -190,6 +190,12 @@ class AlertInstance(models.Model):
     ack_comment = models.CharField(
         "acknowledgement", max_length=300, blank=True, help_text="who is on it, and why"
     )
+    # Ended without its value clearing, because a worse state of its entity replaces it: a
+    # lost GPU's thermal and throttle alerts end "superseded: GPU lost" (fleet/alerts/
+    # consequences.py) instead of firing on no data.
+    superseded_by = models.CharField(
+        max_length=40, blank=True, editable=False, help_text="ended because of this, e.g. GPU lost"
+    )
 
     class Meta:
         ordering = ("-started_at",)
@@ -215,6 +221,9 @@ class AlertInstanceEvent(models.Model):
     to_state = models.CharField(max_length=8, choices=AlertState.choices)
     value = models.FloatField(null=True, blank=True)
     no_data = models.BooleanField(default=False)
+    superseded_by = models.CharField(
+        max_length=40, blank=True, help_text="ended because of this state, e.g. GPU lost"
+    )
 
     class Meta:
         ordering = ("at", "id")
@@ -240,6 +249,11 @@ class AlertGroup(models.Model):
     first_sent_at = models.DateTimeField(null=True, blank=True, help_text="the firing message")
     last_sent_at = models.DateTimeField(null=True, blank=True, help_text="the latest message")
     resolved_sent_at = models.DateTimeField(null=True, blank=True)
+    recovered_sent_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="the cause recovered while its consequences stay open: said once",
+    )
     messages = models.PositiveIntegerField(default=0, help_text="messages sent about it")
     title = models.CharField(max_length=300, blank=True, help_text="as last announced")
 

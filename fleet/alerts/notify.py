@@ -1,8 +1,9 @@
 """Notifications of alert groups: one message when a group's first members fire, an
 update when new places join it (at most once per group interval), a repeat while it
-fires unacknowledged, and one resolved message when its last member resolves (docs/
-rules.md, "Notifications"). Muted members (silences, maintenance) are left out; one still
-firing when its mute ends is announced then.
+fires unacknowledged, one "recovered" message at once when its cause resolves while its
+consequences still fire, and one resolved message (with the incident's summary) when its
+last member resolves (docs/rules.md, "Notifications"). Muted members (silences,
+maintenance) are left out; one still firing when its mute ends is announced then.
 
 Every message is claimed with a conditional UPDATE on the group row (and on its members'
 `notified_firing_at` / `notified_resolved_at`), in the evaluation's transaction, so two
@@ -22,9 +23,17 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import F
 
-from fleet.alerts.grouping import SCOPE_ORDER, Place, Places, rack_span
+from fleet.alerts import consequences
+from fleet.alerts.evaluate_state import Snapshot
+from fleet.alerts.grouping import SCOPE_ORDER, Place, Places, is_cause, rack_span
 from fleet.alerts.models import AlertGroup, AlertInstance, AlertState
 from fleet.alerts.muting import Mutes
+from fleet.health.lost import (
+    OFF_THE_BUS_XID,
+    RESET_NEEDED,
+    gpus_off_the_bus_words,
+    lost_cause_words,
+)
 from fleet.models import GPU
 from fleet.notifications.notice import (
     SEVERITIES,
@@ -33,15 +42,19 @@ from fleet.notifications.notice import (
     Notice,
     Severity,
     Where,
+    duration_words,
     severity_rank,
 )
 from fleet.notifications.tasks import send_notice
 
 __all__ = (
     "dashboard_url",
+    "gpu_hours_words",
     "group_notice",
+    "incident_summary",
     "notify_groups",
     "placeholders",
+    "recovered_notice",
 )
 
 log = logging.getLogger(__name__)
@@ -102,7 +115,7 @@ def _settle(
         AlertInstance.objects.filter(
             pk__in=[m.pk for m in announced], notified_resolved_at__isnull=True
         ).update(notified_resolved_at=at)
-        return _send(group, "resolved", announced, at, places)
+        return _send(group, "resolved", announced, at, places, summary=incident_summary(members))
     if group.first_sent_at is None:
         if not fresh:
             return 0
@@ -111,6 +124,9 @@ def _settle(
         _claim_members(fresh, at)
         return _send(group, "firing", audible, at, places)
     assert group.last_sent_at is not None
+    if _cause_recovered(group, members, firing) and _claim_recovered(group, at):
+        _claim_members(fresh, at)  # the message counts what is still open, them too
+        return _send(group, "recovered", audible, at, places, cause_members=members)
     since_last = at - group.last_sent_at
     if fresh and since_last >= group_interval():
         news = _is_news(fresh, announced)
@@ -126,12 +142,21 @@ def _settle(
 
 
 def _is_news(fresh: list[AlertInstance], announced: list[AlertInstance]) -> bool:
-    """New places, or worse than anything said so far."""
+    """New places, worse than anything said so far, or a place announced hot that is now
+    off the bus (or a node gone silent): a consequence is news."""
     known = {(m.scope, m.entity) for m in announced}
     worst = max((severity_rank(m.rule.severity) for m in announced), default=-1)
+    gone = {(m.scope, m.entity) for m in announced if _is_effect(m)}
     return any(
-        (m.scope, m.entity) not in known or severity_rank(m.rule.severity) > worst for m in fresh
+        (m.scope, m.entity) not in known
+        or severity_rank(m.rule.severity) > worst
+        or (_is_effect(m) and (m.scope, m.entity) not in gone)
+        for m in fresh
     )
+
+
+def _is_effect(m: AlertInstance) -> bool:
+    return consequences.is_consequence(m.scope, m.rule.signal)
 
 
 def _repeat_every(members: list[AlertInstance]) -> dt.timedelta:
@@ -150,6 +175,26 @@ def _claim_group(group: AlertGroup, at: dt.datetime, *, first: bool = False) -> 
     return changed == 1
 
 
+def _cause_recovered(
+    group: AlertGroup, members: list[AlertInstance], firing: list[AlertInstance]
+) -> bool:
+    """The group's cause has resolved (every cause member) and consequences still fire,
+    and that has not been said yet."""
+    if group.recovered_sent_at is not None:
+        return False
+    causes = [m for m in members if is_cause(group.key, m)]
+    if not causes or any(m.state != AlertState.RESOLVED for m in causes):
+        return False
+    return any(consequences.is_consequence(m.scope, m.rule.signal) for m in firing)
+
+
+def _claim_recovered(group: AlertGroup, at: dt.datetime) -> bool:
+    rows = AlertGroup.objects.filter(
+        pk=group.pk, closed_at__isnull=True, recovered_sent_at__isnull=True
+    )
+    return rows.update(recovered_sent_at=at, last_sent_at=at) == 1
+
+
 def _claim_members(members: list[AlertInstance], at: dt.datetime) -> None:
     AlertInstance.objects.filter(
         pk__in=[m.pk for m in members], notified_firing_at__isnull=True
@@ -164,11 +209,18 @@ def _send(
     members: list[AlertInstance],
     at: dt.datetime,
     places: Places,
+    *,
+    summary: str = "",
+    cause_members: list[AlertInstance] | None = None,
 ) -> int:
-    notice = group_notice(group, kind, members, places)
-    AlertGroup.objects.filter(pk=group.pk).update(
-        messages=F("messages") + 1, title=notice.title[:300]
-    )
+    if kind == "recovered":
+        notice = recovered_notice(group, cause_members or members, members, at, places)
+    else:
+        notice = group_notice(group, kind, members, places, summary=summary)
+    fields: dict[str, Any] = {"messages": F("messages") + 1}
+    if kind != "recovered":  # the incident's headline stays what it was about
+        fields["title"] = notice.title[:300]
+    AlertGroup.objects.filter(pk=group.pk).update(**fields)
     send_notice(notice)
     return 1
 
@@ -178,7 +230,12 @@ def _send(
 
 
 def group_notice(
-    group: AlertGroup, kind: MessageKind, members: list[AlertInstance], places: Places
+    group: AlertGroup,
+    kind: MessageKind,
+    members: list[AlertInstance],
+    places: Places,
+    *,
+    summary: str = "",
 ) -> Notice:
     """The message for `members` of `group` (the audible firing ones, or for a resolved
     message the ones that were announced, under the title last announced)."""
@@ -194,8 +251,26 @@ def group_notice(
         lead.rule.summary, placeholders(lead, _names(lead, lead_place), unit), lead.rule.name
     )
     title, where, cause = lead_title, lead_place.where(), ""
+    effects = [
+        m
+        for m in ordered
+        if consequences.is_consequence(m.scope, m.rule.signal) and not is_cause(group.key, m)
+    ]
     if group.key.startswith("loop:"):
         title, where, cause = _loop_story(group, ordered, places)
+    elif effects:  # a rack's power incident and what it took down
+        cause_members = [m for m in ordered if is_cause(group.key, m)]
+        base = group.title.split(" → ")[0]
+        if cause_members:
+            lead_cause = cause_members[0]
+            names = _names(lead_cause, places.of(lead_cause.scope, lead_cause.entity))
+            base = render_summary(
+                lead_cause.rule.summary,
+                placeholders(lead_cause, names, _unit(lead_cause)),
+                lead_cause.rule.name,
+            )
+        title = f"{base or lead_title} → {_consequence_words(effects, places)}"
+        where = _common_where(ordered, places)
     elif not single:
         title = f"{lead.rule.name}: {_count(by_entity)} in {_common_place(ordered, places)}"
         where = _common_where(ordered, places)
@@ -224,7 +299,121 @@ def group_notice(
         duration=duration,
         members=() if single else _members(by_entity, places),
         thread=f"alert-group:{group.pk}",
+        summary=summary,
     )
+
+
+def recovered_notice(
+    group: AlertGroup,
+    members: list[AlertInstance],
+    audible: list[AlertInstance],
+    at: dt.datetime,
+    places: Places,
+) -> Notice:
+    """ "CDU-1 recovered after 3 min 2 s (3 pumps running, 115 L/min); still open: 33 GPUs
+    off the bus in A01–A02 — reset needed": the cause is back, what it left behind is not."""
+    causes = sorted((m for m in members if is_cause(group.key, m)), key=_urgency)
+    began = min(m.fired_at or m.started_at for m in causes)
+    ended = max(m.resolved_at or at for m in causes)
+    name, figures = _cause_now(group, causes[0], at, places)
+    still = [m for m in audible if not is_cause(group.key, m)]
+    title = f"{name} recovered after {duration_words(ended - began)}"
+    title += f" ({figures})" if figures else ""
+    open_words = _still_open_words(still, places)
+    title += f"; still open: {open_words}" if open_words else ""
+    by_entity: dict[tuple[str, str], list[AlertInstance]] = defaultdict(list)
+    for m in sorted(still, key=_urgency):
+        by_entity[(m.scope, m.entity)].append(m)
+    return Notice(
+        kind="recovered",
+        severity=_worst(m.rule.severity for m in still) if still else "info",
+        title=title,
+        where=places.of(causes[0].scope, causes[0].entity).where(),
+        site_id=group.site_id,
+        since=began,
+        dashboard_url=dashboard_url(group.site_id),
+        duration=ended - began,
+        members=_members(by_entity, places),
+        thread=f"alert-group:{group.pk}",
+    )
+
+
+def _cause_now(
+    group: AlertGroup, cause: AlertInstance, at: dt.datetime, places: Places
+) -> tuple[str, str]:
+    """The cause's name and its figures now: a loop's pumps and flow from its latest
+    state; another cause's summary at the value it resolved with."""
+    place = places.of(cause.scope, cause.entity)
+    if cause.scope == "loop" and place.loop_id is not None:
+        reading = Snapshot(at.timestamp()).readings("loop").get((place.loop_id,))
+        values = {} if reading is None else reading.values
+        figures = []
+        if (pumps := values.get("pumps_running")) is not None:
+            figures.append(f"{pumps:.0f} {'pump' if pumps == 1 else 'pumps'} running")
+        if (flow := values.get("flow_lpm")) is not None:
+            figures.append(f"{flow:.0f} L/min")
+        return place.names.get("loop", group.key), ", ".join(figures)
+    names = _names(cause, place)
+    summary = render_summary(
+        cause.rule.summary, placeholders(cause, names, _unit(cause)), cause.rule.name
+    )
+    return place.where().label(), summary
+
+
+def _still_open_words(still: list[AlertInstance], places: Places) -> str:
+    parts: list[str] = []
+    lost = [m for m in still if consequences.is_off_the_bus(m.scope, m.rule.signal)]
+    if lost:
+        span = rack_span(_rack_names(lost, places))
+        parts.append(f"{gpus_off_the_bus_words(len({m.entity for m in lost}))} in {span}")
+        parts[-1] += f" — {RESET_NEEDED}"
+    down = [m for m in still if consequences.is_node_down(m.scope, m.rule.signal)]
+    if down:
+        nodes = {m.entity for m in down}
+        noun = "node" if len(nodes) == 1 else "nodes"
+        parts.append(f"{len(nodes)} {noun} silent in {rack_span(_rack_names(down, places))}")
+    lost_gpus = {m.entity for m in lost}
+    hot = {
+        m.entity
+        for m in still
+        if m.scope == "gpu"
+        and m.entity not in lost_gpus
+        and not consequences.is_consequence(m.scope, m.rule.signal)
+    }
+    if hot:
+        span = rack_span(_rack_names([m for m in still if m.entity in hot], places))
+        parts.append(f"{_gpus(len(hot))} still hot in {span}")
+    return "; ".join(parts)
+
+
+def incident_summary(members: list[AlertInstance]) -> str:
+    """For a resolved incident with GPUs in it: "Lasted 9 min 4 s; 64 GPUs affected;
+    33 GPUs off the bus, 2.7 GPU-hours lost" (off the bus: from each lost GPU's first
+    off-the-bus alert firing to its last resolving)."""
+    fired = [m for m in members if m.fired_at is not None]
+    gpus = {m.entity for m in fired if m.scope == "gpu"}
+    if not gpus:
+        return ""
+    began = min(m.fired_at for m in fired if m.fired_at is not None)
+    ended = max((m.resolved_at for m in fired if m.resolved_at is not None), default=began)
+    words = [f"Lasted {duration_words(ended - began)}", f"{_gpus(len(gpus))} affected"]
+    spans: dict[str, tuple[dt.datetime, dt.datetime]] = {}
+    for m in fired:
+        if m.fired_at is None or not consequences.is_off_the_bus(m.scope, m.rule.signal):
+            continue
+        end = m.resolved_at or ended
+        first, last = spans.get(m.entity, (m.fired_at, end))
+        spans[m.entity] = (min(first, m.fired_at), max(last, end))
+    if spans:
+        hours = sum((b - a).total_seconds() for a, b in spans.values()) / 3600.0
+        words.append(f"{gpus_off_the_bus_words(len(spans))}, {gpu_hours_words(hours)} lost")
+    return "; ".join(words)
+
+
+def gpu_hours_words(hours: float) -> str:
+    """ "2.7 GPU-hours", "0.15 GPU-hours": two figures for less than one."""
+    figure = f"{hours:.1f}" if hours >= 1 else f"{hours:.2f}"
+    return f"{figure} GPU-hours"
 
 
 def _worst(severities: Iterable[str]) -> Severity:
@@ -259,6 +448,9 @@ def _loop_story(
     loop_name, site_id = places.loops.get(loop_id, (f"loop {loop_id}", None))
     causes = [m for m in ordered if m.scope == "loop"]
     symptoms = [m for m in ordered if m.scope != "loop"]
+    effects = _consequence_words(
+        [m for m in symptoms if consequences.is_consequence(m.scope, m.rule.signal)], places
+    )
     served = places.racks_of_loop(loop_id)
     cooled = f"{rack_span(served) or 'no rack'} ({places.gpus_of_loop(loop_id)} GPUs)"
     parts = _cause_parts(loop_name, causes, places)
@@ -268,7 +460,9 @@ def _loop_story(
     else:  # the loop has recovered, its GPUs not yet: the cause as last announced
         base = group.title.split(" → ")[0].split("; it cools")[0] or f"{loop_name} alert"
     title = f"{base}; it cools {cooled}"
-    if symptoms:
+    if effects:  # what it did to the equipment it cools: the worst news leads
+        title = f"{base} → {effects}"
+    elif symptoms:
         gpus = {m.entity for m in symptoms if m.scope == "gpu"}
         racks = {places.of(m.scope, m.entity).names.get("rack", "") for m in symptoms}
         if gpus:
@@ -280,6 +474,33 @@ def _loop_story(
     if len(parts) > 2:
         cause += f" Its alerts: {'; '.join(parts)}."
     return title, Where(site=site, loop=loop_name), cause
+
+
+def _consequence_words(effects: list[AlertInstance], places: Places) -> str:
+    """ "33 GPUs off the bus (XID 79) in A01–A02; 2 nodes silent in A01", or "" when
+    there are none."""
+    parts: list[str] = []
+    lost = [m for m in effects if consequences.is_off_the_bus(m.scope, m.rule.signal)]
+    if lost:
+        gpus = {m.entity for m in lost}
+        xid = (
+            OFF_THE_BUS_XID
+            if any(m.rule.signal in consequences.XID_SIGNALS for m in lost)
+            else None
+        )
+        span = rack_span(_rack_names(lost, places))
+        why = f" ({lost_cause_words(xid)})" if xid is not None else ""
+        parts.append(f"{gpus_off_the_bus_words(len(gpus))}{why} in {span}")
+    down = [m for m in effects if consequences.is_node_down(m.scope, m.rule.signal)]
+    if down:
+        nodes = {m.entity for m in down}
+        noun = "node" if len(nodes) == 1 else "nodes"
+        parts.append(f"{len(nodes)} {noun} silent in {rack_span(_rack_names(down, places))}")
+    return "; ".join(parts)
+
+
+def _rack_names(members: Iterable[AlertInstance], places: Places) -> set[str]:
+    return {places.of(m.scope, m.entity).names.get("rack", "") for m in members} - {""}
 
 
 def _cause_parts(loop_name: str, causes: list[AlertInstance], places: Places) -> list[str]:

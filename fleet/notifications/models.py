@@ -96,6 +96,7 @@ class Delivery(models.Model):
         ("update", "Alert update"),
         ("repeat", "Still firing"),
         ("resolved", "Alert resolved"),
+        ("recovered", "Cause recovered"),
         ("test", "Test message"),
     ]
 

@@ -20,13 +20,15 @@ __all__ = (
     "Notice",
     "Severity",
     "Where",
+    "duration_words",
     "severity_rank",
 )
 
 # An alert group's messages (fleet/alerts/notify.py): its first members firing, new places
-# joining it, a reminder while it fires unacknowledged, and the end of it.
-MessageKind = Literal["firing", "update", "repeat", "resolved"]
-Kind = Literal["firing", "update", "repeat", "resolved", "test"]
+# joining it, a reminder while it fires unacknowledged, its cause recovered while what it
+# caused is still open, and the end of it.
+MessageKind = Literal["firing", "update", "repeat", "recovered", "resolved"]
+Kind = Literal["firing", "update", "repeat", "recovered", "resolved", "test"]
 Severity = Literal["info", "warning", "critical"]
 
 # Ordered least to most urgent: a route's minimum severity compares by rank.
@@ -35,6 +37,19 @@ SEVERITIES: tuple[Severity, ...] = ("info", "warning", "critical")
 
 def severity_rank(severity: str) -> int:
     return SEVERITIES.index(severity)  # type: ignore[arg-type]
+
+
+def duration_words(duration: timedelta) -> str:
+    """To the second, as an incident's own length is told: '45 s', '3 min 2 s',
+    '1 h 12 min' (seconds dropped past an hour)."""
+    seconds = max(0, round(duration.total_seconds()))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours} h {minutes} min" if minutes else f"{hours} h"
+    if minutes:
+        return f"{minutes} min {secs} s" if secs else f"{minutes} min"
+    return f"{secs} s"
 
 
 @dataclass(frozen=True)
@@ -75,8 +90,8 @@ class Member:
 
 @dataclass(frozen=True)
 class Notice:
-    """One message to send: an alert group firing, updated, repeated or resolved, or a
-    route test."""
+    """One message to send: an alert group firing, updated, repeated, its cause recovered
+    or resolved, or a route test."""
 
     kind: Kind
     severity: Severity
@@ -93,3 +108,4 @@ class Notice:
     duration: timedelta | None = None  # how long it fired (resolved notices)
     members: tuple[Member, ...] = ()
     thread: str = ""  # messages of one thread are delivered in order (an alert group)
+    summary: str = ""  # a resolved incident's: how long, GPUs affected, GPU-hours lost

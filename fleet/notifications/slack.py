@@ -67,6 +67,8 @@ def build_message(notice: Notice) -> dict[str, Any]:
     blocks: list[Block] = [_header(notice), SectionBlock(fields=_fields(notice))]
     if notice.cause:
         blocks.append(_section(f"*Cause:* {_escape(notice.cause)}"))
+    if notice.summary:
+        blocks.append(_section(f"*Summary:* {_escape(notice.summary)}"))
     blocks.extend(_member_blocks(notice.members))
     buttons = _buttons(notice)
     if buttons:
@@ -79,6 +81,8 @@ def build_message(notice: Notice) -> dict[str, Any]:
 def _headline(notice: Notice) -> str:
     if notice.kind == "resolved":
         return f"Resolved: {notice.title}"
+    if notice.kind == "recovered":  # the title says it: "CDU-1 recovered after …"
+        return notice.title
     if notice.kind == "test":
         return f"Test: {notice.title}"
     if notice.kind == "update":
@@ -89,16 +93,18 @@ def _headline(notice: Notice) -> str:
 
 
 def _header(notice: Notice) -> HeaderBlock:
-    icon = {"resolved": ":white_check_mark:", "test": ":test_tube:"}.get(
-        notice.kind, ICON[notice.severity]
-    )
+    icon = {
+        "resolved": ":white_check_mark:",
+        "recovered": ":large_green_circle:",
+        "test": ":test_tube:",
+    }.get(notice.kind, ICON[notice.severity])
     return HeaderBlock(text=PlainTextObject(text=_cut(f"{icon} {_headline(notice)}", MAX_HEADER)))
 
 
 def _fields(notice: Notice) -> list[MarkdownTextObject]:
     pairs = [("Severity", notice.severity), ("Where", _escape(notice.where.label()))]
     if notice.since is not None:
-        label = "Fired" if notice.kind == "resolved" else "Since"
+        label = "Fired" if notice.kind in ("resolved", "recovered") else "Since"
         pairs.append((label, slack_time(notice.since)))
     if notice.duration is not None:
         pairs.append(("Lasted", format_duration(notice.duration)))
@@ -166,7 +172,7 @@ def _footer(notice: Notice) -> str:
 
 def _fallback(notice: Notice) -> str:
     text = _escape(f"{_headline(notice)} ({notice.where.label()})")
-    if notice.duration is not None:
+    if notice.duration is not None and notice.kind != "recovered":  # its title says it
         text += f", lasted {format_duration(notice.duration)}"
     return _cut(text, MAX_TEXT)
 

@@ -1,0 +1,269 @@
+"""Incidents: consequences join their cause, the cause's recovery is said once, a lost GPU
+is one state, and the incident ends with a summary (docs/rules.md, "Grouping:
+consequences" and "Notifications").
+
+The engine runs in-process at explicit times against latest state written through
+`merge_latest`, and agent events stored as the ingest stores them; deliveries are tried
+in-process against a local receiver that answers like Slack (as test_grouping.py)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from fleet.alerts.engine import evaluate
+from fleet.alerts.grouping import Places
+from fleet.alerts.models import AlertGroup, AlertInstance, AlertInstanceEvent, AlertRule
+from fleet.alerts.notify import gpu_hours_words, incident_summary, notify_groups
+from fleet.demo import DEMO_RACKS, seed_demo_site
+from fleet.models import CoolingLoop, Event, Node, Rack
+from fleet.notifications.models import Delivery
+from fleet.notifications.notice import Notice, duration_words
+from fleet.notifications.slack import build_message
+from tests.alerts.test_engine import T0, store
+from tests.alerts.test_grouping import gpus_of, pump_rule, pumps_at, slowdown_rule, texts
+from tests.alerts.test_notify import sent, text_of
+from tests.support.slack_receiver import SlackReceiver
+
+pytestmark = pytest.mark.django_db
+
+HW_SLOWDOWN = 0x40
+
+
+@pytest.fixture(autouse=True)
+def only_our_rules(settings: Any) -> None:
+    AlertRule.objects.update(enabled=False)  # the built-in pack is installed by migration
+    settings.ALERT_GROUP_INTERVAL_S = 60
+    settings.ALERT_REPEAT_S = 4 * 3600
+
+
+@pytest.fixture
+def site() -> None:
+    """A01, A02 on CDU-1 (2 nodes × 4 GPUs each); A04 air-cooled, 9 nodes × 8 GPUs."""
+    a01, a02, _, a04 = DEMO_RACKS[:4]
+    seed_demo_site("lon1", (replace(a01, nodes=2), replace(a02, nodes=2)), gpus_per_node=4)
+    seed_demo_site("lon1", (replace(a04, nodes=9),), gpus_per_node=8)
+
+
+def off_the_bus_rules() -> None:
+    AlertRule.objects.create(
+        key="xid-fatal",
+        name="Fatal XID",
+        scope="gpu",
+        signal="xid_events",
+        params={"codes": [79], "window_s": 600},
+        comparison="ge",
+        threshold=1,
+        severity="critical",
+        summary="{node} GPU {gpu} reported a fatal XID",
+    )
+    AlertRule.objects.create(
+        key="missing",
+        name="GPU missing from its node",
+        scope="gpu",
+        signal="gpu_missing",
+        comparison="ge",
+        threshold=1,
+        severity="critical",
+        summary="{node} GPU {gpu} sends nothing",
+    )
+
+
+def gpus_report(at: float, hot: list[tuple[int, int]], gone: list[tuple[int, int]]) -> None:
+    """A sample of every node of A01, A02 and A04 and of their GPUs but the `gone` ones at
+    T0 + at: a node reports while its GPUs are off the bus."""
+    for node_id in Node.objects.filter(rack__name__in=("A01", "A02", "A04")).values_list(
+        "pk", flat=True
+    ):
+        store("node", (node_id,), T0 + at, cpu_pct=10.0)
+    for key in gpus_of("A01", "A02", "A04"):
+        if key not in gone:
+            store("gpu", key, T0 + at, clock_event_reasons=HW_SLOWDOWN if key in hot else 0)
+
+
+def fall_off_the_bus(gpus: list[tuple[int, int]], at: float) -> None:
+    """What an agent reports when a GPU trips: XID 79, then `gpu_lost`."""
+    for node_id, index in gpus:
+        node = Node.objects.get(pk=node_id)
+        for kind, code in (("xid", 79), ("gpu_lost", None)):
+            seq = Event.objects.count()
+            Event.objects.create(
+                source=node.source,
+                seq=seq,
+                pos=0,
+                ts=T0 + at,
+                node=node,
+                gpu_index=index,
+                kind=kind,
+                code=code,
+            )
+
+
+def step(at: float, pumps: int, hot: list[tuple[int, int]], gone: list[tuple[int, int]]) -> None:
+    pumps_at(at, pumps)
+    gpus_report(at, hot, gone)
+    evaluate(T0 + at)
+
+
+def test_a_cdu_failure_is_one_thread_from_slowdown_to_gpus_off_the_bus_to_reset(
+    slack: SlackReceiver, site: None
+) -> None:
+    pump_rule()
+    slowdown_rule()
+    off_the_bus_rules()
+    hot = gpus_of("A01", "A02")
+    lost = [g for g in hot if g[0] == Node.objects.get(name="gpu-a01-01").pk]
+    assert len(hot) == 16 and len(lost) == 4
+    step(0, 0, [], [])  # the pumps stop: the loop's message
+    step(20, 0, hot, [])  # its GPUs slow down
+    step(60, 0, hot, [])  # an update, a group interval after the first message
+    fall_off_the_bus(lost, 65)
+    step(70, 0, hot, lost)  # the XIDs join the loop's incident: no incident of their own
+    step(100, 0, hot, lost)  # their samples are 40 s old: lost (missing from the node)
+    step(120, 0, hot, lost)  # the next update says what happened to them
+    messages = texts(sent(slack))
+    assert len(messages) == 3, messages
+    assert messages[1].startswith(
+        "CRITICAL update: CDU-1: no pump running → 16 GPUs in A01–A02 in thermal slowdown"
+    )
+    assert messages[2].startswith(
+        "CRITICAL update: CDU-1: no pump running → 4 GPUs off the bus (XID 79) in A01"
+    )
+    keys = set(AlertInstance.objects.values_list("group__key", flat=True))
+    assert keys == {f"loop:{pumps_loop_id()}"}, keys  # one incident, every alert in it
+
+    # A lost GPU is one state: its slowdown ended, recorded on the instance and its history.
+    lost_entities = {f"{n}:{i}" for n, i in lost}
+    superseded = AlertInstance.objects.filter(rule__key="hw-slowdown", entity__in=lost_entities)
+    assert {(i.state, i.superseded_by) for i in superseded} == {("resolved", "GPU lost")}
+    ends = AlertInstanceEvent.objects.filter(instance__in=superseded, to_state="resolved")
+    assert {e.superseded_by for e in ends} == {"GPU lost"} and ends.count() == 4
+
+    step(140, 2, [], lost)  # the pumps are back, the other GPUs cool: said at once
+    step(150, 2, [], lost)
+    messages = texts(sent(slack))
+    assert len(messages) == 4, messages
+    assert messages[3].startswith(
+        "CDU-1 recovered after 2 min 20 s (2 pumps running, 430 L/min); still open:"
+        " 4 GPUs off the bus in A01 — reset needed"
+    )
+
+    step(200, 2, [], [])  # the GPUs are reset and report: their XIDs stop counting at once
+    messages = texts(sent(slack))
+    assert len(messages) == 5, messages
+    assert messages[4].startswith(
+        "Resolved: CDU-1: no pump running → 4 GPUs off the bus (XID 79) in A01"
+    )
+    resolved = sent(slack)[4]
+    # 4 GPUs off the bus from their XID firing (70 s) to the reset (200 s): 520 GPU-seconds
+    assert "Lasted 3 min 20 s; 16 GPUs affected; 4 GPUs off the bus, 0.14 GPU-hours lost" in (
+        text_of(resolved)
+    )
+    assert not AlertInstance.objects.filter(state__in=("pending", "firing")).exists()
+    assert AlertGroup.objects.get().closed_at is not None
+
+
+def test_every_member_of_an_incident_carries_its_key_as_the_incident_label(
+    slack: SlackReceiver, site: None
+) -> None:
+    pump_rule()
+    slowdown_rule()
+    step(0, 0, [], [])
+    step(20, 0, gpus_of("A01"), [])
+    key = f"loop:{pumps_loop_id()}"
+    labels = list(AlertInstance.objects.values_list("labels", flat=True))
+    assert len(labels) == 9 and all(label["incident"] == key for label in labels)
+
+
+def test_the_recovered_message_is_claimed_once_however_many_evaluations_look(
+    slack: SlackReceiver, site: None
+) -> None:
+    pump_rule()
+    slowdown_rule()
+    off_the_bus_rules()
+    hot = gpus_of("A01")[:1]
+    step(0, 0, hot, [])
+    fall_off_the_bus(hot, 5)
+    step(10, 0, hot, hot)
+    step(20, 2, [], hot)  # the cause resolves: the recovered message is owed
+    at = dt.datetime.fromtimestamp(T0 + 20, dt.UTC)
+    assert notify_groups(at, Places()) == 0  # a second look at the same moment: claimed
+    assert notify_groups(at + dt.timedelta(seconds=10), Places()) == 0
+    assert Delivery.objects.filter(kind="recovered").count() == 1
+
+
+def test_an_xid_of_a_gpu_that_was_never_hot_is_not_put_down_to_the_loop(
+    slack: SlackReceiver, site: None
+) -> None:
+    pump_rule()
+    off_the_bus_rules()
+    cool = gpus_of("A01")[:1]
+    step(0, 0, [], [])
+    fall_off_the_bus(cool, 5)
+    step(10, 0, [], cool)
+    xid = AlertInstance.objects.get(rule__key="xid-fatal")
+    assert xid.group is not None and xid.group.key.endswith(":xid-fatal")
+    assert len(AlertGroup.objects.filter(closed_at__isnull=True)) == 2
+
+
+def test_gpus_lost_in_a_rack_over_its_power_budget_join_the_rack_power_incident(
+    slack: SlackReceiver, site: None
+) -> None:
+    AlertRule.objects.create(
+        key="rack-over-budget",
+        name="Rack power at or over budget",
+        scope="rack",
+        signal="rack_power_fraction",
+        comparison="ge",
+        threshold=1.0,
+        severity="critical",
+        summary="{rack} draws {value:.0%} of its power budget",
+    )
+    off_the_bus_rules()
+    rack = Rack.objects.get(name="A04")
+    node = Node.objects.get(name="gpu-a04-01")
+    gone = [g for g in gpus_of("A04") if g[0] == node.pk]
+    for at, gpus_gone in ((0, []), (40, gone)):
+        store("rack", (rack.pk,), T0 + at, power_w=rack.power_budget_kw * 1050.0)
+        gpus_report(at, [], gpus_gone)
+        evaluate(T0 + at)
+    keys = set(AlertInstance.objects.values_list("group__key", flat=True))
+    assert keys == {f"rack:{rack.pk}:rack-over-budget"}
+    missing = AlertInstance.objects.filter(rule__key="missing", state="firing").count()
+    assert missing == 8
+    store("rack", (rack.pk,), T0 + 100, power_w=rack.power_budget_kw * 1050.0)
+    gpus_report(100, [], gone)
+    evaluate(T0 + 100)  # a group interval on: the update says what the overload took down
+    update = texts(sent(slack))[-1]
+    assert update.startswith(
+        "CRITICAL update: A04 draws 105% of its power budget → 8 GPUs off the bus in A04"
+    ), update
+
+
+def test_duration_and_gpu_hours_read_as_an_operator_says_them() -> None:
+    assert duration_words(dt.timedelta(seconds=182)) == "3 min 2 s"
+    assert duration_words(dt.timedelta(seconds=45)) == "45 s"
+    assert duration_words(dt.timedelta(minutes=72, seconds=5)) == "1 h 12 min"
+    assert gpu_hours_words(2.74) == "2.7 GPU-hours"
+    assert gpu_hours_words(0.144) == "0.14 GPU-hours"
+    assert incident_summary([]) == ""
+
+
+def test_a_recovered_message_leads_with_its_own_words_and_a_green_icon() -> None:
+    notice = Notice(
+        kind="recovered",
+        severity="critical",
+        title="CDU-1 recovered after 3 min 2 s (3 pumps running, 115 L/min); still open:"
+        " 33 GPUs off the bus in A01–A02 — reset needed",
+    )
+    message = build_message(notice)
+    assert message["text"].startswith("CDU-1 recovered after 3 min 2 s")
+    header = message["blocks"][0]["text"]["text"]
+    assert header.startswith(":large_green_circle: CDU-1 recovered")
+
+
+def pumps_loop_id() -> int:
+    return CoolingLoop.objects.get(name="CDU-1").pk
