@@ -84,12 +84,3 @@ def lost_since_words(when: str, xid: int | None, reported: bool) -> str:
 SUPERSEDED_BY_LOST = "GPU lost"
 RESET_NEEDED = "reset needed"
 REPORTS_AGAIN_AFTER_S = 5.0
-
-
-# The alert engine's words and bound for lost GPUs (fleet/alerts/consequences.py):
-# a lost GPU's thermal and throttle alerts end "superseded: GPU lost"; its off-the-bus
-# events (XID 79, `gpu_lost`) stop counting once it sends a sample this long after the
-# last of them (it was reset: the 600 s event window need not run out).
-SUPERSEDED_BY_LOST = "GPU lost"
-RESET_NEEDED = "reset needed"
-REPORTS_AGAIN_AFTER_S = 5.0
