@@ -189,7 +189,9 @@ def site_strips(
     """Each site's strip: its facility figures and counts, and the GPUs throttling and
     lost now summed from its racks' payloads (the page keeps those sums live the same way)."""
     # Each node's newest data is its summary's `ts`: no second read of the latest state.
-    newest = ((s.info.site_id, n.ts) for s in states.values() for n in s.nodes.values())
+    newest = (
+        (s.info.site_id, node_id, n.ts) for s in states.values() for node_id, n in s.nodes.items()
+    )
     figures = site_payloads(names, now, agent_counts(newest, now))
     for payload in figures.values():
         payload["throttling_thermal"] = payload["throttling_power"] = payload["lost_gpus"] = 0

@@ -17,6 +17,7 @@ from typing import Any
 from django.db import connection
 
 from fleet import health
+from fleet.source_cadence import node_intervals
 
 Payload = dict[str, Any]
 
@@ -116,9 +117,9 @@ def _add_alerts(place: dict[str, Payload], entity_id: int, severity: str, count:
 
 def agent_freshness(site_ids: list[int], now: float) -> dict[int, Payload]:
     """Per site: nodes in the inventory, those whose newest data (node or GPU sample) is
-    older than `health.STALE_AFTER_S`, and those that never sent any. Three plain reads
-    joined here: as one query, PostgreSQL without table statistics nested-looped the
-    per-node aggregate (0.5 s for 1,250 nodes; this way ~10 ms)."""
+    stale by their source's own cadence (`agent_counts`), and those that never sent any.
+    Plain reads joined here: as one query, PostgreSQL without table statistics
+    nested-looped the per-node aggregate (0.5 s for 1,250 nodes; this way ~10 ms)."""
     if not site_ids:
         return {}
     marks = ", ".join(["%s"] * len(site_ids))
@@ -130,21 +131,30 @@ def agent_freshness(site_ids: list[int], now: float) -> dict[int, Payload]:
     newest: dict[int, float] = dict(_select("SELECT node_id, ts FROM fw_node_latest", []))
     for node_id, ts in _select("SELECT node_id, MAX(ts) FROM fw_gpu_latest GROUP BY node_id", []):
         newest[node_id] = max(ts, newest.get(node_id, ts))
-    return agent_counts(((site_id, newest.get(node_id)) for node_id, site_id in nodes), now)
+    rows = ((site_id, node_id, newest.get(node_id)) for node_id, site_id in nodes)
+    return agent_counts(rows, now)
 
 
-def agent_counts(nodes: Iterable[tuple[int, float | None]], now: float) -> dict[int, Payload]:
-    """Per site, from each node's (site id, newest sample of the node or any of its GPUs):
-    nodes, those whose newest data is older than `health.STALE_AFTER_S`, those never heard
+def agent_counts(
+    nodes: Iterable[tuple[int, int, float | None]],
+    now: float,
+    intervals: Mapping[int, float] | None = None,
+) -> dict[int, Payload]:
+    """Per site, from each node's (site id, node id, newest sample of the node or any of its
+    GPUs): nodes, those whose newest data is stale by the cadence it comes at
+    (`health.source_stale`: its agent's declared batch interval, or the pull interval of the
+    Prometheus source feeding it; `intervals`, read here when not given), those never heard
     from."""
+    if intervals is None:
+        intervals = node_intervals()
+    default = health.DEFAULT_INTERVAL_S["node"]
     out: dict[int, Payload] = {}
-    quiet_since = now - health.STALE_AFTER_S
-    for site_id, ts in nodes:
+    for site_id, node_id, ts in nodes:
         counts = out.setdefault(site_id, {"nodes": 0, "stale": 0, "never": 0})
         counts["nodes"] += 1
         if ts is None:
             counts["never"] += 1
-        elif ts <= quiet_since:
+        elif health.source_stale(ts, now, intervals.get(node_id, default)):
             counts["stale"] += 1
     return out
 

@@ -1,13 +1,14 @@
 """Signals about the sources themselves (fleet/alerts/signals.py, `_SOURCE`): how long an
-agent has been silent, computed from what the backend last heard from it
-(`SourceToken.last_seen`), read in bulk once per evaluation."""
+agent has been silent, in its own batch intervals, computed from what the backend last
+heard from it (`SourceToken.last_seen`, `batch_interval_s`), and how long a field has
+lagged, judged by the same cadence; read in bulk once per evaluation."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from fleet import health
+from fleet import health, source_cadence
 from fleet.alerts.signals import SCOPE_SAMPLE_KIND
 from fleet.models import GPU, CoolingLoop, Node, Rack, SourceToken
 
@@ -17,15 +18,18 @@ if TYPE_CHECKING:
 Key = tuple[int, ...]
 
 
-def _tokens(snap: Snapshot) -> list[tuple[str, str, int, float | None]]:
-    """Every source that may still send: (kind, source, site_id, last_seen), one query."""
+def _tokens(snap: Snapshot) -> list[tuple[str, str, int, float | None, float]]:
+    """Every source that may still send: (kind, source, site_id, last_seen, its batch
+    interval), one query."""
 
-    def make() -> list[tuple[str, str, int, float | None]]:
-        return list(
-            SourceToken.objects.filter(revoked=False).values_list(
-                "kind", "source", "site_id", "last_seen"
-            )
+    def make() -> list[tuple[str, str, int, float | None, float]]:
+        rows = SourceToken.objects.filter(revoked=False).values_list(
+            "kind", "source", "site_id", "last_seen", "sample_interval_s", "batch_interval_s"
         )
+        return [
+            (kind, source, site_id, last_seen, health.batch_interval_s(kind, sample_s, batch_s))
+            for kind, source, site_id, last_seen, sample_s, batch_s in rows
+        ]
 
     return snap.cached("source_tokens", make)  # type: ignore[no-any-return]
 
@@ -45,12 +49,20 @@ def _entity_ids(scope: str) -> dict[str, Key]:
     return {}
 
 
+def _override(params: Params) -> float | None:
+    """A rule's `interval_s`, when it sets one: every source judged by it instead of its
+    own declared interval (docs/rules.md)."""
+    value = params.get("interval_s")
+    return None if value is None else float(value)
+
+
 def silent_intervals(scope: str) -> Callable[[Snapshot, Params], Values]:
-    """Intervals since each `scope` source's last batch; a source never heard from (or not
-    in the inventory) has no value. A site's facility agent is its site's source."""
+    """Batch intervals since each `scope` source's last batch, each counted in the source's
+    own batch interval (fleet.health.cadence); a source never heard from (or not in the
+    inventory) has no value. A site's facility agent is its site's source."""
 
     def compute(snap: Snapshot, params: Params) -> Values:
-        interval = float(params["interval_s"])
+        override = _override(params)
         tokens = [t for t in _tokens(snap) if t[0] == scope]
         ids = (
             {}
@@ -58,11 +70,11 @@ def silent_intervals(scope: str) -> Callable[[Snapshot, Params], Values]:
             else snap.cached(f"source_ids:{scope}", lambda: _entity_ids(scope))
         )
         out: Values = {}
-        for _, source, site_id, last_seen in tokens:
+        for _, source, site_id, last_seen, interval in tokens:
             key = (site_id,) if scope == "site" else ids.get(source)
             if key is None:
                 continue
-            value = health.silent_intervals(last_seen, snap.now, interval)
+            value = health.silent_intervals(last_seen, snap.now, override or interval)
             if value is not None or key not in out:
                 out[key] = value
         return out
@@ -70,19 +82,32 @@ def silent_intervals(scope: str) -> Callable[[Snapshot, Params], Values]:
     return compute
 
 
+def _intervals(snap: Snapshot, scope: str) -> dict[Key, float]:
+    """Entity key → the batch interval of the source its data comes from (one pass of
+    plain queries per scope per evaluation; a GPU is keyed by its node)."""
+    return snap.cached(  # type: ignore[no-any-return]
+        f"source_intervals:{scope}", lambda: source_cadence.entity_intervals(scope)
+    )
+
+
 def metric_lag(scope: str) -> Callable[[Snapshot, Params], Values]:
     """Seconds the most-lagging field (of `metrics`, default every field) trails the
-    entity's newest sample; none while the entity itself is stale (that is silence)."""
+    entity's newest sample, judged by the entity's source cadence: none while the entity
+    itself is stale (that is silence), 0 while the lag is within the source's own pace."""
 
     def compute(snap: Snapshot, params: Params) -> Values:
         only = set(params["metrics"] or ())
+        override = _override(params)
+        intervals = _intervals(snap, scope)
+        default = source_cadence.default_interval(scope)
         out: Values = {}
         for key, reading in snap.readings(SCOPE_SAMPLE_KIND[scope]).items():
             if only:
                 values = {n: v for n, v in reading.values.items() if n in only}
                 reading = health.Reading(values, reading.ts, health.newest_ts(reading))
-            lag = health.field_lag(reading, snap.now)
-            out[key] = None if lag is None else lag[1]
+            interval = override or intervals.get(key[:1], default)
+            lag = health.field_lag(reading, snap.now, health.stale_after_s(interval))
+            out[key] = None if lag is None else health.lag_beyond_cadence(lag[1], interval)
         return out
 
     return compute

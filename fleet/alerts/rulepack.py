@@ -535,7 +535,8 @@ SOURCE_RULES: tuple[RuleSpec, ...] = (
             0,
             "warning",
             f"{name}: no batch for {{value:.0f}} intervals",
-            "No batch for 3 sampling intervals.",
+            "No batch for 3 of the source's own batch intervals, as the agent declares"
+            " them (a node agent: every second; a facility agent: its poll cadence).",
         )
         for scope, name in _SILENT.items()
     ),
@@ -551,8 +552,8 @@ SOURCE_RULES: tuple[RuleSpec, ...] = (
             0,
             "warning",
             f"{name}: {{metric}} has not arrived for {{value:.0f}} s",
-            "A field trails the entity's newest sample: it stopped arriving while the "
-            "agent still reports.",
+            "A field trails the entity's newest sample by 120 s, longer than its source's"
+            " own pace allows: it stopped arriving while the agent still reports.",
         )
         for scope, name in {**_SILENT, "gpu": _GPU, "feed": "{rack} feed {feed}"}.items()
     ),

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from agents.protocol.metrics import METRICS, SampleKind
+from fleet.health.cadence import LAG_INTERVALS
 
 ParamType = Literal["float", "int_list", "metric_list", "site_map"]
 
@@ -86,7 +87,14 @@ class Signal:
 
 # Parameters shared by several signals.
 WINDOW = Param("window_s", "float", 600.0, "seconds of events counted (the rule clears after)")
-INTERVAL = Param("interval_s", "float", 1.0, "the source's sampling interval (s)")
+# Unset (the default): each source is judged by its own batch interval, as it declared it
+# (fleet/health/cadence.py). Set, it judges every source of the rule by this one instead.
+INTERVAL = Param(
+    "interval_s",
+    "float",
+    None,
+    "override (s): judge every source by this interval instead of its own batch interval",
+)
 LAG_METRICS = Param(
     "metrics", "metric_list", (), "only these fields (default: every field it has sent)"
 )
@@ -264,7 +272,7 @@ _SOURCE: tuple[Signal, ...] = (
             "agent_silent_intervals",
             scope,
             "intervals",
-            f"sampling intervals since the {who}'s last batch",
+            f"batch intervals since the {who}'s last batch (the source's own, as declared)",
             "health:silent_intervals",
             params=(INTERVAL,),
         )
@@ -276,9 +284,10 @@ _SOURCE: tuple[Signal, ...] = (
             scope,
             "s",
             "how far the most-lagging field trails the entity's newest sample (a metric "
-            "that stopped arriving while its agent still reports)",
+            "that stopped arriving while its agent still reports); 0 within "
+            f"{LAG_INTERVALS:g} of the source's batch intervals",
             "health:field_lag",
-            params=(LAG_METRICS,),
+            params=(LAG_METRICS, INTERVAL),
             placeholders=("metric",),
         )
         for scope in SCOPE_SAMPLE_KIND

@@ -14,6 +14,15 @@ read as ok, and must never hide a warn or crit found elsewhere.
 
 from __future__ import annotations
 
+from fleet.health.cadence import (
+    DEFAULT_INTERVAL_S,
+    STALE_INTERVALS,
+    batch_interval_s,
+    lag_beyond_cadence,
+    silent_intervals,
+    source_stale,
+    stale_after_s,
+)
 from fleet.health.cooling import LoopSummary, flow_level, loop_summary, supply_level
 from fleet.health.facility import facility_pue, pue, pue_category
 from fleet.health.gpus import (
@@ -70,7 +79,6 @@ from fleet.health.rules import (
     gpu_missing,
     power_capped_clock_fraction,
     power_fraction,
-    silent_intervals,
     supply_over_limit_c,
 )
 from fleet.health.thresholds import (
@@ -99,6 +107,7 @@ from fleet.health.thresholds import (
 __all__ = [
     "BENIGN_REASONS",
     "CRIT_REASONS",
+    "DEFAULT_INTERVAL_S",
     "EMPTY",
     "FLOW_CRIT_FRACTION",
     "FLOW_STOPPED_LPM",
@@ -118,6 +127,7 @@ __all__ = [
     "RACK_POWER_CRIT_FRACTION",
     "RACK_POWER_WARN_FRACTION",
     "STALE_AFTER_S",
+    "STALE_INTERVALS",
     "SUPPLY_WARN_MARGIN_C",
     "THERMAL_REASONS",
     "WARN_REASONS",
@@ -133,6 +143,7 @@ __all__ = [
     "RackSummary",
     "Reading",
     "Throttle",
+    "batch_interval_s",
     "facility_pue",
     "feed_load_fraction",
     "field_lag",
@@ -147,6 +158,7 @@ __all__ = [
     "gpus_off_the_bus_words",
     "headroom_level",
     "inlet_level",
+    "lag_beyond_cadence",
     "leak_level",
     "loop_summary",
     "lost_cause_words",
@@ -165,7 +177,9 @@ __all__ = [
     "rack_power_level",
     "rack_summary",
     "silent_intervals",
+    "source_stale",
     "stale",
+    "stale_after_s",
     "supply_level",
     "supply_over_limit_c",
     "throttle_state",

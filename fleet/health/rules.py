@@ -1,5 +1,6 @@
 """Figures the alert rules need beyond the summaries (fleet/alerts/signals.py names
-each one as a signal's source)."""
+each one as a signal's source). A source's silence is judged by its own
+cadence in fleet/health/cadence.py."""
 
 from __future__ import annotations
 
@@ -46,14 +47,6 @@ def power_capped_clock_fraction(
     if clock is None or clock_max_mhz is None or clock_max_mhz <= 0:
         return None
     return float(clock) / float(clock_max_mhz)
-
-
-def silent_intervals(last_seen: float | None, now: float, interval_s: float) -> float | None:
-    """How many sampling intervals have passed since a source's last batch; None when it
-    never reported (a source never enrolled is not silent, it is absent)."""
-    if last_seen is None or interval_s <= 0:
-        return None
-    return max(0.0, now - last_seen) / interval_s
 
 
 def field_lag(

@@ -47,6 +47,9 @@ log = logging.getLogger("fleet.ingest.pipeline")
 OK = 0
 RETRY = 503
 
+Cadence = tuple[float | None, float | None]  # a batch's declared (sample_s, batch_s)
+SourceSeen = tuple[int, float, str, float | None, float | None]  # seq, seen, stats, cadence
+
 
 @dataclass(slots=True)
 class Result:
@@ -65,6 +68,7 @@ class Prepared:
     source: str
     write: SampleWrite
     stats: str  # the agent block as JSON, serialised up front
+    cadence: Cadence  # as the batch declared it: (sample_s, batch_s), None when absent
 
 
 @dataclass
@@ -85,7 +89,7 @@ class IngestPipeline:
     inventory: Inventory = field(default_factory=Inventory)
     conns: dict[int, Connection] = field(default_factory=dict)
     pending: LatestDelta = field(default_factory=LatestDelta)  # committed, not yet merged
-    sources: dict[str, tuple[int, float, str]] = field(default_factory=dict)  # seq, seen, stats
+    sources: dict[str, SourceSeen] = field(default_factory=dict)
     changed: dict[str, set[Key]] = field(default_factory=dict)  # saved, not yet reported
     saved_at: float = 0.0
     counters: Counters = field(default_factory=Counters)
@@ -150,7 +154,8 @@ class IngestPipeline:
                 self.inventory.load(self.db)
             write = self.resolver.resolve(conn, batch)
             stats = to_json(batch.agent or {}, "agent")
-            return Prepared(conn_id, batch.seq, batch.source, write, stats)
+            cadence = (batch.sample_s, batch.batch_s)
+            return Prepared(conn_id, batch.seq, batch.source, write, stats, cadence)
         except ProtocolError as exc:
             results.append(Result(conn_id, _seq_of(obj), exc.code, exc.as_dict()))
         except Exception as exc:  # any fault here is this batch's alone
@@ -225,7 +230,7 @@ class IngestPipeline:
             for key, sample in kind_items:
                 self.pending.add(kind, key, sample, now)
         for item in items:
-            self.sources[item.source] = (item.seq, now, item.stats)
+            self.sources[item.source] = (item.seq, now, item.stats, *item.cadence)
 
     # -- latest state --------------------------------------------------------
     def _save_due(self, now: float) -> bool:
@@ -267,15 +272,18 @@ class IngestPipeline:
     def _source_statements(self) -> list[tuple[str, Row]]:
         if not self.sources:
             return []
+        # The declared cadence rides in the same statement (one pipelined executemany per
+        # save, whatever the number of sources); NULL from an agent older than the field.
         sql = (
             "UPDATE fleet_sourcetoken SET last_seq = %s, last_seen = %s,"
-            f" agent_stats = {json_param(self.db.vendor)} WHERE source = %s AND revoked = %s"
+            f" agent_stats = {json_param(self.db.vendor)},"
+            " sample_interval_s = %s, batch_interval_s = %s WHERE source = %s AND revoked = %s"
         )
         # In source order: two writers updating the same sources (a node that reconnected to
         # the other server process) then lock the rows in the same order and cannot deadlock.
         return [
-            (sql, (seq, seen, stats, source, False))
-            for source, (seq, seen, stats) in sorted(self.sources.items())
+            (sql, (seq, seen, stats, sample_s, batch_s, source, False))
+            for source, (seq, seen, stats, sample_s, batch_s) in sorted(self.sources.items())
         ]
 
 

@@ -61,6 +61,14 @@ class SourceToken(models.Model):
     last_seq = models.BigIntegerField(null=True, blank=True, editable=False)
     last_seen = models.FloatField(null=True, blank=True, editable=False)
     agent_stats = models.JSONField(default=dict, blank=True, editable=False)
+    # The cadence the source last declared (protocol `cadence`; NULL: an agent older than
+    # the field, judged by fleet.health.cadence's default for its kind).
+    sample_interval_s = models.FloatField(
+        null=True, blank=True, editable=False, help_text="seconds between samples, as declared"
+    )
+    batch_interval_s = models.FloatField(
+        null=True, blank=True, editable=False, help_text="seconds between batches, as declared"
+    )
 
     class Meta:
         ordering = ("source",)

@@ -60,6 +60,11 @@ class PrometheusSource(models.Model):
         default=dict, blank=True, editable=False, help_text="per scrape target: newest sample"
     )
     last_summary = models.JSONField(default=dict, blank=True, editable=False)
+    # The interval it is pulled at (PROMETHEUS_PULL_S when last pulled): what its GPUs'
+    # data is judged stale by (fleet.health.cadence), like an agent's batch interval.
+    pull_interval_s = models.FloatField(
+        null=True, blank=True, editable=False, help_text="seconds between pulls"
+    )
 
     class Meta:
         ordering = ("name",)

@@ -377,7 +377,8 @@ def _sites(f: Families, sites: dict[int, str], now: float, states: dict[int, Rac
     )
     stale = f.gauge(
         "fleetwatch_site_node_agents_stale",
-        f"node agents whose newest data is older than {health.STALE_AFTER_S:g} s",
+        f"nodes whose newest data is older than {health.STALE_INTERVALS:g} of the intervals"
+        f" it comes at (at least {health.STALE_AFTER_S:g} s)",
         ["site"],
     )
     lost = f.gauge(
@@ -422,21 +423,32 @@ def _agents(f: Families, now: float) -> None:
         "seconds since each enrolled source's last batch (absent: never sent one)",
         ["source", "kind"],
     )
+    interval = f.gauge(
+        "fleetwatch_agent_batch_interval_seconds",
+        "each enrolled source's batch interval as it declared it (else its kind's default):"
+        " what its silence is counted in",
+        ["source", "kind"],
+    )
     stale = f.gauge(
         "fleetwatch_agents_stale",
-        f"sources whose last batch is older than {health.STALE_AFTER_S:g} s",
+        f"sources whose last batch is older than {health.STALE_INTERVALS:g} of their own"
+        f" batch intervals (at least {health.STALE_AFTER_S:g} s)",
         [],
     )
     count = 0
     rows = select_rows(
-        "SELECT source, kind, last_seen FROM fleet_sourcetoken WHERE revoked = %s", [False]
+        "SELECT source, kind, last_seen, sample_interval_s, batch_interval_s"
+        " FROM fleet_sourcetoken WHERE revoked = %s",
+        [False],
     )
-    for source, kind, last_seen in rows:
+    for source, kind, last_seen, sample_s, batch_s in rows:
+        batch_interval = health.batch_interval_s(kind, sample_s, batch_s)
+        interval.add_metric([source, kind], batch_interval)
         if last_seen is None:
             continue
         seconds = max(0.0, now - float(last_seen))
         age.add_metric([source, kind], round(seconds, 3))
-        count += seconds > health.STALE_AFTER_S
+        count += health.source_stale(float(last_seen), now, batch_interval)
     stale.add_metric([], float(count))
 
 

@@ -237,6 +237,7 @@ def _commit(
     record_gpus(db, source, pulled, gpus, now)
     record_unmatched(source, pulled, now)
     source.last_pull_at = source.last_ok_at = now
+    source.pull_interval_s = pull_interval_s()
     source.last_status = PullStatus.OK
     source.last_error = ""
     if pulled.newest is not None:
@@ -246,12 +247,21 @@ def _commit(
         update_fields=[
             "last_pull_at",
             "last_ok_at",
+            "pull_interval_s",
             "last_status",
             "last_error",
             "last_sample_ts",
             "watermarks",
         ]
     )
+
+
+def pull_interval_s() -> float:
+    """The interval sources are pulled at (`PROMETHEUS_PULL_S`, the beat's): what the data
+    of the GPUs a source feeds is judged stale by (fleet/health/cadence.py)."""
+    from django.conf import settings
+
+    return float(settings.PROMETHEUS_PULL_S)
 
 
 def next_marks(source: PrometheusSource, seen: dict[str, float], now: float) -> dict[str, float]:
