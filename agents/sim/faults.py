@@ -1,9 +1,10 @@
 """Fault injection for the simulator: `KIND[:TARGET][@START][+DURATION][,key=value…]`.
 
 Examples: `cdu-pump-fail:CDU-1@30s+10m`, `gpu-xid:gpu-a01-03/2@1m,code=79`,
-`network-partition:gpu-a01-03@20+60`, `chiller-degraded@0+1h`. START and DURATION are
-seconds from the simulator's start, with an optional `s`, `m` or `h`; no START means at
-once, no DURATION means until the simulator stops. docs/simulator.md has the full table.
+`network-partition:gpu-a01-03@20+60`, `chiller-degraded@0+1h`, `gpu-reset:gpu-a01-03@4m`.
+START and DURATION are seconds from the simulator's start, with an optional `s`, `m` or
+`h`; no START means at once, no DURATION means until the simulator stops (`gpu-reset` is
+one moment: no DURATION). docs/simulator.md has the full table.
 """
 
 from __future__ import annotations
@@ -17,11 +18,15 @@ FAULT_TARGETS: dict[str, str] = {
     "chiller-degraded": "loop or nothing (every loop)",
     "rack-overload": "rack",
     "gpu-xid": "node/gpu",
+    "gpu-reset": "node/gpu or node",
     "ecc-dbe": "node/gpu",
     "agent-crash": "node",
     "network-partition": "node or rack",
     "node-offline": "node or rack",
 }
+
+# Faults that are an act at one moment, not a condition that lasts.
+ONE_SHOT = frozenset({"gpu-reset"})
 
 _SPEC = re.compile(
     r"^(?P<kind>[a-z-]+)(?::(?P<target>[^@+,]+))?(?:@(?P<start>[0-9.]+[smh]?))?"
@@ -80,6 +85,8 @@ def parse_fault(spec: str) -> Fault:
         raise FaultSpecError(f"{kind} needs a target ({needs}), e.g. {kind}:NAME")
     if needs == "node/gpu" and target is not None and "/" not in target:
         raise FaultSpecError(f"{kind} targets one GPU: {kind}:NODE/INDEX")
+    if kind in ONE_SHOT and match["duration"]:
+        raise FaultSpecError(f"{kind} happens at one moment: {kind}:TARGET@START, no +DURATION")
     params = dict(p.split("=", 1) for p in match["params"].split(",") if p)
     start = parse_duration(match["start"]) if match["start"] else 0.0
     duration = parse_duration(match["duration"]) if match["duration"] else None

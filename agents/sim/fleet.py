@@ -263,6 +263,11 @@ class SiteModel:
                 if gpu.lost and elapsed_s >= node.lost_until.get(gpu.index, math.inf):
                     del node.lost_until[gpu.index]
                     gpu.reset()
+                reset = self.faults.started("gpu-reset", target, elapsed_s, dt) or (
+                    self.faults.started("gpu-reset", node.name, elapsed_s, dt)
+                )
+                if reset is not None and gpu.lost:
+                    reset_gpu(node, gpu)
                 dbe = self.faults.started("ecc-dbe", target, elapsed_s, dt)
                 if dbe is not None:
                     gpu.ecc_dbe += 1
@@ -401,6 +406,14 @@ def _liquid_heat_kw(rack: RackState) -> float:
     capture = _host_capture(rack.coolant_c)
     parts_w = sum(node.gpu_power_w() + capture * node.host_power_w() for node in rack.nodes)
     return LIQUID_SHARE[rack.rack.cooling] * parts_w / 1000.0
+
+
+def reset_gpu(node: VirtualNode, gpu: GpuModel) -> None:
+    """An operator's `nvidia-smi -r` (the `gpu-reset` fault): a lost GPU is back on the bus,
+    whatever took it off (a thermal trip, an XID 79 fault); a hot one trips again."""
+    gpu.reset()
+    node.lost_until.pop(gpu.index, None)
+    node.tripped_at.pop(gpu.index, None)
 
 
 def fell_off_the_bus_events(gpu: int, ts: float) -> list[dict[str, Any]]:

@@ -1,0 +1,87 @@
+"""The simulator's `gpu-reset` fault step: one GPU (`NODE/INDEX`) or every lost GPU of a
+node (`NODE`) back on the bus at a chosen moment, so a test or a demo ends an incident
+when it chooses (docs/simulator.md, "Faults")."""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+
+from agents.sim.faults import FaultPlan, FaultSpecError, parse_fault
+from agents.sim.fleet import SiteModel
+from agents.sim.inventory import parse_inventory
+from tests.agents.stub_server import SMALL_SITE
+
+
+def _site(faults: list[str]) -> SiteModel:
+    model = SiteModel(parse_inventory(SMALL_SITE), FaultPlan([parse_fault(f) for f in faults]), 1)
+    for node in model.nodes.values():
+        node.workload.kind, node.workload.load, node.workload.remaining_s = "training", 1.0, 1e9
+    return model
+
+
+def _run(model: SiteModel, until: int, start: int = 0) -> None:
+    for t in range(start, until):
+        model.step(1.0, float(t), wall=1_795_996_000.0 + t)
+
+
+def _reporting(model: SiteModel, node: str) -> set[int]:
+    reading = model.node_reading(node, time.time(), with_info=False)
+    return {s["gpu"] for s in reading.samples.get("gpu", [])}
+
+
+def test_a_reset_step_names_one_gpu_or_a_node_at_one_moment() -> None:
+    one = parse_fault("gpu-reset:gpu-a01-03/2@4m")
+    assert (one.kind, one.target, one.start_s, one.duration_s) == (
+        "gpu-reset",
+        "gpu-a01-03/2",
+        240.0,
+        None,
+    )
+    assert parse_fault("gpu-reset:gpu-a01-03@90s").target == "gpu-a01-03"
+
+
+@pytest.mark.parametrize(
+    ("spec", "reason"),
+    [
+        ("gpu-reset@4m", "gpu-reset needs a target (node/gpu or node)"),
+        ("gpu-reset:gpu-a01-03@4m+1m", "gpu-reset happens at one moment"),
+    ],
+)
+def test_a_reset_step_without_a_target_or_with_a_duration_is_refused(
+    spec: str, reason: str
+) -> None:
+    with pytest.raises(FaultSpecError, match=re.escape(reason)):
+        parse_fault(spec)
+
+
+def test_resetting_one_gpu_brings_only_it_back_and_a_node_reset_the_rest() -> None:
+    model = _site(
+        [
+            "gpu-xid:gpu-a01-01/2@1",  # XID 79 with no duration: lost until reset
+            "gpu-xid:gpu-a01-01/3@1",
+            "gpu-reset:gpu-a01-01/2@10",
+            "gpu-reset:gpu-a01-01@20",
+        ]
+    )
+    node = "gpu-a01-01"
+    _run(model, 5)
+    assert _reporting(model, node) == set(range(8)) - {2, 3}
+    _run(model, 15, start=5)
+    assert _reporting(model, node) == set(range(8)) - {3}
+    _run(model, 25, start=15)
+    assert _reporting(model, node) == set(range(8))
+
+
+def test_a_tripped_gpu_is_back_at_the_reset_before_the_automatic_one() -> None:
+    # The pumps stop for 11 minutes: GPUs trip from ~540 s on; the automatic reset would
+    # bring one back 5 min after its trip at the earliest (~850 s).
+    model = _site(["cdu-pump-fail:CDU-1@0+11m", "gpu-reset:gpu-a01-01@700"])
+    _run(model, 690)
+    lost = {name: {g.index for g in model.nodes[name].gpus if g.lost} for name in model.nodes}
+    assert lost["gpu-a01-01"] and lost["gpu-a01-02"]
+    _run(model, 710, start=690)
+    assert _reporting(model, "gpu-a01-01") == set(range(8))
+    assert _reporting(model, "gpu-a01-02") == set(range(8)) - lost["gpu-a01-02"]  # not reset
