@@ -10,7 +10,7 @@ import functools
 import logging
 import time
 from collections.abc import Callable
-from typing import ParamSpec, TypeVar
+from typing import ParamSpec, TypedDict, TypeVar
 
 from celery import Task, shared_task
 from django.db import InterfaceError, OperationalError
@@ -28,16 +28,56 @@ R = TypeVar("R")
 # PostgreSQL connection) is worth a few quick retries; anything else is a bug.
 TRANSIENT = (OperationalError, InterfaceError)
 
+# Every task's time limits, seconds: (soft, hard). At the soft limit the task gets
+# SoftTimeLimitExceeded (its transaction rolls back; logged as failed, not retried); at
+# the hard limit a prefork worker kills its child and starts another — so one stuck task
+# frees its worker slot instead of starving what queues behind it. Only the prefork pool
+# enforces them: a `--pool solo` worker (the tests' workers) enforces neither.
+# docs/operations.md, "Alerting", lists them.
+TIME_LIMITS: dict[str, tuple[int, int]] = {
+    # A pass takes well under a second at 10,000 GPUs (bench/rules.py); one running three
+    # 10 s ticks is stuck (the watchdog already calls it stopped), and the next tick redoes it.
+    "alerts.evaluate": (30, 45),
+    # A few queries, every 30 s: cut before the next one is due.
+    "alerts.watchdog": (20, 28),
+    # Each query to a Prometheus may take its 10 s timeout (QUERY_TIMEOUT_S), a few run in
+    # turn; past two minutes the source is as good as down, and the next pull tries again.
+    "prometheus.pull": (120, 150),
+    # One webhook POST (10 s timeout) and its bookkeeping; a retry is a new task.
+    "notifications.deliver": (45, 60),
+    # One query and up to 1,000 enqueues, every 60 s.
+    "notifications.sweep": (40, 55),
+    # Bulk storage work that may take minutes on a backlog; each chunk commits on its own
+    # and claims its state row, so a rollup cut short resumes at the next tick.
+    "fleet.rollup": (600, 660),
+    "fleet.retention": (600, 660),
+    "fleet.partitions": (120, 180),
+}
+
+
+class TimeLimits(TypedDict):
+    soft_time_limit: int
+    time_limit: int
+
+
+def time_limits(name: str) -> TimeLimits:
+    """Celery's options for the limits of task `name` (a KeyError: it has none yet)."""
+    soft, hard = TIME_LIMITS[name]
+    return {"soft_time_limit": soft, "time_limit": hard}
+
 
 def instrumented_task(
     name: str, *, max_retries: int = 3, retry_backoff_max: int = 30
 ) -> Callable[[Callable[P, R]], Task[P, R]]:
     """The house task decorator: an explicit name (stable across refactors, and
-    what beat and `send_task` use), timing in the log, one retry policy.
+    what beat and `send_task` use), timing in the log, one retry policy, and the task's
+    time limits from `TIME_LIMITS` (a task without an entry cannot be declared).
 
     Backoff stays short because these tasks run on a 30 s / 10 min beat: a retry
     later than the next tick is worth nothing.
     """
+
+    limits = time_limits(name)
 
     def decorate(func: Callable[P, R]) -> Task[P, R]:
         @functools.wraps(func)
@@ -61,6 +101,7 @@ def instrumented_task(
             retry_backoff_max=retry_backoff_max,
             retry_jitter=True,
             acks_late=True,
+            **limits,
         )(timed)
 
     return decorate

@@ -5,10 +5,12 @@ Run exactly one beat (`celery -A fleetwatch beat`): a second one would send ever
 tick twice. Two overlapping rollups are still safe (each chunk claims its state
 row), just wasted work.
 
-Queues by job, so a long rollup never delays an alert or a Slack message (workers and
-their commands: docs/operations.md, "Alerting"):
+Queues by job, so neither a long rollup nor a Prometheus that stalls delays an alert or a
+Slack message (workers and their commands: docs/operations.md, "Alerting"):
 
-- `rules`: alerts.evaluate, prometheus.pull — the alert engine's inputs and passes;
+- `rules`: alerts.evaluate, alone — the alert engine's passes;
+- `pull`: prometheus.pull — it waits on other servers (up to a query timeout per query
+  against a Prometheus that stalls), so it must never sit in front of an evaluation;
 - `notifications`: Slack deliveries (their retries and follow-ups stay on the queue they
   came from) and notifications.sweep;
 - `maintenance`: fleet.rollup, fleet.retention, fleet.partitions — bulk storage work
@@ -16,7 +18,9 @@ their commands: docs/operations.md, "Alerting"):
 - `celery` (the default): everything else, alerts.watchdog among them. It is not
   `rules`, so a rules worker that is stuck or dead does not silence the watchdog.
 
-A worker started without `-Q` consumes every queue.
+A worker started without `-Q` consumes every queue. Every task has a soft and a hard time
+limit, declared with it (fleet/tasks.py `instrumented_task`); a prefork worker enforces
+them (the solo pool enforces none).
 """
 
 from __future__ import annotations
@@ -35,16 +39,17 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "fleetwatch.settings")
 broker.register()  # the embedded tier's filesystem broker, with atomic writes
 
 RULES = "rules"
+PULL = "pull"
 NOTIFICATIONS = "notifications"
 MAINTENANCE = "maintenance"
 DEFAULT = "celery"
-QUEUES = (RULES, NOTIFICATIONS, MAINTENANCE, DEFAULT)
+QUEUES = (RULES, PULL, NOTIFICATIONS, MAINTENANCE, DEFAULT)
 
 # By task name, so a task is routed even before its module is imported (or written:
 # fleet.partitions); a task not named here goes to DEFAULT.
 TASK_QUEUES = {
     "alerts.evaluate": RULES,
-    "prometheus.pull": RULES,
+    "prometheus.pull": PULL,
     "notifications.deliver": NOTIFICATIONS,
     "notifications.sweep": NOTIFICATIONS,
     "fleet.rollup": MAINTENANCE,
@@ -98,8 +103,9 @@ def schedule_alert_evaluation(sender: Celery, **kwargs: Any) -> None:
         "schedule": watch,
         "options": {"expires": watch * 0.8},
     }
-    # Prometheus sources (fleet/prometheus/pull.py): beside the rules, on their queue.
-    # (fleet.prometheus is not an app, so autodiscovery does not find its tasks module.)
+    # Prometheus sources (fleet/prometheus/pull.py), on a queue of their own: a source that
+    # stalls holds up the next pull, never an evaluation. (fleet.prometheus is not an app,
+    # so autodiscovery does not find its tasks module.)
     sender.conf.include = (*sender.conf.include, "fleet.prometheus.tasks")
     pull = float(settings.PROMETHEUS_PULL_S)
     sender.conf.beat_schedule["prometheus-pull"] = {

@@ -1,7 +1,8 @@
 """`make demo`: the whole product on the embedded default, one command.
 
 Migrates, seeds the demo site (safe to run twice), then runs the web server,
-two Celery workers (the alert pipeline; maintenance), exactly one beat and the fleet
+three Celery workers (the alert pipeline; the Prometheus pull; maintenance), exactly one
+beat and the fleet
 simulator, prints where to look, and stops them all on Ctrl-C. Everything lives under `var/`.
 """
 
@@ -15,10 +16,10 @@ import sys
 import time
 from pathlib import Path
 
-from fleetwatch.celery import DEFAULT, MAINTENANCE, NOTIFICATIONS, RULES
+from fleetwatch.celery import DEFAULT, MAINTENANCE, NOTIFICATIONS, PULL, RULES
 from fleetwatch.serve import UVICORN_LIMITS
 
-# The queues by job (fleetwatch/celery.py) as the demo splits them between two workers.
+# The queues by job (fleetwatch/celery.py) as the demo splits them between its workers.
 ALERT_WORKER_QUEUES = (RULES, NOTIFICATIONS, DEFAULT)
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -62,13 +63,16 @@ def _ensure_admin(env: dict[str, str], password: str) -> None:
 
 
 def celery_workers() -> dict[str, list[str]]:
-    """Two workers, so a long rollup never delays an alert or a Slack message
-    (fleetwatch/celery.py, docs/operations.md "Alerting"): the alert pipeline with two
-    children, so one stuck evaluation leaves the other for Slack and the watchdog; the
-    bulk storage work alone, one task at a time."""
+    """Three workers, so neither a long rollup nor a Prometheus that stalls delays an alert
+    or a Slack message (fleetwatch/celery.py, docs/operations.md "Alerting"): the alert
+    pipeline with two children, so one stuck evaluation leaves the other for Slack and the
+    watchdog; the Prometheus pull alone; the bulk storage work alone, one task at a time.
+    All prefork (the default pool): only a prefork child can be stopped at its task's hard
+    time limit (the solo pool enforces no limit)."""
     return {
         "worker": _worker("worker", ALERT_WORKER_QUEUES, "--concurrency", "2"),
-        "maintenance": _worker("maintenance", (MAINTENANCE,), "--pool", "solo"),
+        "pull": _worker("pull", (PULL,), "--concurrency", "1"),
+        "maintenance": _worker("maintenance", (MAINTENANCE,), "--concurrency", "1"),
     }
 
 
@@ -155,7 +159,7 @@ def main() -> int:
         log = (log_dir / f"{name}.log").open("ab")
         return subprocess.Popen(commands[name], env=env, cwd=ROOT, stdout=log, stderr=log)
 
-    for name in ("web", "worker", "maintenance", "beat"):
+    for name in ("web", *celery_workers(), "beat"):
         procs[name] = spawn(name)
     if not _wait_for_web(server, procs["web"]):
         print(
@@ -174,7 +178,7 @@ def main() -> int:
         f"  simulated nodes:        {nodes} (GPUs, racks, CDUs, facility meters)\n"
         f"  faults:                 {os.environ.get('FLEETWATCH_DEMO_FAULTS') or 'none'}\n"
         f"  alerts go to:           {_alert_route()}\n"
-        f"  logs:                   {log_dir}/{{web,worker,maintenance,beat,simulator}}.log\n"
+        f"  logs:                   {log_dir}/{{web,worker,pull,maintenance,beat,simulator}}.log\n"
         "  Ctrl-C stops everything.\n",
         flush=True,
     )
@@ -239,7 +243,7 @@ def _wait_for_web(server: str, proc: subprocess.Popen[bytes]) -> bool:
 
 def _stop_all(procs: dict[str, subprocess.Popen[bytes]]) -> None:
     # The simulator first, so its last batches reach a live server.
-    for name in ("simulator", "beat", "worker", "maintenance", "web"):
+    for name in ("simulator", "beat", *celery_workers(), "web"):
         proc = procs.get(name)
         if proc is not None and proc.poll() is None:
             proc.send_signal(signal.SIGTERM)

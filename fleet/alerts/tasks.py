@@ -1,5 +1,6 @@
 """Celery tasks of the alert engine: `alerts.evaluate`, sent by beat every
-FLEETWATCH_ALERT_EVAL_S (10 s), and `alerts.watchdog`, every 30 s on the default queue."""
+FLEETWATCH_ALERT_EVAL_S (10 s) on the "rules" queue (nothing else is on it), and
+`alerts.watchdog`, every 30 s on the default queue. Time limits: fleet/tasks.py."""
 
 from __future__ import annotations
 

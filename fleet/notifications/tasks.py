@@ -19,6 +19,7 @@ from fleet.notifications.delivery import attempt, create_deliveries, create_test
 from fleet.notifications.models import Delivery, Route
 from fleet.notifications.notice import Notice
 from fleet.notifications.slack import SlackWebhook
+from fleet.tasks import time_limits
 
 __all__ = ("SWEEP_EVERY_S", "SWEEP_EXPIRES_S", "deliver", "send_notice", "send_test", "sweep")
 
@@ -42,8 +43,7 @@ OVERDUE = timedelta(seconds=60)
     retry_backoff=True,
     retry_backoff_max=60,
     retry_jitter=True,
-    soft_time_limit=45,
-    time_limit=60,
+    **time_limits("notifications.deliver"),
 )
 def deliver(self: Task[[int], str], delivery_id: int) -> str:
     """Try one delivery if it is due; re-queue itself for the next try."""
@@ -58,7 +58,12 @@ def deliver(self: Task[[int], str], delivery_id: int) -> str:
     return "done"
 
 
-@shared_task(name="notifications.sweep", acks_late=True, expires=SWEEP_EXPIRES_S)
+@shared_task(
+    name="notifications.sweep",
+    acks_late=True,
+    expires=SWEEP_EXPIRES_S,
+    **time_limits("notifications.sweep"),
+)
 def sweep() -> int:
     """Re-queue deliveries whose task was lost: pending and long overdue, or claimed by a
     sender that died (lease over). Duplicates are harmless: the claim decides."""

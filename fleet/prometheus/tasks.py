@@ -1,5 +1,6 @@
-"""The Prometheus pull as a Celery task, on the "rules" queue beside alert evaluation
-(fleetwatch/celery.py), so a long rollup or retention pass never holds it up."""
+"""The Prometheus pull as a Celery task, on a queue of its own, "pull" (fleetwatch/celery.py):
+a Prometheus that stalls holds up the next pull, never an alert evaluation, and a long
+rollup or retention pass never holds up the pull. Time limits: fleet/tasks.py."""
 
 from __future__ import annotations
 

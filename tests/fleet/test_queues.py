@@ -1,10 +1,12 @@
 """Celery queues by job (fleetwatch/celery.py): every periodic task is routed to a queue
 some worker is told to consume and expires before its next tick, and on real workers laid
-out as `make demo` lays them out, a long rollup does not hold up an alert evaluation."""
+out as `make demo` lays them out, neither a long rollup nor a Prometheus that stalls holds
+up an alert evaluation or a Slack delivery."""
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import re
 import time
 from collections.abc import Iterator
@@ -16,14 +18,18 @@ from typing import Any
 import pytest
 from celery import Celery
 
-from fleet.alerts.models import AlertEvaluation
+from fleet.alerts.models import AlertEvaluation, AlertRule
+from fleet.models import PrometheusSource, Site
+from fleet.notifications.models import Route
 from fleet.storage.rollups import GRACE_S
-from fleetwatch.celery import DEFAULT, MAINTENANCE, NOTIFICATIONS, QUEUES, RULES
+from fleetwatch.celery import DEFAULT, MAINTENANCE, NOTIFICATIONS, PULL, QUEUES, RULES
 from fleetwatch.celery import app as fleet_app
 from fleetwatch.demo import ALERT_WORKER_QUEUES, celery_workers
 from tests.fleet.test_rollups import TierDb, fresh_db
 from tests.support.celery_proc import CeleryProc, private_broker, producer, stopping
 from tests.support.server import FleetServer
+from tests.support.slack_receiver import SlackReceiver
+from tests.support.stalling import StallingListener
 
 
 def queue_of(task: str) -> str:
@@ -48,7 +54,8 @@ def test_each_task_is_routed_to_the_queue_of_its_job() -> None:
     }
     assert routed == {
         "alerts.evaluate": RULES,
-        "prometheus.pull": RULES,
+        # its own: a Prometheus that stalls must not hold up an evaluation
+        "prometheus.pull": PULL,
         "notifications.deliver": NOTIFICATIONS,
         "notifications.sweep": NOTIFICATIONS,
         "fleet.rollup": MAINTENANCE,
@@ -86,11 +93,15 @@ def test_every_scheduled_task_expires_before_its_next_tick_on_a_declared_queue()
     assert schedule["partitions"]["options"]["expires"] == 540
 
 
-def test_the_demo_workers_consume_every_queue_and_maintenance_alone() -> None:
+def test_the_demo_workers_consume_every_queue_and_pull_and_maintenance_alone() -> None:
     consumed = {
         name: argv[argv.index("-Q") + 1].split(",") for name, argv in celery_workers().items()
     }
-    assert consumed == {"worker": [RULES, NOTIFICATIONS, DEFAULT], "maintenance": [MAINTENANCE]}
+    assert consumed == {
+        "worker": [RULES, NOTIFICATIONS, DEFAULT],
+        "pull": [PULL],
+        "maintenance": [MAINTENANCE],
+    }
     assert {queue for queues in consumed.values() for queue in queues} == set(QUEUES)
 
 
@@ -222,3 +233,120 @@ def test_a_long_rollup_does_not_delay_an_alert_evaluation(layout: Layout) -> Non
     # a time: the rollup pauses between chunks so a waiting writer gets in).
     assert evaluation["received"] < rollup_done, timeline
     assert evaluation["succeeded"] < rollup_done, timeline
+
+
+# -- a Prometheus that stalls -------------------------------------------------------------
+
+EVAL_S = 1  # FLEETWATCH_ALERT_EVAL_S
+PULL_S = 1  # FLEETWATCH_PROMETHEUS_PULL_S: a pull sent every second, each one stuck
+STUCK_S = 8.0  # watched while the pull waits on the listener (its query timeout is 10 s)
+NODE_ID = 43
+
+
+@dataclass
+class StalledPull:
+    """The demo's alert and pull workers and one beat on a database and broker of the
+    test's own, a Prometheus source pointing at a listener that never answers, and a
+    route to a local receiver that answers like Slack."""
+
+    db: TierDb
+    procs: list[CeleryProc]
+    stall: StallingListener
+    slack: SlackReceiver
+
+    def logs(self) -> str:
+        return "\n".join(proc.tail() for proc in self.procs)
+
+    def tick(self) -> float:
+        row = AlertEvaluation.objects.using(self.db.alias).filter(pk=1).first()
+        return 0.0 if row is None else row.tick
+
+    def wait_for(self, what: str, check: Any, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while not check():
+            if time.monotonic() > deadline:
+                pytest.fail(f"did not {what} in {timeout} s:\n{self.logs()}")
+            time.sleep(0.05)
+
+
+@pytest.fixture
+def stalled_pull(
+    tier: str, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, django_db_blocker: Any
+) -> Iterator[StalledPull]:
+    var_dir = tmp_path / "var"
+    with (
+        fresh_db(tier, var_dir, tmp_path_factory, django_db_blocker) as db,
+        private_broker(tier) as redis_url,
+        StallingListener() as stall,
+        SlackReceiver() as slack,
+    ):
+        alias = db.alias
+        site = Site.objects.using(alias).create(slug="stall", name="Stall")
+        PrometheusSource.objects.using(alias).create(name="stalled", site=site, url=stall.url)
+        AlertRule.objects.using(alias).update(enabled=False)
+        AlertRule.objects.using(alias).create(
+            key="inlet-hot",
+            name="Inlet hot",
+            scope="node",
+            signal="temp_inlet_c",
+            comparison="gt",
+            threshold=40.0,
+            severity="critical",
+            summary="inlet {value:.1f} °C",
+        )
+        Route.objects.using(alias).create(name="ops", webhook_url=slack.url("/ops"))
+        extra = {
+            "FLEETWATCH_ALERT_EVAL_S": str(EVAL_S),
+            "FLEETWATCH_PROMETHEUS_PULL_S": str(PULL_S),
+        }
+        env = FleetServer(var_dir, database_url=db.url, redis_url=redis_url, extra_env=extra).env()
+        env.pop("SLACK_WEBHOOK_URL", None)
+        # the demo's layout (fleetwatch/demo.py): the alert pipeline, the pull alone
+        procs = [
+            CeleryProc.worker(env, var_dir / "alerts.log", queues=ALERT_WORKER_QUEUES),
+            CeleryProc.worker(env, var_dir / "pull.log", queues=[PULL]),
+            CeleryProc.beat(env, var_dir / "beat.log", schedule=var_dir / "beat-schedule"),
+        ]
+        with stopping(*procs):
+            yield StalledPull(db, procs, stall, slack)
+
+
+def test_a_prometheus_that_stalls_delays_no_evaluation_tick_and_no_delivery(
+    stalled_pull: StalledPull,
+) -> None:
+    run = stalled_pull
+    for proc in run.procs:
+        proc.start()
+    run.wait_for("send a pull to the stalled Prometheus", lambda: run.stall.held() > 0)
+    stuck_since = run.stall.first_accepted_at
+    assert stuck_since is not None
+    now = time.time()
+    run.db.insert(
+        "fw_node_latest",
+        ("node_id", "ts", "temp_inlet_c", "temp_inlet_c_ts"),
+        [(NODE_ID, now, 52.5, now)],
+    )
+
+    ticks: list[tuple[float, float]] = []  # (monotonic, tick) at each new tick seen
+    held: list[int] = []
+    while time.monotonic() < stuck_since + STUCK_S:
+        tick = run.tick()
+        if not ticks or tick != ticks[-1][1]:
+            ticks.append((time.monotonic(), tick))
+        held.append(run.stall.held())
+        time.sleep(0.05)
+    messages = run.slack.received("/ops")
+    story = f"ticks {[round(t - stuck_since, 2) for t, _ in ticks]}, held {set(held)}"
+
+    # the pull was stuck the whole time, on its own worker
+    assert min(held) >= 1, story
+    # evaluations kept their cadence: a new tick about every second
+    seen = [at for at, tick in ticks if tick > 0]
+    assert len(seen) >= STUCK_S / EVAL_S - 3, story + "\n" + run.logs()
+    gaps = [b - a for a, b in itertools.pairwise(seen)]
+    assert max(gaps, default=0.0) < 3 * EVAL_S, story
+    # and the alert's message reached "Slack" while the pull was still stuck
+    texts = [str(m.body.get("text", "")) for m in messages]
+    assert len(texts) == 1 and texts[0].startswith("CRITICAL: inlet 52.5 °C"), (
+        f"{texts}\n{story}\n{run.logs()}"
+    )
