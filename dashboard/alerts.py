@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Collection, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.db.models import Count, Prefetch, Q, QuerySet
 from django.urls import reverse
 
+from dashboard.incidents import incidents_of
 from dashboard.muting import silence_sites
 from fleet.access import can_operate
 from fleet.alerts.models import (
@@ -33,7 +34,8 @@ from fleet.notifications.slack import redact_url
 
 __all__ = ("ActiveAlert", "alerts_page", "can_acknowledge")
 
-MAX_ACTIVE = 500
+# Folded into incidents, so a large one reads as one line; its rows are one click away.
+MAX_ACTIVE = 1000
 MAX_RECENT = 50
 _PLACE = ("site", "loop", "rack", "feed", "node", "gpu")
 
@@ -56,6 +58,7 @@ class ActiveAlert:
     operable: bool = False  # the viewer may acknowledge it (operator at its site)
     silence_matchers: str = ""  # the lines a "silence like this" form starts from
     entity_url: str = ""  # the page of what breached: GPU, node, rack, loop or site
+    labels: Mapping[str, Any] = field(default_factory=dict)  # its place's names, its incident
 
 
 def can_acknowledge(user: Any) -> bool:
@@ -81,9 +84,13 @@ def alerts_page(
     gpus = _gpu_pks(inst for inst in active if inst.scope == "gpu")
     rows = [_active(inst, mutes, operated, gpus) for inst in active]
     rows.sort(key=lambda a: (a.state != "firing", _rank(a.severity), a.since))
+    incidents, loose = incidents_of(active, {row.pk: row for row in rows}, operated)
     return {
         "now": now,
         "active": rows,
+        "incidents": incidents,
+        "loose": loose,  # active alerts in no incident (yet), folded by rule
+        "truncated": len(rows) >= MAX_ACTIVE,
         "firing": sum(1 for a in rows if a.state == "firing"),
         "pending": sum(1 for a in rows if a.state == "pending"),
         "acknowledged": sum(1 for a in rows if a.acknowledged),
@@ -215,6 +222,7 @@ def _active(
         operable=operated is None or inst.site_id in operated,
         silence_matchers=_silence_like(labels),
         entity_url=_entity_url(inst, gpus or {}),
+        labels=labels,
     )
 
 

@@ -253,6 +253,14 @@ def _prefill(request: HttpRequest) -> dict[str, Any]:
     return {"matchers": request.GET.get("matchers", ""), "duration": "2h"}
 
 
+def _place_prefill(request: HttpRequest) -> dict[str, Any]:
+    # An incident's "plan maintenance of rack A01…" link names its place by id; a choice
+    # the person may not make (another site's rack) is not among the form's and stays empty.
+    return {
+        name: request.GET[name] for name in ("site", "rack") if request.GET.get(name, "").isdigit()
+    }
+
+
 def end_silence(request: HttpRequest) -> HttpResponse:
     try:
         pk = int(request.POST["end"])
@@ -277,7 +285,11 @@ def end_silence(request: HttpRequest) -> HttpResponse:
 def maintenance_form(request: HttpRequest) -> HttpResponse:
     """A new maintenance window on one site, rack or node."""
     _operator_only(request)
-    form = MaintenanceForm(request.POST or None, sites=operated_site_ids(request.user))
+    form = MaintenanceForm(
+        request.POST or None,
+        sites=operated_site_ids(request.user),
+        initial=_place_prefill(request),
+    )
     if request.method == "POST" and form.is_valid():
         window = form.save(commit=False)
         window.created_by = request.user.get_username()

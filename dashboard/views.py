@@ -18,8 +18,8 @@ from dashboard.muting import operated_site_names
 from dashboard.overview import fleet_overview as build_overview
 from dashboard.rack import rack_page
 from fleet.access import can_view_site, operated_site_ids, visible_site_ids
-from fleet.alerts.acks import acknowledge
-from fleet.alerts.models import AlertInstance
+from fleet.alerts.acks import acknowledge, acknowledge_incident
+from fleet.alerts.models import AlertGroup, AlertInstance
 from fleet.models import Rack
 
 
@@ -83,9 +83,12 @@ def alerts(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_POST
 def acknowledge_alerts(request: HttpRequest) -> HttpResponse:
-    """Acknowledge the ticked alerts with a reason (operators only)."""
+    """Acknowledge the ticked alerts, or a whole incident (`incident`: its group's id),
+    with a reason (operators of its site only)."""
     if not can_acknowledge(request.user):
         return JsonResponse({"error": "only operators may acknowledge alerts"}, status=403)
+    if "incident" in request.POST:
+        return _acknowledge_incident(request)
     try:
         ids = [int(v) for v in request.POST.getlist("alert")]
     except ValueError:
@@ -104,6 +107,29 @@ def acknowledge_alerts(request: HttpRequest) -> HttpResponse:
         messages.error(request, f"Not acknowledged: {exc}.")
         return HttpResponseRedirect(reverse("alerts"))
     messages.success(request, f"{done} alert(s) acknowledged: repeats stop, they still resolve.")
+    return HttpResponseRedirect(reverse("alerts"))
+
+
+def _acknowledge_incident(request: HttpRequest) -> HttpResponse:
+    raw = request.POST.get("incident", "")
+    if not raw.isdigit():
+        return JsonResponse({"error": "incident: not an incident id"}, status=400)
+    group = AlertGroup.objects.filter(pk=int(raw)).first()
+    visible, operated = visible_site_ids(request.user), operated_site_ids(request.user)
+    if group is None or (visible is not None and group.site_id not in visible):
+        return JsonResponse({"error": f"incident {raw}: no such incident"}, status=404)
+    if operated is not None and group.site_id not in operated:
+        return JsonResponse({"error": f"incident {raw}: you do not operate its site"}, status=403)
+    who, why = request.user.get_username(), request.POST.get("comment", "")
+    try:
+        done = acknowledge_incident(group.pk, who, why)
+    except ValueError as exc:
+        messages.error(request, f"Not acknowledged: {exc}.")
+        return HttpResponseRedirect(reverse("alerts"))
+    messages.success(
+        request,
+        f"Incident acknowledged ({done} alert(s) of it): repeats stop, they still resolve.",
+    )
     return HttpResponseRedirect(reverse("alerts"))
 
 
