@@ -79,14 +79,44 @@ def facility_figures(reading: health.Reading, now: float) -> Payload:
     }
 
 
+# An incident's level on the strip, from its worst member's severity.
+SEVERITY_LEVEL = {"critical": "crit", "warning": "warn", "info": "ok"}
+INCIDENTS_NAMED = 2  # the strip names this many incidents, then counts the rest
+INCIDENTS_SENT = 10  # and a push carries at most this many
+
+
 def empty_alerts() -> Payload:
-    return {"firing": 0, "critical": 0, "racks": {}, "loops": {}}
+    return {
+        "firing": 0,
+        "critical": 0,
+        "racks": {},
+        "loops": {},
+        "incidents": [],
+        "incident_count": 0,
+        "incident_words": incidents_words([], 0),
+        "incident_level": "ok",
+    }
+
+
+def incidents_words(incidents: list[Payload], count: int) -> str:
+    """The strip's lead: "1 incident: CDU-1: no pump running (320 alerts)"; the worst
+    first, the rest counted; "no incident open"."""
+    if not count:
+        return "no incident open"
+    named = "; ".join(
+        f"{i['title']} ({i['alerts']} alert{'' if i['alerts'] == 1 else 's'})"
+        for i in incidents[:INCIDENTS_NAMED]
+    )
+    more = count - min(count, INCIDENTS_NAMED)
+    noun = "incident" if count == 1 else "incidents"
+    return f"{count} {noun}: {named}" + (f"; and {more} more" if more else "")
 
 
 def firing_alerts(site_ids: list[int]) -> dict[int, Payload]:
     """Alerts firing now per site, and per rack (an instance on the rack, its nodes, GPUs
     or feeds carries the rack's id) and per loop (an instance on the loop itself): each
-    with its count and worst severity. One grouped query."""
+    with its count and worst severity; and the site's open incidents (groups with members
+    firing), worst first, each with its title, severity and alerts. Two grouped queries."""
     if not site_ids:
         return {}
     marks = ", ".join(["%s"] * len(site_ids))
@@ -105,6 +135,35 @@ def firing_alerts(site_ids: list[int]) -> dict[int, Payload]:
             _add_alerts(site["racks"], rack_id, severity, count)
         elif loop_id is not None:
             _add_alerts(site["loops"], loop_id, severity, count)
+    for site_id, incidents in open_incidents(site_ids).items():
+        site = out.setdefault(site_id, empty_alerts())
+        site["incidents"] = incidents[:INCIDENTS_SENT]
+        site["incident_count"] = len(incidents)
+        site["incident_words"] = incidents_words(incidents, len(incidents))
+        site["incident_level"] = SEVERITY_LEVEL.get(incidents[0]["severity"], "ok")
+    return out
+
+
+def open_incidents(site_ids: list[int]) -> dict[int, list[Payload]]:
+    """Per site, its open incidents with members firing: key, title (as last announced),
+    worst severity and alerts firing, the worst and largest first."""
+    marks = ", ".join(["%s"] * len(site_ids))
+    rank = " ".join(f"WHEN '{sev}' THEN {n}" for sev, n in SEVERITY_RANK.items())
+    sql = (
+        f"SELECT i.site_id, g.key, g.title, MAX(CASE r.severity {rank} ELSE 0 END), COUNT(*)"
+        " FROM alerts_alertinstance i JOIN alerts_alertrule r ON r.id = i.rule_id"
+        " JOIN alerts_alertgroup g ON g.id = i.group_id"
+        f" WHERE i.state = 'firing' AND g.closed_at IS NULL AND i.site_id IN ({marks})"
+        " GROUP BY i.site_id, g.key, g.title"
+    )
+    severity_of = {n: sev for sev, n in SEVERITY_RANK.items()}
+    out: dict[int, list[Payload]] = {}
+    for site_id, key, title, worst, count in _select(sql, site_ids):
+        out.setdefault(site_id, []).append(
+            {"key": key, "title": title or key, "severity": severity_of[worst], "alerts": count}
+        )
+    for incidents in out.values():
+        incidents.sort(key=lambda i: (-SEVERITY_RANK[i["severity"]], -i["alerts"], i["key"]))
     return out
 
 

@@ -2,6 +2,11 @@
 
 A silence mutes every alert whose labels match all its matchers (Alertmanager's
 semantics: `=`, `!=`, and `=~` / `!~` with a regular expression anchored at both ends).
+Regular expressions are RE2's (google-re2), the syntax and the guarantee of Alertmanager's
+Go regexp: matching takes time linear in the label's length, so no pattern can backtrack
+for minutes inside an evaluation (`(a+)+$` against "aaaa…b" is as quick as any); a pattern
+RE2 cannot do (backreferences, lookaround) is refused. Every matcher's value is at most
+`MATCHER_VALUE_MAX_CHARS` long, and a compiled pattern at most `PATTERN_MAX_MEM_BYTES`.
 A maintenance window mutes the alerts of one site, rack or node. Muting only holds
 messages back: instances still go pending → firing → resolved with their history, and
 one still firing when its mute ends is announced then (fleet/alerts/notify.py).
@@ -12,12 +17,57 @@ from __future__ import annotations
 import datetime as dt
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
-__all__ = ("OPS", "Matcher", "Mutes", "matchers_text", "parse_matchers", "silence_errors")
+import re2
+
+__all__ = (
+    "MATCHER_VALUE_MAX_CHARS",
+    "OPS",
+    "PATTERN_MAX_MEM_BYTES",
+    "Matcher",
+    "Mutes",
+    "matchers_text",
+    "parse_matchers",
+    "silence_errors",
+)
 
 OPS = ("=", "!=", "=~", "!~")
 _LABEL = re.compile(r"^[a-z_][a-z0-9_]*$")
+# A matcher's value (a plain value or a regular expression), in characters: a label value
+# or an alternation of a few dozen racks fits with room to spare; the cap bounds what one
+# matcher costs per alert and per evaluation.
+MATCHER_VALUE_MAX_CHARS = 500
+# RE2 compiles a pattern into a program within this memory, else refuses it (RE2's default
+# is 8 MiB; a pattern within MATCHER_VALUE_MAX_CHARS that needs more is a repetition bomb).
+PATTERN_MAX_MEM_BYTES = 1 << 20
+
+
+class Pattern(Protocol):
+    """What a matcher needs of a compiled regular expression."""
+
+    def fullmatch(self, text: str) -> object | None: ...
+
+
+def _re2_options() -> Any:
+    options = re2.Options()
+    options.max_mem = PATTERN_MAX_MEM_BYTES
+    options.log_errors = False  # the error comes back to the caller, not to stderr
+    return options
+
+
+_OPTIONS = _re2_options()
+
+
+def compile_pattern(value: str) -> Pattern:
+    """`value` as an RE2 regular expression; ValueError (saying why) when RE2 refuses it."""
+    try:
+        return re2.compile(value, _OPTIONS)  # type: ignore[no-any-return]
+    except re2.error as exc:
+        reason = exc.args[0] if exc.args else exc
+        if isinstance(reason, bytes):
+            reason = reason.decode("utf-8", "replace")
+        raise ValueError(str(reason)) from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,7 +75,7 @@ class Matcher:
     label: str
     op: str
     value: str
-    pattern: re.Pattern[str] | None = None
+    pattern: Pattern | None = None
 
     def matches(self, labels: dict[str, Any]) -> bool:
         # A label the alert lacks reads as "" (as in Alertmanager): `rack!=A01` matches it.
@@ -59,12 +109,21 @@ def parse_matchers(raw: Any) -> tuple[list[Matcher], list[str]]:
         if not isinstance(value, str):
             errors.append(f"matcher {n}: value must be a string")
             continue
+        if len(value) > MATCHER_VALUE_MAX_CHARS:
+            errors.append(
+                f"matcher {n}: value of {label} is {len(value):,} characters long;"
+                f" at most {MATCHER_VALUE_MAX_CHARS}"
+            )
+            continue
         pattern = None
         if op in ("=~", "!~"):
             try:
-                pattern = re.compile(value)
-            except re.error as exc:
-                errors.append(f"matcher {n}: {value!r} is not a regular expression ({exc})")
+                pattern = compile_pattern(value)
+            except ValueError as exc:
+                errors.append(
+                    f"matcher {n}: {value!r} is not a regular expression RE2 accepts ({exc});"
+                    " the syntax is Alertmanager's (Go/RE2): no backreferences or lookaround"
+                )
                 continue
         matchers.append(Matcher(label, op, value, pattern))
     if not errors and all(_matches_empty(m) for m in matchers):
