@@ -147,6 +147,8 @@ def firing_alerts(site_ids: list[int]) -> dict[int, Payload]:
 def open_incidents(site_ids: list[int]) -> dict[int, list[Payload]]:
     """Per site, its open incidents with members firing: key, title (as last announced),
     worst severity and alerts firing, the worst and largest first."""
+    if not site_ids:
+        return {}
     marks = ", ".join(["%s"] * len(site_ids))
     rank = " ".join(f"WHEN '{sev}' THEN {n}" for sev, n in SEVERITY_RANK.items())
     sql = (

@@ -22,7 +22,7 @@ from django.db.models import Count, Sum
 
 from fleet import health
 from fleet.payloads import rack_feeds
-from fleet.site_summary import site_payloads
+from fleet.site_summary import open_incidents, site_payloads
 from fleet.state import (
     RackState,
     fresh_value,
@@ -142,6 +142,7 @@ def collect(now: float) -> list[Family]:
     _feeds(families, states, sites, now)
     _loops(families, sites, now)
     _sites(families, sites, now, states)
+    _incidents(families, sites)
     _alerts(families)
     _agents(families, now)
     _deliveries(families)
@@ -400,6 +401,29 @@ def _sites(f: Families, sites: dict[int, str], now: float, states: dict[int, Rac
         if figures.get("cooling_source"):
             _maybe(cooling, [slug, figures["cooling_source"]], figures.get("cooling_power_w"))
         stale.add_metric([slug], float(figures["agents"]["stale"]))
+
+
+def _incidents(f: Families, sites: dict[int, str]) -> None:
+    """Incidents first (fleet/alerts/grouping.py): one failure is one incident, however
+    many alert instances it holds; the instances follow in `fleetwatch_alerts`."""
+    count = f.gauge(
+        "fleetwatch_incidents",
+        "open incidents with alerts firing, by their worst member's severity",
+        ["site", "severity"],
+    )
+    members = f.gauge(
+        "fleetwatch_incident_alerts_firing",
+        "alerts firing in each open incident (incident: its group key, e.g. loop:3)",
+        ["site", "incident"],
+    )
+    for site_id, incidents in open_incidents(list(sites)).items():
+        slug = sites.get(site_id, "")
+        by_severity: dict[str, int] = {}
+        for incident in incidents:
+            by_severity[incident["severity"]] = by_severity.get(incident["severity"], 0) + 1
+            members.add_metric([slug, incident["key"]], float(incident["alerts"]))
+        for severity, n in sorted(by_severity.items()):
+            count.add_metric([slug, severity], float(n))
 
 
 def _alerts(f: Families) -> None:

@@ -169,6 +169,12 @@
       lost.textContent = String(t.lost);
       lost.dataset.level = t.lostLevel;
     }
+    // Incidents lead (the server's words), alert instances second.
+    const incidents = field("incidents");
+    if (incidents && s.alerts.incident_words !== undefined) {
+      incidents.textContent = s.alerts.incident_words;
+      incidents.dataset.level = s.alerts.incident_level;
+    }
     const alerts = field("alerts");
     alerts.querySelector("a").textContent = String(s.alerts.firing);
     alerts.lastChild.textContent = " (" + s.alerts.critical + " critical)";

@@ -141,7 +141,7 @@ def test_the_site_strip_shows_power_pue_throttling_alerts_and_stale_agents(
     assert "IT power 1.00 MW" in strip
     assert "1.30 (category 2: PDU output)" in strip
     assert "GPUs throttling 4 in thermal slowdown · 4 at their power limit" in strip
-    assert "Alerts firing 1 (0 critical)" in strip
+    assert "Incidents Alerts no incident open alerts firing: 1 (0 critical)" in strip
     assert "Agents stale 1 of 5 nodes" in strip  # A01 ×2, A02 ×2 fresh; A04's quiet
 
 

@@ -183,3 +183,31 @@ def test_a_gpu_off_the_bus_is_lost_and_critical_while_a_silent_nodes_gpus_are_no
     assert got[("fleetwatch_rack_health_level", rack)] == 2.0
     assert got[("fleetwatch_rack_gpus_lost", (("rack", "A02"), ("site", "demo")))] == 0.0
     assert got[("fleetwatch_site_gpus_lost", (("site", "demo"),))] == 1.0
+
+
+def test_incidents_lead_and_alert_instances_follow(site: Site) -> None:
+    from django.utils import timezone
+
+    from fleet.alerts.models import AlertGroup, AlertInstance, AlertRule
+
+    now = timezone.now()
+    loop = CoolingLoop.objects.get(name="CDU-1")
+    group = AlertGroup.objects.create(key=f"loop:{loop.id}", site=site, opened_at=now)
+    rule = AlertRule.objects.get(key="gpu-hw-thermal-slowdown")
+    for index in range(3):
+        AlertInstance.objects.create(
+            rule=rule,
+            scope="gpu",
+            entity=f"9:{index}",
+            state="firing",
+            site=site,
+            group=group,
+            started_at=now,
+            fired_at=now,
+            updated_at=now,
+        )
+    got = series(scrape()[1])
+    assert got[("fleetwatch_incidents", (("severity", "critical"), ("site", "demo")))] == 1.0
+    key = (("incident", f"loop:{loop.id}"), ("site", "demo"))
+    assert got[("fleetwatch_incident_alerts_firing", key)] == 3.0
+    assert got[("fleetwatch_alerts", (("severity", "critical"), ("state", "firing")))] == 3.0

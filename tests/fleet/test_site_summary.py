@@ -10,7 +10,7 @@ from dataclasses import replace
 import pytest
 from django.utils import timezone
 
-from fleet.alerts.models import AlertInstance, AlertRule
+from fleet.alerts.models import AlertGroup, AlertInstance, AlertRule
 from fleet.demo import DEMO_RACKS, seed_demo_site
 from fleet.health import STALE_AFTER_S
 from fleet.models import CoolingLoop, Node, Rack, Site
@@ -26,8 +26,15 @@ def site() -> Site:
     return seed_demo_site("demo", racks, gpus_per_node=2)
 
 
-def fire(severity: str, *, rack: Rack | None = None, loop: CoolingLoop | None = None) -> None:
-    """A firing instance at a rack (as a node's or GPU's carries its rack) or a loop."""
+def fire(
+    severity: str,
+    *,
+    rack: Rack | None = None,
+    loop: CoolingLoop | None = None,
+    group: AlertGroup | None = None,
+) -> None:
+    """A firing instance at a rack (as a node's or GPU's carries its rack) or a loop, in
+    `group` (an incident) when given."""
     now = timezone.now()
     rule = AlertRule.objects.filter(severity=severity).first()
     assert rule is not None, f"the built-in pack has a {severity} rule"
@@ -40,6 +47,7 @@ def fire(severity: str, *, rack: Rack | None = None, loop: CoolingLoop | None = 
         site_id=site_id,
         rack=rack,
         loop=loop or (rack.loop if rack else None),
+        group=group,
         started_at=now,
         fired_at=now,
         updated_at=now,
@@ -135,3 +143,38 @@ def test_a_facility_push_to_the_site_group_carries_the_refreshed_counts(site: Si
     pushed = message["site"]
     assert pushed["site_id"] == site.pk  # the page knows whose strip it is
     assert pushed["alerts"]["firing"] == 1 and pushed["agents"]["never"] == 4
+
+
+def test_the_strip_leads_with_open_incidents_worst_first_and_counts_alerts_second(
+    site: Site,
+) -> None:
+    now = timezone.now()
+    loop = CoolingLoop.objects.get(name="CDU-1")
+    a02 = Rack.objects.get(name="A02")
+    cdu = AlertGroup.objects.create(
+        key=f"loop:{loop.pk}", site=site, opened_at=now, title="CDU-1: no pump running"
+    )
+    power = AlertGroup.objects.create(
+        key=f"rack:{a02.pk}:rack-power-90", site=site, opened_at=now, title="A02 power"
+    )
+    over = AlertGroup.objects.create(key="rack:0:old", site=site, opened_at=now, closed_at=now)
+    fire("warning", rack=a02, group=power)
+    for _ in range(3):
+        fire("critical", loop=loop, group=cdu)
+    fire("critical", rack=a02, group=over)  # a closed incident is not open
+    fire("warning", rack=a02)  # firing, in no incident
+    alerts = site_payload(site.pk, time.time())["alerts"]
+    assert alerts["incident_count"] == 2 and alerts["incident_level"] == "crit"
+    assert alerts["incident_words"] == (
+        "2 incidents: CDU-1: no pump running (3 alerts); A02 power (1 alert)"
+    )
+    assert [i["severity"] for i in alerts["incidents"]] == ["critical", "warning"]
+    assert alerts["firing"] == 6  # instances: secondary, still counted
+    AlertGroup.objects.filter(pk=power.pk).update(closed_at=now)
+    alerts = site_payload(site.pk, time.time())["alerts"]
+    assert alerts["incident_words"] == "1 incident: CDU-1: no pump running (3 alerts)"
+
+
+def test_a_site_with_nothing_open_says_so(site: Site) -> None:
+    alerts = site_payload(site.pk, time.time())["alerts"]
+    assert alerts["incident_words"] == "no incident open" and alerts["incident_level"] == "ok"
