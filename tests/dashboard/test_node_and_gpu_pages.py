@@ -370,3 +370,48 @@ def test_the_gpu_page_says_where_its_figures_come_from(ops: Client, node: Node) 
     SourceToken.objects.filter(pk=token.pk).update(last_seen=time.time() - 300)
     page = ops.get(f"/gpus/{target.pk}/").content.decode()
     assert "via Prometheus (dc1-prom: dcgm-exporter series)" in page
+
+
+def lost_event(node: Node, index: int, kind: str, at: float, code: int | None = None) -> None:
+    Event.objects.create(
+        source=node.source,
+        seq=Event.objects.count(),
+        pos=0,
+        ts=at,
+        node=node,
+        gpu_index=index,
+        kind=kind,
+        code=code,
+    )
+
+
+def test_a_lost_gpu_says_since_when_and_why_in_its_sites_time_zone(
+    ops: Client, node: Node, site: Site
+) -> None:
+    import datetime as dt
+    import zoneinfo
+
+    Site.objects.filter(pk=site.pk).update(timezone="Europe/Berlin")
+    now = time.time()
+    store("gpu", (node.id, 0), now, temp_gpu_c=60.0)  # its node reports
+    store("gpu", (node.id, 1), now - 120, temp_gpu_c=90.0)  # GPU 1 stopped two minutes ago
+    lost_event(node, 1, "xid", now - 3600, code=79)  # an earlier fall, before its last sample
+
+    def clock(ts: float) -> str:
+        return dt.datetime.fromtimestamp(ts, zoneinfo.ZoneInfo("Europe/Berlin")).strftime(
+            "%H:%M %Z"
+        )
+
+    page = text(ops.get(f"/gpus/{gpu(node, 1).pk}/"))
+    assert f"Critical · lost: missing from its node since {clock(now - 120)}" in page
+    assert "90 °C" not in page.split("History")[0]  # never its last figure as if live
+    lost_event(node, 1, "gpu_lost", now - 100)
+    page = text(ops.get(f"/gpus/{gpu(node, 1).pk}/"))
+    assert f"lost: off the bus since {clock(now - 100)} (reported lost by its agent)" in page
+    lost_event(node, 1, "xid", now - 100, code=79)
+    page = text(ops.get(f"/gpus/{gpu(node, 1).pk}/"))
+    assert f"lost: off the bus since {clock(now - 100)} (XID 79)" in page
+    node_page = ops.get(f"/nodes/{node.id}/")
+    assert "1 GPU lost" in text(node_page) and 'data-lost="1"' in node_page.content.decode()
+    healthy = text(ops.get(f"/gpus/{gpu(node, 0).pk}/"))
+    assert "lost:" not in healthy
