@@ -10,17 +10,20 @@ loop, and into the live group messages.
 The live contract, in short (details in `fleet.payloads`):
 
 - `live.rack.<id>`: `{"ts", "rack", "nodes", "gpus", "feeds", "liquid"}`, where
-  `gpus` is `{"<GPU inventory pk>": {"node_id", "index", "level", "level_word",
-  "temp_c", "headroom_c", "power_w", "power_limit_w", "power_frac", "sm_clock_mhz"
-  (metric clock_sm_mhz), "util_pct" (metric util_gpu_pct), "reasons": [decoded words],
-  "throttling", "stale", "stale_s": seconds since its newest sample or null, "ts": that
-  sample (epoch s)}}`; `temp_c` is the metric temp_gpu_c, `headroom_c` the headroom to
-  the GPU's own slowdown limit. Figures are null when absent or stale.
+  `gpus` is `{"<GPU inventory pk>": {"node_id", "index", "level", "level_word", "lost"
+  (its node reports and it does not: critical), "lost_words", "temp_c", "headroom_c",
+  "power_w", "power_limit_w", "power_frac", "sm_clock_mhz" (metric clock_sm_mhz),
+  "util_pct" (metric util_gpu_pct), "reasons": [decoded words], "throttling", "stale",
+  "stale_s": seconds since its newest sample or null, "ts": that sample (epoch s)}}`;
+  `temp_c` is the metric temp_gpu_c, `headroom_c` the headroom to the GPU's own
+  slowdown limit. Figures are null when absent or stale.
 - `live.site.<id>`: `{"ts", "racks": {"<rack id>": rack_payload}, "loops": {"<loop id>":
   {"level", "level_word", "reasons", "stale", "ts", "supply_c", "supply_limit_c",
   "return_c", "delta_c", "flow_lpm", "flow_frac", "rated_flow_lpm", "supply_kpa",
   "return_kpa", "dp_kpa", "pumps_running", "pumps_failed", "leak", "reservoir_low",
   "heat_removed_kw", "capacity_kw", "reported"}}, "site": facility figures}`.
+- a rack payload (`rack_payload`) carries `lost_gpus` (GPUs lost in the rack),
+  `lost_words` ("16 GPUs lost", or "") and `lost_level` (critical) beside its summary.
 - `live.fleet`: compact, `{"ts", "racks": {"<rack id>": {"level", "throttling"}}, "sites"}`.
 """
 
