@@ -9,9 +9,10 @@ import time
 
 import pytest
 
+from agents.protocol import reasons
 from agents.sim.faults import FaultPlan, FaultSpecError, parse_fault
 from agents.sim.fleet import SiteModel
-from agents.sim.inventory import parse_inventory
+from agents.sim.inventory import Feed, Inventory, Loop, Node, Rack, parse_inventory
 from tests.agents.stub_server import SMALL_SITE
 
 
@@ -85,3 +86,46 @@ def test_a_tripped_gpu_is_back_at_the_reset_before_the_automatic_one() -> None:
     _run(model, 710, start=690)
     assert _reporting(model, "gpu-a01-01") == set(range(8))
     assert _reporting(model, "gpu-a01-02") == set(range(8)) - lost["gpu-a01-02"]  # not reset
+
+
+# -- the premise of tests/alerts/test_cdu_pump_failure.py -----------------------------
+
+
+def test_alert_scenario_gpus_slow_down_then_trip_while_the_pumps_are_off() -> None:
+    """A01/A02 (2 direct-liquid nodes of 8 H200, 34 kW budget) on CDU-1, A03 (immersion)
+    on CDU-2, every rack at 85 % of its budget, CDU-1's pumps off at 15 s for 240 s: the
+    GPUs slow down well before any trips, and GPUs of both racks trip with a minute of the
+    failure left (the end-to-end test's updates need one group interval between them)."""
+    feeds = (Feed("A", 71.9), Feed("B", 71.9))
+    racks = (
+        Rack("A01", "Hall A", "direct_liquid", 34.0, "CDU-1", feeds),
+        Rack("A02", "Hall A", "direct_liquid", 34.0, "CDU-1", feeds),
+        Rack("A03", "Hall A", "immersion", 80.0, "CDU-2", (Feed("A", 57.5), Feed("B", 57.5))),
+    )
+    h200 = tuple((i, "NVIDIA H200") for i in range(8))
+    nodes = tuple(
+        Node(f"gpu-{rack.lower()}-{n:02d}", rack, h200)
+        for rack, count in (("A01", 2), ("A02", 2), ("A03", 1))
+        for n in range(1, count + 1)
+    )
+    loops = (Loop("CDU-1", 300.0, 32.0), Loop("CDU-2", 120.0, 40.0))
+    faults = ["cdu-pump-fail:CDU-1@15s+240s"]
+    faults += [f"rack-overload:{r.name},factor=0.85" for r in racks]
+    model = SiteModel(
+        Inventory("demo", "Demo", racks, loops, nodes),
+        FaultPlan([parse_fault(f) for f in faults]),
+        seed=0,
+    )
+    cooled = [g for rack in ("A01", "A02") for n in model.racks[rack].nodes for g in n.gpus]
+    slowed_at = first_trip = None
+    for t in range(15 + 240):
+        model.step(1.0, float(t), wall=1_795_996_000.0 + t)
+        if slowed_at is None and any(g.reasons & reasons.HW_THERMAL_SLOWDOWN for g in cooled):
+            slowed_at = t - 15
+        if first_trip is None and any(g.lost for g in cooled):
+            first_trip = t - 15
+    assert slowed_at is not None and first_trip is not None
+    assert slowed_at + 30 <= first_trip <= 180  # the 30 s slowdown rule fires first
+    for rack in ("A01", "A02"):
+        assert any(g.lost for n in model.racks[rack].nodes for g in n.gpus), rack
+    assert not any(g.lost for n in model.racks["A03"].nodes for g in n.gpus)
