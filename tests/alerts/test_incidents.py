@@ -16,8 +16,9 @@ import pytest
 
 from fleet.alerts.engine import evaluate
 from fleet.alerts.grouping import Places
+from fleet.alerts.messages import gpu_hours_words, incident_summary
 from fleet.alerts.models import AlertGroup, AlertInstance, AlertInstanceEvent, AlertRule
-from fleet.alerts.notify import gpu_hours_words, incident_summary, notify_groups
+from fleet.alerts.notify import notify_groups
 from fleet.demo import DEMO_RACKS, seed_demo_site
 from fleet.models import CoolingLoop, Event, Node, Rack
 from fleet.notifications.models import Delivery
