@@ -20,7 +20,7 @@ from fleet.alerts.messages import gpu_hours_words, incident_summary
 from fleet.alerts.models import AlertGroup, AlertInstance, AlertInstanceEvent, AlertRule
 from fleet.alerts.notify import notify_groups
 from fleet.demo import DEMO_RACKS, seed_demo_site
-from fleet.models import CoolingLoop, Event, Node, Rack
+from fleet.models import CoolingLoop, Event, Node, Rack, SourceToken, hash_token
 from fleet.notifications.models import Delivery
 from fleet.notifications.notice import Notice, duration_words
 from fleet.notifications.slack import build_message
@@ -242,6 +242,37 @@ def test_gpus_lost_in_a_rack_over_its_power_budget_join_the_rack_power_incident(
     assert update.startswith(
         "CRITICAL update: A04 draws 105% of its power budget → 8 GPUs off the bus in A04"
     ), update
+
+
+def test_a_node_of_a_cooled_rack_going_silent_joins_the_loops_incident(
+    slack: SlackReceiver, site: None
+) -> None:
+    pump_rule()
+    AlertRule.objects.create(
+        key="node-silent",
+        name="Node agent silent",
+        scope="node",
+        signal="agent_silent_intervals",
+        params={"interval_s": 1.0},
+        comparison="ge",
+        threshold=3,
+        severity="warning",
+        summary="{node}: no batch for {value:.0f} intervals",
+    )
+    node = Node.objects.get(name="gpu-a01-02")
+    SourceToken.objects.create(
+        source=node.source,
+        kind="node",
+        site=node.rack.hall.site,
+        token_hash=hash_token(node.source),
+        last_seen=T0 + 50,  # it stopped sending 10 s before the evaluation at 60
+    )
+    step(0, 0, [], [])
+    step(60, 0, [], [])
+    silent = AlertInstance.objects.get(rule__key="node-silent")
+    assert silent.group is not None and silent.group.key == f"loop:{pumps_loop_id()}"
+    update = texts(sent(slack))[-1]
+    assert update.startswith("CRITICAL update: CDU-1: no pump running → 1 node silent in A01")
 
 
 def test_duration_and_gpu_hours_read_as_an_operator_says_them() -> None:
