@@ -16,8 +16,6 @@ from typing import Any
 from fleet.health import cadence
 from fleet.models import CoolingLoop, Node, PowerFeed, PulledGPU, Rack, SourceToken
 
-Key = tuple[int, ...]
-
 
 def token_intervals() -> dict[str, float]:
     """Source → its batch interval, for every source that may still send."""
@@ -54,30 +52,30 @@ def site_intervals(tokens: dict[str, float] | None = None) -> dict[int, float]:
     return by_site
 
 
-def entity_intervals(scope: str, tokens: dict[str, float] | None = None) -> dict[Key, float]:
-    """Entity key (as in the latest-state tables) → its source's interval, for `scope`'s
-    entities. A GPU is keyed by its node alone (`(node_id,)`): look it up by `key[:1]`."""
+def entity_intervals(scope: str, tokens: dict[str, float] | None = None) -> dict[int, float]:
+    """Entity id (the first column of its latest-state key: node, rack, feed, loop or site
+    id; a GPU's is its node's) → its source's interval, for `scope`'s entities."""
     tokens = token_intervals() if tokens is None else tokens
     if scope in ("node", "gpu"):
-        return {(node_id,): s for node_id, s in node_intervals(tokens).items()}
+        return node_intervals(tokens)
     sites = site_intervals(tokens)
     default = cadence.DEFAULT_INTERVAL_S["site"]
     if scope == "site":
-        return {(site_id,): s for site_id, s in sites.items()}
+        return sites
     racks: dict[int, float] = {}
     for rack_id, slug, name, site_id in Rack.objects.values_list(
         "id", "hall__site__slug", "name", "hall__site_id"
     ):
         racks[rack_id] = tokens.get(f"rack:{slug}/{name}") or sites.get(site_id) or default
     if scope == "rack":
-        return {(rack_id,): s for rack_id, s in racks.items()}
+        return racks
     if scope == "feed":
         feeds = PowerFeed.objects.values_list("id", "rack_id")
-        return {(feed_id,): racks.get(rack_id, default) for feed_id, rack_id in feeds}
+        return {feed_id: racks.get(rack_id, default) for feed_id, rack_id in feeds}
     if scope == "loop":
         loops = CoolingLoop.objects.values_list("id", "site__slug", "name", "site_id")
         return {
-            (loop_id,): tokens.get(f"loop:{slug}/{name}") or sites.get(site_id) or default
+            loop_id: tokens.get(f"loop:{slug}/{name}") or sites.get(site_id) or default
             for loop_id, slug, name, site_id in loops
         }
     return {}

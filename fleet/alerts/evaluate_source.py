@@ -82,11 +82,13 @@ def silent_intervals(scope: str) -> Callable[[Snapshot, Params], Values]:
     return compute
 
 
-def _intervals(snap: Snapshot, scope: str) -> dict[Key, float]:
-    """Entity key → the batch interval of the source its data comes from (one pass of
-    plain queries per scope per evaluation; a GPU is keyed by its node)."""
+def _intervals(snap: Snapshot, scope: str) -> dict[int, float]:
+    """Entity id (a GPU's: its node's) → the batch interval of the source its data comes
+    from: a few plain queries per evaluation, shared by the scopes that read the same."""
+    shared = "node" if scope == "gpu" else scope
+    tokens = snap.cached("source_token_intervals", source_cadence.token_intervals)
     return snap.cached(  # type: ignore[no-any-return]
-        f"source_intervals:{scope}", lambda: source_cadence.entity_intervals(scope)
+        f"source_intervals:{shared}", lambda: source_cadence.entity_intervals(shared, tokens)
     )
 
 
@@ -98,15 +100,19 @@ def metric_lag(scope: str) -> Callable[[Snapshot, Params], Values]:
     def compute(snap: Snapshot, params: Params) -> Values:
         only = set(params["metrics"] or ())
         override = _override(params)
-        intervals = _intervals(snap, scope)
-        default = source_cadence.default_interval(scope)
+        intervals = {} if override else _intervals(snap, scope)
+        default = override or source_cadence.default_interval(scope)
+        stale_after = {default: health.stale_after_s(default)}  # per distinct interval
         out: Values = {}
         for key, reading in snap.readings(SCOPE_SAMPLE_KIND[scope]).items():
             if only:
                 values = {n: v for n, v in reading.values.items() if n in only}
                 reading = health.Reading(values, reading.ts, health.newest_ts(reading))
-            interval = override or intervals.get(key[:1], default)
-            lag = health.field_lag(reading, snap.now, health.stale_after_s(interval))
+            interval = intervals.get(key[0], default)
+            after = stale_after.get(interval)
+            if after is None:
+                after = stale_after[interval] = health.stale_after_s(interval)
+            lag = health.field_lag(reading, snap.now, after)
             out[key] = None if lag is None else health.lag_beyond_cadence(lag[1], interval)
         return out
 
