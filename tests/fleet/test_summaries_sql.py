@@ -220,8 +220,13 @@ def test_the_sql_path_gives_exactly_the_payloads_of_the_python_path(
     assert payloads(state.rack_summaries(None, NOW)) == expected
     # The overview counts agents gone quiet from its node summaries, not a read of its own.
     monkeypatch.setattr(site_summary, "connection", connections[tdb.alias])
+    # This database enrols no source: every node comes at its kind's default cadence (the
+    # ORM read of the tokens would go to the default database, not this one).
+    monkeypatch.setattr(site_summary, "node_intervals", dict)
     states = state.rack_summaries(None, NOW)
-    newest = [(s.info.site_id, n.ts) for s in states.values() for n in s.nodes.values()]
+    newest = [
+        (s.info.site_id, node_id, n.ts) for s in states.values() for node_id, n in s.nodes.items()
+    ]
     site_ids = sorted({s.info.site_id for s in states.values()})
     counts = site_summary.agent_counts(newest, NOW)
     assert counts == site_summary.agent_freshness(site_ids, NOW)
