@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
+
 from fleet.health import cadence
 from fleet.models import CoolingLoop, Node, PowerFeed, PulledGPU, Rack, SourceToken
 
@@ -35,7 +37,7 @@ def node_intervals(tokens: dict[str, float] | None = None) -> dict[int, float]:
     pulled: dict[int, float] = {}
     rows: Any = PulledGPU.objects.values_list("gpu__node_id", "source__pull_interval_s")
     for node_id, pull_s in rows:
-        interval = cadence.batch_interval_s("prometheus", None, pull_s)
+        interval = float(pull_s or settings.PROMETHEUS_PULL_S)  # NULL: not pulled since 0018
         pulled[node_id] = max(interval, pulled.get(node_id, 0.0))
     default = cadence.DEFAULT_INTERVAL_S["node"]
     return {

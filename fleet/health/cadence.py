@@ -2,7 +2,8 @@
 
 A source declares how often it samples and how often it sends a batch (protocol
 `cadence`, docs/protocol.md); the server keeps both per source (`SourceToken`) and a
-Prometheus source is pulled every `PROMETHEUS_PULL_S` (`PrometheusSource.pull_interval_s`).
+Prometheus source is pulled every `PROMETHEUS_PULL_S` (`PrometheusSource.pull_interval_s`);
+fleet/source_cadence.py finds each entity's interval.
 Silence is counted in the source's own *batch* intervals: a facility agent that polls and
 sends every 5 s has missed one batch 5 s after its last, not 1 s after. The "agent silent"
 rules, `metric_lag_s`, the site strip's "agents stale" count and `/metrics` all judge a
@@ -24,7 +25,6 @@ DEFAULT_INTERVAL_S: Mapping[str, float] = {
     "rack": 10.0,
     "loop": 10.0,
     "site": 10.0,
-    "prometheus": 15.0,  # PROMETHEUS_PULL_S's default (fleetwatch/settings.py)
 }
 # A source's data is stale (it describes the past, not the present) once it is older than
 # this many of its batch intervals, and never sooner than STALE_AFTER_S: a 1 s node is
