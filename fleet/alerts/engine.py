@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from django.conf import settings
 from django.db import transaction
 
+from fleet.alerts import signals
 from fleet.alerts.consequences import SUPERSEDED_BY_LOST, superseded_when_lost
-from fleet.alerts.evaluate_source import gpu_missing
 from fleet.alerts.evaluate_state import (
     Snapshot,
     Values,
@@ -221,8 +221,8 @@ def _supersede_lost(
 ) -> None:
     """A lost GPU (its node reports, it does not: fleet.health.lost) is one state, lost:
     its active thermal and throttle instances end, "superseded: GPU lost", instead of
-    firing on no data. The lost GPUs are computed once, and only when such an instance is
-    active."""
+    firing on no data. The lost GPUs are the `gpu_missing` figure (the same computation as
+    the gpu-missing rule's), read only when such an instance is active."""
     candidates = [
         inst
         for per_rule in active.values()
@@ -231,7 +231,9 @@ def _supersede_lost(
     ]
     if not candidates:
         return
-    missing = snap.cached("gpu_missing", lambda: gpu_missing(snap, {}))
+    spec = signals.get("gpu", "gpu_missing")
+    assert spec is not None
+    missing = values_for(spec, snap)  # shared with the gpu-missing rule's computation
     lost = {snap.entity(key) for key, value in missing.items() if value == 1.0}
     changed = {id(i) for i in out.changed}
     for inst in candidates:
