@@ -317,9 +317,10 @@ def test_a_prometheus_that_stalls_delays_no_evaluation_tick_and_no_delivery(
     run = stalled_pull
     for proc in run.procs:
         proc.start()
+    # both workers up: the evaluations have begun and a pull hangs on the listener
+    run.wait_for("evaluate once", lambda: run.tick() > 0)
     run.wait_for("send a pull to the stalled Prometheus", lambda: run.stall.held() > 0)
-    stuck_since = run.stall.first_accepted_at
-    assert stuck_since is not None
+    watch_from = time.monotonic()
     now = time.time()
     run.db.insert(
         "fw_node_latest",
@@ -328,23 +329,28 @@ def test_a_prometheus_that_stalls_delays_no_evaluation_tick_and_no_delivery(
     )
 
     ticks: list[tuple[float, float]] = []  # (monotonic, tick) at each new tick seen
-    held: list[int] = []
-    while time.monotonic() < stuck_since + STUCK_S:
+    held: list[int] = []  # pulls hanging on the listener, at each look
+    while time.monotonic() < watch_from + STUCK_S:
         tick = run.tick()
         if not ticks or tick != ticks[-1][1]:
             ticks.append((time.monotonic(), tick))
         held.append(run.stall.held())
         time.sleep(0.05)
     messages = run.slack.received("/ops")
-    story = f"ticks {[round(t - stuck_since, 2) for t, _ in ticks]}, held {set(held)}"
+    stuck_share = sum(1 for n in held if n) / len(held)
+    story = (
+        f"ticks at {[round(t - watch_from, 2) for t, _ in ticks]} s,"
+        f" a pull hanging {stuck_share:.0%} of the time, {run.stall.accepted} pulls seen"
+    )
 
-    # the pull was stuck the whole time, on its own worker
-    assert min(held) >= 1, story
+    # a pull hung nearly all the time (each hangs for its 10 s query timeout; the next
+    # comes within a pull interval), on its own worker
+    assert stuck_share >= 0.75, story
     # evaluations kept their cadence: a new tick about every second
-    seen = [at for at, tick in ticks if tick > 0]
+    seen = [at for at, _ in ticks[1:]]
     assert len(seen) >= STUCK_S / EVAL_S - 3, story + "\n" + run.logs()
-    gaps = [b - a for a, b in itertools.pairwise(seen)]
-    assert max(gaps, default=0.0) < 3 * EVAL_S, story
+    gaps = [b - a for a, b in itertools.pairwise([watch_from, *seen])]
+    assert max(gaps) < 3 * EVAL_S, story
     # and the alert's message reached "Slack" while the pull was still stuck
     texts = [str(m.body.get("text", "")) for m in messages]
     assert len(texts) == 1 and texts[0].startswith("CRITICAL: inlet 52.5 °C"), (
