@@ -67,7 +67,9 @@ BENIGN_REASONS = (
 # (reasons.HARMFUL). Holding itself at its power limit (SW power cap) is how a GPU runs
 # at full load — counted as power throttling, but no warning by itself (every rack of a
 # busy training fleet would be amber); "power cap sustained with clocks well under max"
-# is an alert rule with a for-duration (docs/rules.md).
+# is an alert rule with a for-duration (docs/rules.md). Each crit bit has a critical rule:
+# gpu-hw-thermal-slowdown, gpu-sw-thermal-slowdown, gpu-hw-power-brake, and gpu-hw-slowdown
+# for HW slowdown without either hardware cause (fleet/alerts/rulepack.py).
 CRIT_REASONS = nvml.HARMFUL
 WARN_REASONS = 0
 
