@@ -18,6 +18,7 @@ from typing import Any
 
 from django.urls import reverse
 from django.utils.http import urlencode
+from django.utils.text import slugify
 
 from fleet.alerts.consequences import is_consequence
 from fleet.alerts.grouping import INCIDENT_LABEL, is_cause, rack_span
@@ -60,6 +61,12 @@ class Fold:
             return rack_span(str(r) for r in racks)
         places = sorted({m.where for m in self.members})
         return places[0] if len(places) == 1 else f"{len(places)} places"
+
+    @property
+    def anchor(self) -> str:
+        """Its element's id within its incident: the page's refresh keeps an opened fold
+        open only while it is the same fold."""
+        return slugify(f"{self.role}-{self.rule}")
 
     @property
     def words(self) -> str:

@@ -229,8 +229,10 @@
       if (from.nodeValue !== to.nodeValue) from.nodeValue = to.nodeValue;
       return;
     }
+    // A <details> the person opened stays open (the server renders them closed).
+    const keepOpen = from.nodeName === "DETAILS";
     for (const a of Array.from(from.attributes)) {
-      if (!to.hasAttribute(a.name)) from.removeAttribute(a.name);
+      if (!to.hasAttribute(a.name) && !(keepOpen && a.name === "open")) from.removeAttribute(a.name);
     }
     for (const a of Array.from(to.attributes)) {
       if (from.getAttribute(a.name) !== a.value) from.setAttribute(a.name, a.value);

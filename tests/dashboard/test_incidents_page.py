@@ -143,7 +143,7 @@ def test_the_page_leads_with_one_incident_its_cause_then_its_folded_members(demo
     assert f"{LOST_GPUS} × GPU missing from its node at A02 ({LOST_GPUS} firing)" in said
     assert "1 × No CDU pump running at Demo datacentre / CDU-1 (1 firing)" in said
     # Folded, each fold expandable to its rows.
-    assert block.count("<details>") == 3
+    assert block.count("<details id=") == 3
     assert block.count("data-alert=") == 1 + THERMAL_GPUS + LOST_GPUS
     # The pending alert in no incident is folded apart, not mixed in.
     assert "1 × GPU near its slowdown limit at A01 (0 firing, 1 pending)" in words
