@@ -25,6 +25,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from agents.protocol import MAX_INTERVAL_S, MIN_INTERVAL_S
+
 
 class ConfigError(Exception):
     pass
@@ -127,8 +129,11 @@ def load_config(
         if flags.get(name) is not None:
             values[name] = flags[name]
     config = AgentConfig(**{k: _coerce(k, v) for k, v in values.items()})
-    if config.interval_s <= 0:
-        raise ConfigError("interval_s must be positive")
+    if not MIN_INTERVAL_S <= config.interval_s <= MAX_INTERVAL_S:
+        # Every batch declares it (`cadence`): the server would refuse each one outside these.
+        raise ConfigError(
+            f"interval_s must be between {MIN_INTERVAL_S:g} and {MAX_INTERVAL_S:g} seconds"
+        )
     return config
 
 

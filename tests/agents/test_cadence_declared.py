@@ -10,8 +10,10 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from agents.enroll import write_token
-from agents.runconfig import AgentConfig
+from agents.runconfig import AgentConfig, ConfigError, load_config
 from agents.runner import build_outbox, tick_interval
 from agents.sim.faults import FaultPlan
 from agents.sim.inventory import fetch_inventory
@@ -80,3 +82,11 @@ async def test_the_simulator_declares_each_source_at_its_real_cadence(
         "site:lab": {"sample_s": 0.3, "batch_s": 0.3},
     }
     assert all("cadence" in b for b in backend.store.batches)
+
+
+@pytest.mark.parametrize("interval", ["0", "0.001", "7200"])
+def test_an_interval_the_server_would_refuse_stops_the_agent_before_it_starts(
+    interval: str,
+) -> None:
+    with pytest.raises(ConfigError, match=r"interval_s must be between 0\.01 and 3600"):
+        load_config(None, {"FLEET_AGENT_INTERVAL_S": interval}, {})
