@@ -35,6 +35,8 @@ ROLE_WORDS = {
     "alerts": "Alerts",
 }
 SEVERITY_RANK = {"critical": 0, "warning": 1, "info": 2}
+# A fold this small shows its rows at once: folding one or two alerts hides nothing.
+OPEN_UP_TO = 3
 
 
 @dataclass
@@ -61,6 +63,10 @@ class Fold:
             return rack_span(str(r) for r in racks)
         places = sorted({m.where for m in self.members})
         return places[0] if len(places) == 1 else f"{len(places)} places"
+
+    @property
+    def open(self) -> bool:
+        return self.count <= OPEN_UP_TO
 
     @property
     def anchor(self) -> str:

@@ -131,7 +131,7 @@ def test_the_page_leads_with_one_incident_its_cause_then_its_folded_members(demo
     group = cdu_incident(demo)
     html = user("vic", "Viewers").get("/alerts/").content.decode()
     words = text_of(html)
-    assert "1 incident" in words and "9 alerts firing" in words
+    assert "1 incident" in words and "alerts: 9 firing · 1 pending" in words
     block = html[html.index(f'<article class="incident sev-critical" id="incident-{group.pk}"') :]
     block = block[: block.index("</article>")]
     said = text_of(block)
@@ -144,6 +144,7 @@ def test_the_page_leads_with_one_incident_its_cause_then_its_folded_members(demo
     assert "1 × No CDU pump running at Demo datacentre / CDU-1 (1 firing)" in said
     # Folded, each fold expandable to its rows.
     assert block.count("<details id=") == 3
+    assert block.count(" open>") == 2  # folds of up to three alerts show their rows at once
     assert block.count("data-alert=") == 1 + THERMAL_GPUS + LOST_GPUS
     # The pending alert in no incident is folded apart, not mixed in.
     assert "1 × GPU near its slowdown limit at A01 (0 firing, 1 pending)" in words
