@@ -150,7 +150,6 @@ def recovered_notice(
         site_id=group.site_id,
         since=began,
         dashboard_url=dashboard_url(group.site_id),
-        duration=ended - began,
         members=_members(by_entity, places),
         thread=f"alert-group:{group.pk}",
     )
@@ -205,23 +204,23 @@ def _still_open_words(still: list[AlertInstance], places: Places) -> str:
 
 
 def incident_summary(members: list[AlertInstance]) -> str:
-    """For a resolved incident with GPUs in it: "Lasted 9 min 4 s; 64 GPUs affected;
+    """For a resolved incident of several GPUs, or with one off the bus: "64 GPUs affected;
     33 GPUs off the bus, 2.7 GPU-hours lost" (off the bus: from each lost GPU's first
-    off-the-bus alert firing to its last resolving)."""
+    off-the-bus alert firing to its last resolving). How long it lasted is the message's
+    own "Lasted"."""
     fired = [m for m in members if m.fired_at is not None]
     gpus = {m.entity for m in fired if m.scope == "gpu"}
-    if not gpus:
-        return ""
-    began = min(m.fired_at for m in fired if m.fired_at is not None)
-    ended = max((m.resolved_at for m in fired if m.resolved_at is not None), default=began)
-    words = [f"Lasted {duration_words(ended - began)}", f"{_gpus(len(gpus))} affected"]
+    ended = max((m.resolved_at for m in fired if m.resolved_at is not None), default=None)
     spans: dict[str, tuple[dt.datetime, dt.datetime]] = {}
     for m in fired:
         if m.fired_at is None or not consequences.is_off_the_bus(m.scope, m.rule.signal):
             continue
-        end = m.resolved_at or ended
+        end = m.resolved_at or ended or m.fired_at
         first, last = spans.get(m.entity, (m.fired_at, end))
         spans[m.entity] = (min(first, m.fired_at), max(last, end))
+    if len(gpus) < 2 and not spans:
+        return ""  # one GPU's alert: its own message says it all
+    words = [f"{_gpus(len(gpus))} affected"]
     if spans:
         hours = sum((b - a).total_seconds() for a, b in spans.values()) / 3600.0
         words.append(f"{gpus_off_the_bus_words(len(spans))}, {gpu_hours_words(hours)} lost")
