@@ -225,7 +225,7 @@ class _Causes:
     def __init__(self, groups: dict[str, AlertGroup], at: dt.datetime) -> None:
         self.groups, self.at = groups, at
         self._power_rules: set[str] | None = None
-        self._hot: set[str] | None = None
+        self._hot: tuple[frozenset[int], set[str]] | None = None
 
     def consequence_of(self, inst: AlertInstance, open_loops: set[int]) -> str | None:
         if not consequences.is_consequence(inst.scope, inst.rule.signal):
@@ -242,9 +242,11 @@ class _Causes:
         return inst.scope == "node" or inst.entity in self.hot(open_loops)
 
     def hot(self, open_loops: set[int]) -> set[str]:
-        if self._hot is None:
-            self._hot = consequences.hot_gpus(open_loops, self.at)
-        return self._hot
+        """Read again only if a loop's incident opened since (in this evaluation)."""
+        loops = frozenset(open_loops)
+        if self._hot is None or self._hot[0] != loops:
+            self._hot = (loops, consequences.hot_gpus(loops, self.at))
+        return self._hot[1]
 
     def power_cause(self, rack_id: int) -> str | None:
         if self._power_rules is None:
