@@ -174,7 +174,9 @@ def _cause_now(
     summary = render_summary(
         cause.rule.summary, placeholders(cause, names, _unit(cause)), cause.rule.name
     )
-    return place.where().label(), summary
+    rack, feed = place.names.get("rack"), place.names.get("feed")
+    name = f"{rack} feed {feed}" if rack and feed else f"rack {rack}" if rack else ""
+    return name or place.where().label(), summary
 
 
 def _still_open_words(still: list[AlertInstance], places: Places) -> str:

@@ -241,6 +241,14 @@ def test_gpus_lost_in_a_rack_over_its_power_budget_join_the_rack_power_incident(
     assert update.startswith(
         "CRITICAL update: A04 draws 105% of its power budget → 8 GPUs off the bus in A04"
     ), update
+    store("rack", (rack.pk,), T0 + 110, power_w=rack.power_budget_kw * 500.0)
+    gpus_report(110, [], gone)
+    evaluate(T0 + 110)  # the load is shed: said at once, the node's GPUs still gone
+    recovered = texts(sent(slack))[-1]
+    assert recovered.startswith(
+        "rack A04 recovered after 1 min 50 s (A04 draws 50% of its power budget); still open:"
+        " 8 GPUs off the bus in A04 — reset needed"
+    ), recovered
 
 
 def test_a_node_of_a_cooled_rack_going_silent_joins_the_loops_incident(
