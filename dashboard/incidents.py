@@ -35,7 +35,8 @@ ROLE_WORDS = {
     "alerts": "Alerts",
 }
 SEVERITY_RANK = {"critical": 0, "warning": 1, "info": 2}
-# A fold this small shows its rows at once: folding one or two alerts hides nothing.
+# Outside an incident, a fold this small shows its rows at once (folding one or two
+# alerts hides nothing); an incident's folds stay closed, its card says what they hold.
 OPEN_UP_TO = 3
 
 
