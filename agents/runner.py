@@ -24,6 +24,7 @@ import asyncio
 import dataclasses
 import signal
 import socket
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,7 @@ from agents.enroll import EnrollError, read_token
 from agents.log import get_logger
 from agents.outbox import Outbox
 from agents.protocol import cadence
+from agents.protocol.metrics import METRICS
 from agents.runconfig import AgentConfig, ConfigError, config_from_args
 from agents.schedule import SlowLane, Ticker, merge_slow
 from agents.spool import SpoolSettings
@@ -45,6 +47,8 @@ log = get_logger("agents.runner")
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
 EXIT_REJECTED = 3
+
+_METRIC_NAMES = frozenset(m.name for metrics in METRICS.values() for m in metrics)
 
 
 class CollectorSet:
@@ -65,11 +69,17 @@ class CollectorSet:
             except Exception as exc:  # a plugin may fail in any way: report it, carry on
                 self._report(collector.name, f"disabled: {type(exc).__name__}: {exc}")
                 log.warning("collector disabled", collector=collector.name, error=str(exc))
+        # Fields that come every N > 1 ticks (a slow read, a collector with a longer cadence),
+        # by the ticks between them: declared in the batch's `cadence` (`fields_s`), so the
+        # server does not take a field read every 300 ticks for one that stopped.
+        self._field_every: dict[str, int] = {}
+        self._fields_lock = threading.Lock()
+        self.fields_version = 0  # bumped when `_field_every` changes
         reads: list[SlowRead] = []
         for collector in self.active:
             slow_reads = getattr(collector, "slow_reads", None)
             if slow_reads is not None:
-                reads.extend(slow_reads())
+                reads.extend(self._noting(read) for read in slow_reads())
         self.lane = SlowLane(reads)
         self._every = {
             c.name: max(1, round(getattr(c, "interval_s", interval_s) / interval_s))
@@ -84,7 +94,10 @@ class CollectorSet:
             if tick % self._every[collector.name]:
                 continue
             try:
-                reading.merge(collector.collect(ts))
+                collected = collector.collect(ts)
+                if self._every[collector.name] > 1:
+                    self._note(collected, self._every[collector.name])
+                reading.merge(collected)
             except Exception as exc:
                 self._error(reading, collector.name, f"{type(exc).__name__}: {exc}", ts)
             else:
@@ -96,6 +109,36 @@ class CollectorSet:
             del self.lane.failures[name]
             self._error(reading, name, error, ts)
         return reading
+
+    def fields_s(self) -> dict[str, float]:
+        """Each field that comes less often than every tick, and its interval (s)."""
+        with self._fields_lock:
+            return {name: every * self.interval_s for name, every in self._field_every.items()}
+
+    def _noting(self, read: SlowRead) -> SlowRead:
+        """The slow read, noting which fields it brings (on the slow lane's thread)."""
+
+        def noted(now: float) -> Reading:
+            reading = read.read(now)
+            self._note(reading, read.every_ticks)
+            return reading
+
+        return dataclasses.replace(read, read=noted)
+
+    def _note(self, reading: Reading, every: int) -> None:
+        names = {
+            name
+            for samples in reading.samples.values()
+            for sample in samples
+            for name in sample
+            if name in _METRIC_NAMES
+        }
+        with self._fields_lock:
+            changed = [n for n in names if self._field_every.get(n, 0) < every]
+            for name in changed:
+                self._field_every[name] = every
+            if changed:
+                self.fields_version += 1
 
     def close(self) -> None:
         self.lane.close()
@@ -142,6 +185,7 @@ class AgentRunner:
         self.clock = clock if clock is not None else AgentClock()
         self.ticker = Ticker(config.interval_s, wall=self.clock.now)
         self.ticks = 0
+        self._fields_declared = 0  # the collectors' fields_version the outbox declares
         self._stop = asyncio.Event()
 
     def stop(self) -> None:
@@ -191,6 +235,10 @@ class AgentRunner:
                     **reading.node_info,
                 }
             self.outbox.ticks_skipped = self.ticker.skipped
+            if self.collectors.fields_version != self._fields_declared:
+                self._fields_declared = self.collectors.fields_version
+                fields = self.collectors.fields_s()
+                self.outbox.cadence = cadence(self.config.interval_s, fields_s=fields)
             self.outbox.submit(reading)
             self.ticks += 1
 

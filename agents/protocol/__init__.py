@@ -6,6 +6,8 @@ import it. `docs/protocol.md` explains it; `schema-v1.json` is its JSON Schema.
 
 from __future__ import annotations
 
+from typing import Any
+
 PROTOCOL_VERSION = 1
 
 WS_PATH = "/ws/ingest/v1"
@@ -34,12 +36,22 @@ MAX_INFO_DEPTH = 16  # nesting of objects and lists in those blocks
 MIN_INTERVAL_S = 0.01
 MAX_INTERVAL_S = 3600.0
 CADENCE_KEYS = ("sample_s", "batch_s")
+CADENCE_FIELDS_KEY = "fields_s"  # optional: fields refreshed less often than every sample
 
 
-def cadence(sample_s: float, batch_s: float | None = None) -> dict[str, float]:
+def cadence(
+    sample_s: float, batch_s: float | None = None, fields_s: dict[str, float] | None = None
+) -> dict[str, Any]:
     """The batch's `cadence` block: sampling every `sample_s`, a batch every `batch_s`
-    (default: one batch per sample)."""
-    return {"sample_s": float(sample_s), "batch_s": float(sample_s if batch_s is None else batch_s)}
+    (default: one batch per sample), and `fields_s`, the fields that come less often than
+    every sample (a slow read every N ticks) with their own interval."""
+    block: dict[str, Any] = {
+        "sample_s": float(sample_s),
+        "batch_s": float(sample_s if batch_s is None else batch_s),
+    }
+    if fields_s:
+        block[CADENCE_FIELDS_KEY] = {name: float(s) for name, s in sorted(fields_s.items())}
+    return block
 
 
 # WebSocket close codes (4000 + the HTTP status they mirror).

@@ -13,6 +13,7 @@ import sys
 from typing import Any
 
 from agents.protocol import (
+    CADENCE_FIELDS_KEY,
     CADENCE_KEYS,
     MAX_BATCH_BYTES,
     MAX_EVENTS_PER_BATCH,
@@ -69,6 +70,38 @@ def sample_schema(kind: str) -> dict[str, Any]:
     }
 
 
+def _seconds(help: str) -> dict[str, Any]:
+    return {
+        "type": "number",
+        "minimum": MIN_INTERVAL_S,
+        "maximum": MAX_INTERVAL_S,
+        "description": help,
+    }
+
+
+def cadence_schema() -> dict[str, Any]:
+    names = sorted({m.name for metrics in METRICS.values() for m in metrics})
+    return {
+        "type": "object",
+        "description": "the source's own intervals; the server judges silence in batch"
+        " intervals (batch_s and each of fields_s not shorter than sample_s, which a schema"
+        " cannot state)",
+        "properties": {
+            "sample_s": _seconds("seconds between samples"),
+            "batch_s": _seconds("seconds between batches"),
+            CADENCE_FIELDS_KEY: {
+                "type": "object",
+                "description": "fields refreshed less often than every sample: seconds"
+                " between their refreshes",
+                "propertyNames": {"enum": names},
+                "additionalProperties": _seconds("seconds between this field's refreshes"),
+            },
+        },
+        "required": list(CADENCE_KEYS),
+        "additionalProperties": False,
+    }
+
+
 def batch_schema() -> dict[str, Any]:
     properties: dict[str, Any] = {
         "protocol": {"const": PROTOCOL_VERSION},
@@ -82,26 +115,7 @@ def batch_schema() -> dict[str, Any]:
             "type": "number",
             "description": "Unix time (s) the batch was built; informational",
         },
-        "cadence": {
-            "type": "object",
-            "description": "the source's own intervals; the server judges silence in batch"
-            " intervals (batch_s not shorter than sample_s, which a schema cannot state)",
-            "properties": {
-                key: {
-                    "type": "number",
-                    "minimum": MIN_INTERVAL_S,
-                    "maximum": MAX_INTERVAL_S,
-                    "description": help,
-                }
-                for key, help in zip(
-                    CADENCE_KEYS,
-                    ("seconds between samples", "seconds between batches"),
-                    strict=True,
-                )
-            },
-            "required": list(CADENCE_KEYS),
-            "additionalProperties": False,
-        },
+        "cadence": cadence_schema(),
         "gpu_info": {
             "type": "array",
             "maxItems": MAX_GPUS_PER_NODE,

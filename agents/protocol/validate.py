@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agents.protocol import (
+    CADENCE_FIELDS_KEY,
     CADENCE_KEYS,
     MAX_EVENTS_PER_BATCH,
     MAX_FUTURE_S,
@@ -60,6 +61,7 @@ class Batch:
     # The source's declared cadence (seconds); None from an agent older than the field.
     sample_s: float | None = None
     batch_s: float | None = None
+    fields_s: dict[str, float] = field(default_factory=dict)  # slower fields' own intervals
 
     @property
     def gpu_samples(self) -> int:
@@ -114,7 +116,7 @@ def validate_batch(obj: Any, now: float) -> Batch:
         _sent_at(sent_at)
     batch = Batch(source=source, seq=seq)
     if "cadence" in obj:
-        batch.sample_s, batch.batch_s = _cadence(obj["cadence"])
+        batch.sample_s, batch.batch_s, batch.fields_s = _cadence(obj["cadence"])
     # Every timestamp must lie in [oldest, newest]: one chained comparison per sample.
     oldest, newest = now - MAX_PAST_S, now + MAX_FUTURE_S
     for kind in SAMPLE_KINDS:
@@ -316,30 +318,19 @@ def _sent_at(value: Any) -> None:
         raise ProtocolError(400, "sent_at", "must be a number (Unix time in seconds)")
 
 
-def _cadence(value: Any) -> tuple[float, float]:
-    """The declared (sample_s, batch_s): both present, numbers within the bounds, and a
-    batch no more often than a sample (a batch carries at least one sampling interval)."""
+_ALL_METRICS = frozenset(m.name for metrics in METRICS.values() for m in metrics)
+
+
+def _cadence(value: Any) -> tuple[float, float, dict[str, float]]:
+    """The declared (sample_s, batch_s, fields_s): both intervals present, numbers within
+    the bounds, a batch no more often than a sample (a batch carries at least one sampling
+    interval), and each slower field a catalogue metric no faster than a sample."""
     if type(value) is not dict:
         raise ProtocolError(400, "cadence", "must be an object {sample_s, batch_s}")
     for key in value:
-        if key not in CADENCE_KEYS:
+        if key not in CADENCE_KEYS and key != CADENCE_FIELDS_KEY:
             raise ProtocolError(400, f"cadence.{key}", "unknown cadence field")
-    out: list[float] = []
-    for key in CADENCE_KEYS:
-        interval = value.get(key)
-        where = f"cadence.{key}"
-        if interval is None:
-            raise ProtocolError(400, where, "required number of seconds (null is refused)")
-        if type(interval) is not int and type(interval) is not float:
-            raise ProtocolError(
-                400, where, f"must be a number of seconds, got {type(interval).__name__}"
-            )
-        if not MIN_INTERVAL_S <= interval <= MAX_INTERVAL_S:  # also false for NaN
-            raise ProtocolError(
-                400, where, f"{interval} is outside [{MIN_INTERVAL_S:g}, {MAX_INTERVAL_S:g}] s"
-            )
-        out.append(float(interval))
-    sample_s, batch_s = out
+    sample_s, batch_s = (_interval(value.get(key), f"cadence.{key}") for key in CADENCE_KEYS)
     if batch_s < sample_s:
         raise ProtocolError(
             400,
@@ -347,7 +338,38 @@ def _cadence(value: Any) -> tuple[float, float]:
             f"{batch_s:g} s is shorter than sample_s {sample_s:g} s: a batch carries at least"
             " one sampling interval",
         )
-    return sample_s, batch_s
+    fields = value.get(CADENCE_FIELDS_KEY)
+    if fields is None:
+        if CADENCE_FIELDS_KEY in value:
+            raise ProtocolError(400, "cadence.fields_s", "null: leave it out instead")
+        return sample_s, batch_s, {}
+    if type(fields) is not dict:
+        raise ProtocolError(400, "cadence.fields_s", "must be an object {metric: seconds}")
+    fields_s: dict[str, float] = {}
+    for name, interval in fields.items():
+        where = f"cadence.fields_s.{name}"
+        if name not in _ALL_METRICS:
+            raise ProtocolError(400, where, "unknown metric")
+        fields_s[name] = _interval(interval, where)
+        if fields_s[name] < sample_s:
+            raise ProtocolError(
+                400, where, f"{interval:g} s is shorter than sample_s {sample_s:g} s"
+            )
+    return sample_s, batch_s, fields_s
+
+
+def _interval(interval: Any, where: str) -> float:
+    if interval is None:
+        raise ProtocolError(400, where, "required number of seconds (null is refused)")
+    if type(interval) is not int and type(interval) is not float:
+        raise ProtocolError(
+            400, where, f"must be a number of seconds, got {type(interval).__name__}"
+        )
+    if not MIN_INTERVAL_S <= interval <= MAX_INTERVAL_S:  # also false for NaN
+        raise ProtocolError(
+            400, where, f"{interval} is outside [{MIN_INTERVAL_S:g}, {MAX_INTERVAL_S:g}] s"
+        )
+    return float(interval)
 
 
 def _slow_sample(

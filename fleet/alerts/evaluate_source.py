@@ -82,33 +82,38 @@ def silent_intervals(scope: str) -> Callable[[Snapshot, Params], Values]:
     return compute
 
 
-def _intervals(snap: Snapshot, scope: str) -> dict[int, float]:
-    """Entity id (a GPU's: its node's) → the batch interval of the source its data comes
-    from: a few plain queries per evaluation, shared by the scopes that read the same."""
+def _paces(snap: Snapshot, scope: str) -> dict[int, health.Pace]:
+    """Entity id (a GPU's: its node's) → the pace of the source its data comes from: a few
+    plain queries per evaluation, shared by the scopes that read the same."""
     shared = "node" if scope == "gpu" else scope
-    tokens = snap.cached("source_token_intervals", source_cadence.token_intervals)
+    tokens = snap.cached("source_token_paces", source_cadence.token_paces)
     return snap.cached(  # type: ignore[no-any-return]
-        f"source_intervals:{shared}", lambda: source_cadence.entity_intervals(shared, tokens)
+        f"source_paces:{shared}", lambda: source_cadence.entity_paces(shared, tokens)
     )
 
 
 def metric_lag(scope: str) -> Callable[[Snapshot, Params], Values]:
     """Seconds the most-lagging field (of `metrics`, default every field) trails the
     entity's newest sample, judged by the entity's source cadence: none while the entity
-    itself is stale (that is silence), 0 while the lag is within the source's own pace."""
+    itself is stale (that is silence), 0 while every field keeps its own pace (the source's
+    batch interval, or the slower one it declared for that field)."""
 
     def compute(snap: Snapshot, params: Params) -> Values:
         only = set(params["metrics"] or ())
         override = _override(params)
-        intervals = {} if override else _intervals(snap, scope)
-        default = override or source_cadence.default_interval(scope)
-        stale_after = {default: health.stale_after_s(default)}  # per distinct interval
+        paces = {} if override else _paces(snap, scope)
+        default = health.Pace(override or source_cadence.default_interval(scope), {})
+        stale_after = {default.interval_s: health.stale_after_s(default.interval_s)}
         out: Values = {}
         for key, reading in snap.readings(SCOPE_SAMPLE_KIND[scope]).items():
             if only:
                 values = {n: v for n, v in reading.values.items() if n in only}
                 reading = health.Reading(values, reading.ts, health.newest_ts(reading))
-            interval = intervals.get(key[0], default)
+            pace = paces.get(key[0], default)
+            if pace.fields_s:
+                out[key] = health.slow_field_lag(reading, snap.now, pace)
+                continue
+            interval = pace.interval_s
             after = stale_after.get(interval)
             if after is None:
                 after = stale_after[interval] = health.stale_after_s(interval)

@@ -17,9 +17,11 @@ from __future__ import annotations
 from fleet.health.cadence import (
     DEFAULT_INTERVAL_S,
     STALE_INTERVALS,
+    Pace,
     batch_interval_s,
     lag_beyond_cadence,
     silent_intervals,
+    slow_field_lag,
     source_stale,
     stale_after_s,
 )
@@ -139,6 +141,7 @@ __all__ = [
     "LoopSummary",
     "NodePower",
     "NodeSummary",
+    "Pace",
     "PowerSource",
     "RackSummary",
     "Reading",
@@ -177,6 +180,7 @@ __all__ = [
     "rack_power_level",
     "rack_summary",
     "silent_intervals",
+    "slow_field_lag",
     "source_stale",
     "stale",
     "stale_after_s",

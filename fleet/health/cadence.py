@@ -13,7 +13,9 @@ source here.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import NamedTuple
 
+from fleet.health.levels import Reading, newest_ts
 from fleet.health.thresholds import STALE_AFTER_S
 
 # What an agent that declares no cadence (one older than the field) is judged by: the
@@ -68,3 +70,29 @@ def lag_beyond_cadence(lag_s: float, interval_s: float) -> float:
     """A field's lag in seconds, or 0 while it is within `LAG_INTERVALS` of the source's
     batch interval (a field arriving at the source's own pace has not stopped)."""
     return lag_s if lag_s >= LAG_INTERVALS * interval_s else 0.0
+
+
+class Pace(NamedTuple):
+    """How often an entity's source sends (its batch interval) and the fields it declared
+    it refreshes less often (`cadence.fields_s`: metric → seconds)."""
+
+    interval_s: float
+    fields_s: Mapping[str, float]
+
+
+def slow_field_lag(reading: Reading, now: float, pace: Pace) -> float | None:
+    """`field_lag` for a source that declared slower fields: the most-lagging field's lag,
+    counting only a field at least `LAG_INTERVALS` of its own interval (its declared one,
+    else the source's batch interval) behind the entity's newest sample; 0 when every field
+    keeps its pace; None when the entity is stale by the source's cadence (silence)."""
+    newest = newest_ts(reading)
+    if newest is None or max(0.0, now - newest) >= stale_after_s(pace.interval_s):
+        return None
+    fields = pace.fields_s
+    worst = 0.0
+    for name, ts in reading.ts.items():
+        lag = newest - ts
+        own = LAG_INTERVALS * max(pace.interval_s, fields.get(name, 0.0))
+        if lag > worst and lag >= own and name in reading.values:
+            worst = lag
+    return worst

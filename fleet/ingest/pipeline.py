@@ -47,8 +47,9 @@ log = logging.getLogger("fleet.ingest.pipeline")
 OK = 0
 RETRY = 503
 
-Cadence = tuple[float | None, float | None]  # a batch's declared (sample_s, batch_s)
-SourceSeen = tuple[int, float, str, float | None, float | None]  # seq, seen, stats, cadence
+# A batch's declared (sample_s, batch_s, fields_s as JSON); None, None, "{}" when absent.
+Cadence = tuple[float | None, float | None, str]
+SourceSeen = tuple[int, float, str, float | None, float | None, str]  # seq, seen, stats, cadence
 
 
 @dataclass(slots=True)
@@ -154,7 +155,7 @@ class IngestPipeline:
                 self.inventory.load(self.db)
             write = self.resolver.resolve(conn, batch)
             stats = to_json(batch.agent or {}, "agent")
-            cadence = (batch.sample_s, batch.batch_s)
+            cadence = (batch.sample_s, batch.batch_s, to_json(batch.fields_s, "cadence"))
             return Prepared(conn_id, batch.seq, batch.source, write, stats, cadence)
         except ProtocolError as exc:
             results.append(Result(conn_id, _seq_of(obj), exc.code, exc.as_dict()))
@@ -274,16 +275,19 @@ class IngestPipeline:
             return []
         # The declared cadence rides in the same statement (one pipelined executemany per
         # save, whatever the number of sources); NULL from an agent older than the field.
+        json = json_param(self.db.vendor)
         sql = (
-            "UPDATE fleet_sourcetoken SET last_seq = %s, last_seen = %s,"
-            f" agent_stats = {json_param(self.db.vendor)},"
-            " sample_interval_s = %s, batch_interval_s = %s WHERE source = %s AND revoked = %s"
+            f"UPDATE fleet_sourcetoken SET last_seq = %s, last_seen = %s, agent_stats = {json},"
+            f" sample_interval_s = %s, batch_interval_s = %s, field_intervals_s = {json}"
+            " WHERE source = %s AND revoked = %s"
         )
         # In source order: two writers updating the same sources (a node that reconnected to
         # the other server process) then lock the rows in the same order and cannot deadlock.
         return [
-            (sql, (seq, seen, stats, sample_s, batch_s, source, False))
-            for source, (seq, seen, stats, sample_s, batch_s) in sorted(self.sources.items())
+            (sql, (seq, seen, stats, sample_s, batch_s, fields, source, False))
+            for source, (seq, seen, stats, sample_s, batch_s, fields) in sorted(
+                self.sources.items()
+            )
         ]
 
 

@@ -30,6 +30,17 @@ class Migration(migrations.Migration):
             ),
         ),
         migrations.AddField(
+            model_name="sourcetoken",
+            name="field_intervals_s",
+            field=models.JSONField(
+                blank=True,
+                default=dict,
+                editable=False,
+                help_text="fields refreshed less often than every sample: metric → seconds,"
+                " as declared",
+            ),
+        ),
+        migrations.AddField(
             model_name="prometheussource",
             name="pull_interval_s",
             field=models.FloatField(

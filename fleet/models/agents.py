@@ -69,6 +69,12 @@ class SourceToken(models.Model):
     batch_interval_s = models.FloatField(
         null=True, blank=True, editable=False, help_text="seconds between batches, as declared"
     )
+    field_intervals_s = models.JSONField(
+        default=dict,
+        blank=True,
+        editable=False,
+        help_text="fields refreshed less often than every sample: metric → seconds, as declared",
+    )
 
     class Meta:
         ordering = ("source",)

@@ -49,8 +49,37 @@ def test_the_node_agent_declares_its_interval_in_every_batch(
         agent.send_signal(signal.SIGTERM)
         _, stderr = agent.communicate(timeout=30)
     assert agent.returncode == 0, stderr
-    batches = backend.store.batches
-    assert [b["cadence"] for b in batches] == [{"sample_s": 0.2, "batch_s": 0.2}] * len(batches)
+    intervals = [(b["cadence"]["sample_s"], b["cadence"]["batch_s"]) for b in backend.store.batches]
+    assert intervals == [(0.2, 0.2)] * len(intervals)
+
+
+def test_the_node_agent_declares_its_slow_reads_with_their_own_interval(
+    backend: StubBackend, tmp_path: Path
+) -> None:
+    """Energy read every 5 ticks of 0.2 s: `energy_j` comes every second, which the
+    server must not judge as a field that stopped (docs/protocol.md, `fields_s`)."""
+    source = "node:gpu-a01-01"
+    write_token(tmp_path / "token", backend.enroll(source))
+    argv = [
+        *(sys.executable, "-m", "agents.cli", "run", "--server", backend.url),
+        *("--token-file", str(tmp_path / "token"), "--source", source),
+        *("--spool-dir", str(tmp_path / "spool"), "--interval-s", "0.2"),
+        *("--nvml", f"fake:{CAPTURE}::2", "--collectors", "gpu", "--energy-every", "5"),
+    ]
+    agent = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def declared() -> dict[str, float]:
+        return dict(backend.store.batches[-1]["cadence"].get("fields_s", {}))
+
+    try:
+        assert _wait(lambda: bool(backend.store.batches) and "energy_j" in declared())
+    finally:
+        agent.send_signal(signal.SIGTERM)
+        _, stderr = agent.communicate(timeout=30)
+    assert agent.returncode == 0, stderr
+    assert declared()["energy_j"] == pytest.approx(1.0)
+    assert "temp_gpu_c" not in declared()  # read every tick
+    assert declared()["pcie_tx_kib_s"] == pytest.approx(60.0)  # every 300 ticks by default
 
 
 class _Target:

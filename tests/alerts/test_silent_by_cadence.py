@@ -50,8 +50,14 @@ def rule(scope: str, signal: str, threshold: float, **params: Any) -> AlertRule:
     )
 
 
-def token(source: str, kind: str, last_seen: float, sample_s: float | None = None,
-          batch_s: float | None = None) -> None:  # fmt: skip
+def token(
+    source: str,
+    kind: str,
+    last_seen: float,
+    sample_s: float | None = None,
+    batch_s: float | None = None,
+    fields_s: dict[str, float] | None = None,
+) -> None:
     SourceToken.objects.create(
         source=source,
         kind=kind,
@@ -60,6 +66,7 @@ def token(source: str, kind: str, last_seen: float, sample_s: float | None = Non
         last_seen=last_seen,
         sample_interval_s=sample_s,
         batch_interval_s=batch_s,
+        field_intervals_s=fields_s or {},
     )
 
 
@@ -164,3 +171,27 @@ def test_a_15_s_source_between_batches_is_not_stale_so_its_lag_still_counts(
     store((nodes[0].id,), T0 - 40, cpu_pct=12.0)
     evaluate(T0)
     assert firing() == {str(nodes[0].id): pytest.approx(150.0)}
+
+
+def test_a_field_the_agent_reads_every_300_s_is_judged_by_its_own_interval(
+    nodes: list[Node],
+) -> None:
+    """A 1 s node agent that reads a field every 300 ticks says so (`fields_s`; PCIe
+    throughput on a real node, power here): 250 s without it is its pace; the inlet
+    temperature 150 s behind has stopped; the slow field 1,250 s behind (past 4 × 300 s)
+    has stopped too."""
+    rule("node", "metric_lag_s", 120)
+    node = nodes[0]
+    token(node.source, "node", T0, 1.0, 1.0, {"power_w": 300.0})
+    store((node.id,), T0 - 250, power_w=900.0, cpu_pct=10.0, temp_inlet_c=25.0)
+    store((node.id,), T0, cpu_pct=12.0, temp_inlet_c=25.0)
+    evaluate(T0)
+    assert firing() == {}
+    store((node.id,), T0 + 150, cpu_pct=12.0)  # the inlet sensor stopped at T0
+    evaluate(T0 + 150)
+    # power_w is 400 s behind, within 4 of its 300 s: the inlet's 150 s is what counts
+    assert firing() == {str(node.id): pytest.approx(150.0)}
+    AlertInstance.objects.all().delete()
+    store((node.id,), T0 + 1000, cpu_pct=12.0, temp_inlet_c=25.0)
+    evaluate(T0 + 1000)
+    assert firing() == {str(node.id): pytest.approx(1250.0)}  # power_w: 1,250 s behind

@@ -4,6 +4,7 @@ refused naming the field and stores nothing."""
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -53,6 +54,18 @@ def test_a_new_declaration_replaces_the_old_and_an_older_agent_leaves_none(
     assert kept(fleet_server, node, 2) == (2.0, 10.0)
     assert send(fleet_server, node, token, 3)[0] == 200  # downgraded: declares nothing
     assert kept(fleet_server, node, 3) == (None, None)
+
+
+def test_slower_fields_are_kept_with_their_source(fleet_server: FleetServer) -> None:
+    node = "gpu-a07-02"
+    token = enroll(fleet_server, f"node:{node}")
+    fields = {"energy_j": 30.0, "pcie_tx_kib_s": 300.0}
+    cadence = {"sample_s": 1, "batch_s": 1, "fields_s": fields}
+    assert send(fleet_server, node, token, 1, cadence=cadence)[0] == 200
+    assert kept(fleet_server, node, 1) == (1.0, 1.0)
+    sql = "SELECT field_intervals_s FROM fleet_sourcetoken WHERE source = ? AND revoked = ?"
+    stored = fleet_server.query(sql, (f"node:{node}", False))[0][0]
+    assert (json.loads(stored) if isinstance(stored, str) else stored) == fields
 
 
 def test_a_bad_cadence_is_refused_naming_the_field_and_changes_nothing(

@@ -51,3 +51,29 @@ def test_a_bad_cadence_is_refused_naming_the_field(value: Any, field: str, words
     error = refused(batch(cadence=value))
     assert error.field == field
     assert words in error.reason
+
+
+def test_slower_fields_are_declared_with_their_own_interval() -> None:
+    declared = cadence(1, fields_s={"pcie_tx_kib_s": 300, "energy_j": 30})
+    assert declared["fields_s"] == {"energy_j": 30.0, "pcie_tx_kib_s": 300.0}
+    jsonschema.validate(batch(cadence=declared), schema.batch_schema())
+    validated = validate_batch(batch(cadence=declared), NOW)
+    assert validated.fields_s == {"energy_j": 30.0, "pcie_tx_kib_s": 300.0}
+    assert validate_batch(batch(cadence=cadence(1)), NOW).fields_s == {}
+
+
+@pytest.mark.parametrize(
+    ("fields", "field", "words"),
+    [
+        (None, "cadence.fields_s", "null"),
+        ([1], "cadence.fields_s", "must be an object"),
+        ({"pcie_tx_kbps": 300}, "cadence.fields_s.pcie_tx_kbps", "unknown metric"),
+        ({"energy_j": "30"}, "cadence.fields_s.energy_j", "got str"),
+        ({"energy_j": 0.5}, "cadence.fields_s.energy_j", "shorter than sample_s 1 s"),
+        ({"energy_j": 1e9}, "cadence.fields_s.energy_j", "outside"),
+    ],
+)
+def test_a_bad_slower_field_is_refused_naming_it(fields: Any, field: str, words: str) -> None:
+    error = refused(batch(cadence={"sample_s": 1, "batch_s": 1, "fields_s": fields}))
+    assert error.field == field
+    assert words in error.reason
