@@ -335,7 +335,8 @@ def test_thermal_alerts_and_gpus_off_the_bus_are_updates_of_the_loops_incident(
     )
     assert len(scenario.threads) == 1, f"deliveries in threads {scenario.threads}\n{story}"
     # The GPUs it cools reach their limit or slow down, then fall off the bus: at most one
-    # update per group interval, the thermal ones first.
+    # update per group interval, the thermal ones first (when the first trips come within
+    # a group interval of the slowdown, the off-the-bus update says it instead).
     updates = [text_of(m) for m in scenario.loop_updates()]
     assert 2 <= len(updates) <= 3, f"{len(updates)} updates about {LOOP}, want 2–3\n{story}"
     assert all("→" in text and " GPU" in text for text in updates), story
@@ -344,7 +345,8 @@ def test_thermal_alerts_and_gpus_off_the_bus_are_updates_of_the_loops_incident(
     assert thermal and lost and max(thermal) < min(lost), (
         f"want thermal updates, then an off-the-bus one: {updates}\n{story}"
     )
-    assert lost == [len(updates) - 1], f"the last update is not the lost GPUs'\n{story}"
+    # once GPUs are off the bus, every later update counts them (1–2 of them, as they trip)
+    assert lost == list(range(min(lost), len(updates))), f"updates out of order\n{story}"
 
 
 def test_the_pumps_coming_back_is_said_at_once_with_the_gpus_still_lost(
