@@ -73,6 +73,7 @@ class CollectorSet:
         # by the ticks between them: declared in the batch's `cadence` (`fields_s`), so the
         # server does not take a field read every 300 ticks for one that stopped.
         self._field_every: dict[str, int] = {}
+        self._declared: dict[str, dict[str, float]] = {}  # a collector's own `fields_s`
         self._fields_lock = threading.Lock()
         self.fields_version = 0  # bumped when `_field_every` changes
         reads: list[SlowRead] = []
@@ -102,6 +103,7 @@ class CollectorSet:
                 self._error(reading, collector.name, f"{type(exc).__name__}: {exc}", ts)
             else:
                 self._last_error.pop(collector.name, None)
+            self._take_declared(collector)
         self.lane.submit_due(tick, ts)
         for slow in self.lane.harvest():
             merge_slow(reading, slow)
@@ -111,9 +113,23 @@ class CollectorSet:
         return reading
 
     def fields_s(self) -> dict[str, float]:
-        """Each field that comes less often than every tick, and its interval (s)."""
+        """Each field that comes less often than every tick, and its interval (s): from the
+        slow reads and slower collectors seen so far, and what collectors declare (a
+        facility poller's slower targets)."""
         with self._fields_lock:
-            return {name: every * self.interval_s for name, every in self._field_every.items()}
+            out = {name: every * self.interval_s for name, every in self._field_every.items()}
+            for declared in self._declared.values():
+                for name, seconds in declared.items():
+                    out[name] = max(seconds, out.get(name, 0.0))
+        return out
+
+    def _take_declared(self, collector: Collector) -> None:
+        declared = getattr(collector, "fields_s", None)
+        if not isinstance(declared, dict) or declared == self._declared.get(collector.name, {}):
+            return
+        with self._fields_lock:
+            self._declared[collector.name] = dict(declared)
+            self.fields_version += 1
 
     def _noting(self, read: SlowRead) -> SlowRead:
         """The slow read, noting which fields it brings (on the slow lane's thread)."""

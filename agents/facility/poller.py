@@ -20,6 +20,7 @@ from agents.facility.site import SitePower, site_power
 from agents.protocol.metrics import ENTITY_KEYS
 
 OK_STATES = ("ok", "degraded", "never_polled")
+_KEYS = frozenset({"ts", *(key for keys in ENTITY_KEYS.values() for key in keys)})
 
 
 class FacilityPoller:
@@ -36,6 +37,9 @@ class FacilityPoller:
         self._last_polled: dict[str, float] = {}
         self._pending: dict[str, Future[Reading]] = {}
         self._reported: dict[str, str] = {}
+        # Fields of targets polled less often than the tick, with the slowest such cadence:
+        # the agent declares them (`cadence.fields_s`) so the server waits for their pace.
+        self.fields_s: dict[str, float] = {}
 
     def setup(self) -> None:
         self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="facility")
@@ -54,10 +58,13 @@ class FacilityPoller:
         # Wait for this tick's polls, but never longer than most of a tick.
         concurrent.futures.wait(list(self._pending.values()), timeout=0.8 * self.interval_s)
         reading = Reading()
+        cadences = {t.name: t.interval_s for t in self.targets}
         for name, future in list(self._pending.items()):
             if future.done():
                 del self._pending[name]
-                reading.merge(future.result())
+                polled = future.result()
+                self._note_slow_fields(polled, cadences[name])
+                reading.merge(polled)
         self.site = site_power(self.targets, now)
         self._add_site_samples(reading, now)
         reading.samples = {kind: _merged(kind, rows) for kind, rows in reading.samples.items()}
@@ -70,6 +77,15 @@ class FacilityPoller:
             self._pool = None
         for target in self.targets:
             target.close()
+
+    def _note_slow_fields(self, reading: Reading, interval_s: float) -> None:
+        if interval_s <= self.interval_s * 1.25:  # polled every tick (within the slack)
+            return
+        for samples in reading.samples.values():
+            for sample in samples:
+                for name in sample:
+                    if name not in _KEYS and self.fields_s.get(name, 0.0) < interval_s:
+                        self.fields_s[name] = interval_s
 
     def _due(self, now: float) -> list[TargetCollector]:
         slack = 0.25 * self.interval_s  # ticks jitter; do not skip a target for 10 ms

@@ -13,8 +13,11 @@ from pathlib import Path
 import pytest
 
 from agents.enroll import write_token
+from agents.facility.collector import DeviceReading, TargetCollector
+from agents.facility.config import Entity, Target
+from agents.facility.poller import FacilityPoller
 from agents.runconfig import AgentConfig, ConfigError, load_config
-from agents.runner import build_outbox, tick_interval
+from agents.runner import CollectorSet, build_outbox, tick_interval
 from agents.sim.faults import FaultPlan
 from agents.sim.inventory import fetch_inventory
 from agents.sim.runner import SimSettings, Simulator
@@ -119,3 +122,33 @@ def test_an_interval_the_server_would_refuse_stops_the_agent_before_it_starts(
 ) -> None:
     with pytest.raises(ConfigError, match=r"interval_s must be between 0\.01 and 3600"):
         load_config(None, {"FLEET_AGENT_INTERVAL_S": interval}, {})
+
+
+class _FakeDevice(TargetCollector):
+    """A facility target answering fixed values, without a network."""
+
+    protocol = "fake"
+
+    def __init__(self, name: str, feeds: Entity, interval_s: float, values: dict[str, float]):
+        super().__init__(Target(name, "fake", "-", "-", feeds, interval_s))
+        self.values = values
+
+    def read(self) -> DeviceReading:
+        return DeviceReading(dict(self.values))
+
+
+def test_a_facility_agent_declares_the_fields_of_its_slower_targets() -> None:
+    """A CDU polled every tick (1 s) and a PDU feed every 30 s: the feed's fields come every
+    30 s and are declared so; the CDU's are not slow."""
+    cdu = _FakeDevice("cdu", Entity("loop", "CDU-1"), 1.0, {"supply_c": 30.0, "flow_lpm": 400})
+    pdu = _FakeDevice("pdu", Entity("feed", "A01", "A"), 30.0, {"current_a": 12.0})
+    poller = FacilityPoller([cdu, pdu], workers=2)
+    collectors = CollectorSet([poller], 1.0)  # type: ignore[list-item]
+    try:
+        collectors.collect(1_795_996_000.0, 0)
+        assert collectors.fields_version == 1
+        assert collectors.fields_s() == {"current_a": 30.0}
+        collectors.collect(1_795_996_001.0, 1)
+        assert collectors.fields_version == 1  # unchanged: declared once
+    finally:
+        collectors.close()
