@@ -308,6 +308,11 @@ def _pumps(client: RedfishGetter, pumps_uri: str | None, notes: list[str]) -> di
     speeds = [s for s in running if s is not None]
     if speeds:
         values["pump_speed_pct"] = sum(speeds) / len(speeds)
+    elif not running:
+        # Every pump stopped: the loop's pumps turn at 0 %, a reading like any other. Left
+        # out, the field would stop arriving and read as a collector fault ("metric
+        # stopped") in the middle of the very failure it describes.
+        values["pump_speed_pct"] = 0.0
     return values
 
 

@@ -127,7 +127,7 @@ LOOP_METRICS: tuple[Metric, ...] = (
     _g("primary_supply_c", -10, 100, "primary (facility-side) supply temperature (°C)"),
     _g("primary_return_c", -10, 120, "primary return temperature (°C)"),
     _g("primary_flow_lpm", 0, 1_000_000, "primary flow (L/min)"),
-    _g("pump_speed_pct", 0, 100, "mean speed of running pumps (%)"),
+    _g("pump_speed_pct", 0, 100, "mean speed of running pumps (%); 0 when none runs"),
     _g("pumps_running", 0, 64, "pumps running", integer=True),
     _g("pumps_failed", 0, 64, "pumps reporting a failure", integer=True),
     _g("leak", 0, 2, "leak detection: 0 ok, 1 warning, 2 critical", integer=True),

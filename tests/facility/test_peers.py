@@ -55,6 +55,22 @@ def test_cdu_pump_failure_shows_as_the_pumps_redfish_status():
     assert "Pump '2' has failed." in collector.status.detail
 
 
+def test_cdu_with_every_pump_stopped_reports_pump_speed_zero_not_nothing():
+    tree = live_cdu_tree("CDU-1", pumps=2)
+    server = RedfishServer(tree).start()
+    try:
+        collector = target("redfish", server.url, "cdu", "loop:CDU-1")
+        set_cdu_pump(tree, 1, failed=True)
+        set_cdu_pump(tree, 2, failed=True)
+        [stopped] = collector.collect(NOW).samples["loop"]
+    finally:
+        server.stop()
+
+    # A field that vanished mid-failure would read as "loop metric stopped" 2 minutes in.
+    assert (stopped["pumps_running"], stopped["pumps_failed"]) == (0, 2)
+    assert stopped["pump_speed_pct"] == 0.0
+
+
 def test_live_redfish_pdu_feeds_its_rack():
     tree = live_pdu_tree()
     set_pdu(tree, power_w=17_250.0, energy_kwh=1234.5, current_a=25.0, voltage_v=230.0)
