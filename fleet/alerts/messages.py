@@ -75,7 +75,7 @@ def group_notice(
         if consequences.is_consequence(m.scope, m.rule.signal) and not is_cause(group.key, m)
     ]
     if group.key.startswith("loop:"):
-        title, where, cause = _loop_story(group, ordered, places)
+        title, where, cause = _loop_story(group, ordered, places, kind == "resolved")
     elif effects:  # a rack's power incident and what it took down
         cause_members = [m for m in ordered if is_cause(group.key, m)]
         base = group.title.split(" → ")[0]
@@ -258,11 +258,13 @@ def _urgency(m: AlertInstance) -> tuple[int, int, dt.datetime, str, str]:
 
 
 def _loop_story(
-    group: AlertGroup, ordered: list[AlertInstance], places: Places
+    group: AlertGroup, ordered: list[AlertInstance], places: Places, resolved: bool = False
 ) -> tuple[str, Where, str]:
     """Cause, then symptoms: "CDU-1: no pump running, flow 0 L/min → 64 GPUs in A01–A02
     in thermal slowdown"; before any symptom, what the loop cools. The cause line names
-    the racks it cools and their GPUs."""
+    the racks it cools and their GPUs, and while it fails, its alerts (not once resolved:
+    rendered at the values they resolved with they would read "no pump running; flow
+    114.7 L/min")."""
     loop_id = int(group.key.split(":")[1])
     loop_name, site_id = places.loops.get(loop_id, (f"loop {loop_id}", None))
     causes = [m for m in ordered if m.scope == "loop"]
@@ -290,7 +292,7 @@ def _loop_story(
             title = f"{base} → racks {rack_span(racks)} running hot"
     site = places.sites.get(site_id) if site_id is not None else None
     cause = f"{loop_name} cools {cooled}."
-    if len(parts) > 2:
+    if len(parts) > 2 and not resolved:
         cause += f" Its alerts: {'; '.join(parts)}."
     return title, Where(site=site, loop=loop_name), cause
 
@@ -388,12 +390,15 @@ def _members(
     out = []
     for (scope, entity), insts in by_entity.items():
         lead = insts[0]
+        unit = _unit(lead)
         out.append(
             Member(
                 where=places.of(scope, entity).where(),
-                value=lead.value,
+                # A flag or an event count reads as a bare "1": the rule's name says it.
+                value=lead.value if unit else None,
                 since=lead.fired_at or lead.started_at,
                 cause=", ".join(dict.fromkeys(i.rule.name for i in insts)),
+                unit=unit,
             )
         )
     return tuple(out)

@@ -86,6 +86,7 @@ class Member:
     value: float | None = None
     since: datetime | None = None
     cause: str = ""
+    unit: str = ""  # the value's unit ("°C", "L/min"), said after it
 
 
 @dataclass(frozen=True)

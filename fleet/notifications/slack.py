@@ -145,7 +145,7 @@ def _member_blocks(members: tuple[Member, ...]) -> list[Block]:
 def _member_line(member: Member) -> str:
     line = f"• {_escape(member.where.label())}"
     if member.value is not None:
-        line += f": {_num(member.value)}"
+        line += f": {_num(member.value)} {member.unit}".rstrip()
     if member.since is not None:
         line += f" since {slack_time(member.since)}"
     if member.cause:

@@ -25,7 +25,14 @@ from fleet.notifications.models import Delivery
 from fleet.notifications.notice import Notice, duration_words
 from fleet.notifications.slack import build_message
 from tests.alerts.test_engine import T0, store
-from tests.alerts.test_grouping import gpus_of, pump_rule, pumps_at, slowdown_rule, texts
+from tests.alerts.test_grouping import (
+    flow_rule,
+    gpus_of,
+    pump_rule,
+    pumps_at,
+    slowdown_rule,
+    texts,
+)
 from tests.alerts.test_notify import sent, text_of
 from tests.support.slack_receiver import SlackReceiver
 
@@ -306,3 +313,28 @@ def test_a_recovered_message_leads_with_its_own_words_and_a_green_icon() -> None
 
 def pumps_loop_id() -> int:
     return CoolingLoop.objects.get(name="CDU-1").pk
+
+
+def test_a_resolved_loop_message_does_not_restate_its_alerts_at_their_resolved_values(
+    slack: SlackReceiver, site: None
+) -> None:
+    pump_rule()
+    flow_rule()
+    AlertRule.objects.create(
+        key="pumps-short",
+        name="CDU pumps short",
+        scope="loop",
+        signal="pumps_running",
+        comparison="lt",
+        threshold=2,
+        severity="warning",
+        summary="{loop}: {value:.0f} pump(s) running",
+    )
+    step(0, 0, [], [])  # three loop alerts: the cause line lists them
+    step(30, 2, [], [])  # the pumps are back: resolved
+    firing, resolved = sent(slack)
+    assert "Its alerts: flow 0 L/min; no pump running; 0 pump(s) running." in text_of(firing)
+    assert resolved.body["text"].startswith("Resolved: CDU-1: flow 0 L/min, no pump running")
+    # Re-rendered at the values they resolved with they would contradict the title
+    # ("no pump running; flow 430 L/min").
+    assert "Its alerts" not in text_of(resolved) and "430" not in text_of(resolved)

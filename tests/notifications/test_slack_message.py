@@ -161,3 +161,16 @@ def test_a_redacted_webhook_url_shows_only_host_and_last_four_characters() -> No
     shown = redact_url(url)
     assert shown == "hooks.slack.com …abcd"
     assert "T000" not in shown and "XXXX" not in shown
+
+
+def test_a_members_reading_carries_its_unit_and_a_flag_shows_no_bare_number() -> None:
+    members = (
+        Member(where=Where(node="gpu-a01-01", gpu="2"), value=2.0, since=SINCE, unit="°C"),
+        Member(where=Where(node="gpu-a01-01", gpu="3"), since=SINCE, cause="Fatal XID"),
+    )
+    message = build_message(
+        Notice(kind="firing", severity="critical", title="GPUs", members=members)
+    )
+    body = everything(message)
+    assert "GPU 2: 2 °C since" in body
+    assert "GPU 3 since" in body and "(Fatal XID)" in body
