@@ -216,7 +216,7 @@ def _active(
         since=inst.fired_at or inst.started_at,
         no_data=inst.no_data,
         acknowledged=ack,
-        muted=mutes.reason(labels, inst.site_id, inst.rack_id, inst.node_id),
+        muted=mutes.reason(labels, inst.site_id, inst.rack_id, inst.node_id, inst.loop_id),
         runbook_url=inst.rule.runbook_url,
         site_id=inst.site_id,
         operable=operated is None or inst.site_id in operated,

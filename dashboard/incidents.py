@@ -203,10 +203,14 @@ def silence_url(group_key: str, site_name: str) -> str:
 
 
 def _maintenance(group: AlertGroup, members: list[AlertInstance]) -> tuple[str, str]:
-    """Where a maintenance window for the incident goes: its rack (a rack's incident) or
-    its site (a site's); a loop's incident spans racks and has no such place."""
+    """Where a maintenance window for the incident goes: its loop (a loop's incident: the
+    window covers the loop and the racks it cools), its rack (a rack's) or its site (a
+    site's)."""
     kind, _, rest = group.key.partition(":")
     url = reverse("maintenance-new")
+    if kind == "loop" and rest.isdigit():
+        name = next((str(m.labels.get("loop")) for m in members if m.labels.get("loop")), "")
+        return f"{url}?{urlencode({'loop': rest})}", f"{name or 'loop ' + rest} and what it cools"
     if kind == "rack":
         rack_id = rest.split(":", 1)[0]
         name = next((str(m.labels.get("rack")) for m in members if m.labels.get("rack")), "")

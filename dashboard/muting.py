@@ -27,7 +27,7 @@ from django.views.decorators.http import require_http_methods
 from fleet.access import can_operate, operated_site_ids
 from fleet.alerts.models import MaintenanceWindow, Silence
 from fleet.alerts.muting import OPS, silence_errors
-from fleet.models import Node, Rack, Site
+from fleet.models import CoolingLoop, Node, Rack, Site
 
 __all__ = (
     "MaintenanceForm",
@@ -176,10 +176,11 @@ class MaintenanceForm(forms.ModelForm):  # type: ignore[type-arg]
 
     class Meta:
         model = MaintenanceWindow
-        fields = ("site", "rack", "starts_at", "ends_at", "comment")
+        fields = ("site", "rack", "loop", "starts_at", "ends_at", "comment")
         labels = {
             "site": "Site",
             "rack": "or rack",
+            "loop": "or cooling loop (and what it cools)",
             "starts_at": "Starts (UTC)",
             "ends_at": "Ends (UTC)",
             "comment": "Why",
@@ -191,10 +192,12 @@ class MaintenanceForm(forms.ModelForm):  # type: ignore[type-arg]
         self.operated_sites = sites  # None: every site
         site_field: Any = self.fields["site"]
         rack_field: Any = self.fields["rack"]
+        loop_field: Any = self.fields["loop"]
         site_field.queryset = _mine(Site.objects.all(), sites, "pk")
         rack_field.queryset = _mine(Rack.objects.select_related("hall__site"), sites, "hall__site")
+        loop_field.queryset = _mine(CoolingLoop.objects.select_related("site"), sites, "site")
         self.fields["starts_at"].initial = timezone.now().replace(second=0, microsecond=0)
-        self.order_fields(["site", "rack", "node_name", "starts_at", "ends_at", "comment"])
+        self.order_fields(["site", "rack", "node_name", "loop", "starts_at", "ends_at", "comment"])
 
     def clean_node_name(self) -> Node | None:
         name = (self.cleaned_data.get("node_name") or "").strip()
@@ -257,7 +260,9 @@ def _place_prefill(request: HttpRequest) -> dict[str, Any]:
     # An incident's "plan maintenance of rack A01…" link names its place by id; a choice
     # the person may not make (another site's rack) is not among the form's and stays empty.
     return {
-        name: request.GET[name] for name in ("site", "rack") if request.GET.get(name, "").isdigit()
+        name: request.GET[name]
+        for name in ("site", "rack", "loop")
+        if request.GET.get(name, "").isdigit()
     }
 
 
@@ -283,7 +288,7 @@ def end_silence(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_http_methods(["GET", "POST"])
 def maintenance_form(request: HttpRequest) -> HttpResponse:
-    """A new maintenance window on one site, rack or node."""
+    """A new maintenance window on one site, rack, node or cooling loop."""
     _operator_only(request)
     form = MaintenanceForm(
         request.POST or None,

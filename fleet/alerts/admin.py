@@ -250,7 +250,7 @@ class SilenceAdmin(ModelAdmin):
 class MaintenanceForm(forms.ModelForm):  # type: ignore[type-arg]
     class Meta:
         model = MaintenanceWindow
-        fields = ("site", "rack", "node", "starts_at", "ends_at", "comment")
+        fields = ("site", "rack", "node", "loop", "starts_at", "ends_at", "comment")
 
 
 @admin.register(MaintenanceWindow)

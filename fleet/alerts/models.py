@@ -309,21 +309,25 @@ class Silence(Mute):
 
 
 class MaintenanceWindow(Mute):
-    """Planned work on one site, rack or node: its alerts are not notified meanwhile."""
+    """Planned work on one site, rack, node or cooling loop: its alerts are not notified
+    meanwhile. A loop's window covers the loop and everything it cools (its racks' alerts
+    carry its id), so work on a CDU mutes what that work will do to the racks."""
 
     site = models.ForeignKey("fleet.Site", null=True, blank=True, on_delete=models.CASCADE)
     rack = models.ForeignKey("fleet.Rack", null=True, blank=True, on_delete=models.CASCADE)
     node = models.ForeignKey("fleet.Node", null=True, blank=True, on_delete=models.CASCADE)
+    loop = models.ForeignKey("fleet.CoolingLoop", null=True, blank=True, on_delete=models.CASCADE)
 
     def __str__(self) -> str:
-        target = self.node or self.rack or self.site
+        target = self.node or self.rack or self.loop or self.site
         return f"maintenance of {target}"
 
     def clean(self) -> None:
         errors: dict[str, str] = {}
-        chosen = [f for f in ("site", "rack", "node") if getattr(self, f"{f}_id") is not None]
+        places = ("site", "rack", "node", "loop")
+        chosen = [f for f in places if getattr(self, f"{f}_id") is not None]
         if len(chosen) != 1:
-            errors["site"] = "choose exactly one of site, rack or node"
+            errors["site"] = "choose exactly one of site, rack, node or cooling loop"
         if self.starts_at and self.ends_at and self.ends_at <= self.starts_at:
             errors["ends_at"] = "the window must end after it starts"
         if errors:

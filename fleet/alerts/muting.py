@@ -7,7 +7,8 @@ Go regexp: matching takes time linear in the label's length, so no pattern can b
 for minutes inside an evaluation (`(a+)+$` against "aaaa…b" is as quick as any); a pattern
 RE2 cannot do (backreferences, lookaround) is refused. Every matcher's value is at most
 `MATCHER_VALUE_MAX_CHARS` long, and a compiled pattern at most `PATTERN_MAX_MEM_BYTES`.
-A maintenance window mutes the alerts of one site, rack or node. Muting only holds
+A maintenance window mutes the alerts of one site, rack, node or cooling loop (the loop
+and the racks it cools). Muting only holds
 messages back: instances still go pending → firing → resolved with their history, and
 one still firing when its mute ends is announced then (fleet/alerts/notify.py).
 """
@@ -161,6 +162,7 @@ class Mutes:
     sites: frozenset[int] = frozenset()
     racks: frozenset[int] = frozenset()
     nodes: frozenset[int] = frozenset()
+    loops: frozenset[int] = frozenset()
 
     @classmethod
     def at(cls, now: dt.datetime) -> Mutes:
@@ -174,12 +176,13 @@ class Mutes:
             if matchers and not errors:
                 silences.append((pk, tuple(matchers)))
         windows = MaintenanceWindow.objects.filter(starts_at__lte=now, ends_at__gt=now)
-        rows = list(windows.values_list("site_id", "rack_id", "node_id"))
+        rows = list(windows.values_list("site_id", "rack_id", "node_id", "loop_id"))
         return cls(
             silences=tuple(silences),
-            sites=frozenset(s for s, _, _ in rows if s is not None),
-            racks=frozenset(r for _, r, _ in rows if r is not None),
-            nodes=frozenset(n for _, _, n in rows if n is not None),
+            sites=frozenset(s for s, _, _, _ in rows if s is not None),
+            racks=frozenset(r for _, r, _, _ in rows if r is not None),
+            nodes=frozenset(n for _, _, n, _ in rows if n is not None),
+            loops=frozenset(lp for _, _, _, lp in rows if lp is not None),
         )
 
     def reason(
@@ -188,12 +191,16 @@ class Mutes:
         site_id: int | None,
         rack_id: int | None,
         node_id: int | None,
+        loop_id: int | None = None,
     ) -> str:
-        """Why this alert is muted now ("" when it is not)."""
+        """Why this alert is muted now ("" when it is not). `loop_id`: the loop itself, or
+        the loop that cools the alert's rack."""
         if node_id is not None and node_id in self.nodes:
             return "node in maintenance"
         if rack_id is not None and rack_id in self.racks:
             return "rack in maintenance"
+        if loop_id is not None and loop_id in self.loops:
+            return "cooling loop in maintenance"
         if site_id is not None and site_id in self.sites:
             return "site in maintenance"
         for pk, matchers in self.silences:

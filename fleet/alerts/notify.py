@@ -77,7 +77,9 @@ def _settle(
     """What one group owes now: the first message, an update, a repeat, the resolved
     message, or nothing; claims it and sends it. Returns 1 when a message went."""
     firing = [m for m in members if m.state == FIRING]
-    audible = [m for m in firing if not mutes.reason(m.labels, m.site_id, m.rack_id, m.node_id)]
+    audible = [
+        m for m in firing if not mutes.reason(m.labels, m.site_id, m.rack_id, m.node_id, m.loop_id)
+    ]
     announced = [m for m in members if m.notified_firing_at is not None]
     fresh = [m for m in audible if m.notified_firing_at is None]
     if not firing:

@@ -136,7 +136,7 @@ def test_a_maintenance_window_is_added_for_one_rack(admin: Client) -> None:
     window = MaintenanceWindow.objects.get()
     assert (window.rack, window.created_by) == (rack, "dana")
     both = admin.post(url, {**form, "site": str(rack.hall.site_id)})
-    assert "choose exactly one of site, rack or node" in both.content.decode()
+    assert "choose exactly one of site, rack, node or cooling loop" in both.content.decode()
 
 
 def test_alert_groups_are_listed_read_only(admin: Client) -> None:

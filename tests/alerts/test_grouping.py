@@ -304,7 +304,7 @@ def test_a_maintenance_window_names_exactly_one_place(site: None) -> None:
         created_by="ops",
         comment="x",
     )
-    with pytest.raises(ValidationError, match="exactly one of site, rack or node"):
+    with pytest.raises(ValidationError, match="exactly one of site, rack, node or cooling loop"):
         window.full_clean()
 
 

@@ -17,7 +17,7 @@ from django.contrib.auth.models import Group, User
 from django.test import Client
 from django.utils import timezone
 
-from fleet.alerts.models import AlertGroup, AlertInstance, AlertRule, Silence
+from fleet.alerts.models import AlertGroup, AlertInstance, AlertRule, MaintenanceWindow, Silence
 from fleet.alerts.muting import Mutes
 from fleet.demo import DEMO_RACKS, seed_demo_site
 from fleet.models import CoolingLoop, Hall, Node, Rack, Site, SiteRole
@@ -234,3 +234,55 @@ def test_maintenance_of_a_rack_incident_starts_from_its_rack(demo: Site) -> None
     assert "plan maintenance of rack A01" in page
     form = ops.get(f"/alerts/maintenance/new?rack={rack.id}").content.decode()
     assert re.search(rf'<option value="{rack.id}" selected>', form)
+
+
+def test_maintenance_of_a_loop_incident_covers_the_loop_and_the_racks_it_cools(
+    demo: Site,
+) -> None:
+    group = cdu_incident(demo)
+    loop = CoolingLoop.objects.get(name="CDU-1")
+    ops = user("dana", "Operators")
+    page = ops.get("/alerts/").content.decode()
+    assert f'href="/alerts/maintenance/new?loop={loop.id}"' in page
+    assert "plan maintenance of CDU-1 and what it cools" in page
+    form = ops.get(f"/alerts/maintenance/new?loop={loop.id}").content.decode()
+    assert re.search(rf'<option value="{loop.id}" selected>', form)
+    starts = timezone.now().replace(microsecond=0)
+    answer = ops.post(
+        "/alerts/maintenance/new",
+        {
+            "loop": loop.id,
+            "starts_at": starts.strftime("%Y-%m-%d %H:%M:%S"),
+            "ends_at": (starts + dt.timedelta(hours=2)).strftime("%Y-%m-%d %H:%M:%S"),
+            "comment": "swapping CDU-1's pump 2",
+        },
+    )
+    assert answer.status_code == 302, answer.content.decode()[:2000]
+    mutes = Mutes.at(timezone.now() + dt.timedelta(seconds=1))
+    members = list(AlertInstance.objects.filter(group=group))
+    assert members and all(
+        mutes.reason(m.labels, m.site_id, m.rack_id, m.node_id, m.loop_id)
+        == "cooling loop in maintenance"
+        for m in members
+    )
+    # a rack on another loop (or none) is not covered
+    assert mutes.reason({}, demo.id, None, None, None) == ""
+
+
+def test_a_maintenance_window_names_exactly_one_place(demo: Site) -> None:
+    loop = CoolingLoop.objects.get(name="CDU-1")
+    ops = user("dana", "Operators")
+    starts = timezone.now().replace(microsecond=0)
+    answer = ops.post(
+        "/alerts/maintenance/new",
+        {
+            "loop": loop.id,
+            "rack": Rack.objects.get(name="A01").id,
+            "starts_at": starts.strftime("%Y-%m-%d %H:%M:%S"),
+            "ends_at": (starts + dt.timedelta(hours=2)).strftime("%Y-%m-%d %H:%M:%S"),
+            "comment": "two places",
+        },
+    )
+    assert answer.status_code == 200
+    assert "choose exactly one of site, rack, node or cooling loop" in answer.content.decode()
+    assert not MaintenanceWindow.objects.exists()

@@ -137,9 +137,9 @@ def test_maintenance_names_exactly_one_place_and_ends_after_it_starts(demo: Site
     when = {"starts_at": "2031-05-02T10:00", "ends_at": "2031-05-02T12:00", "comment": "x"}
     rack = Rack.objects.get(name="A01")
     both = operator.post(MAINTENANCE, {"site": demo.pk, "rack": rack.pk, **when})
-    assert "choose exactly one of site, rack or node" in both.content.decode()
+    assert "choose exactly one of site, rack, node or cooling loop" in both.content.decode()
     neither = operator.post(MAINTENANCE, when)
-    assert "choose exactly one of site, rack or node" in neither.content.decode()
+    assert "choose exactly one of site, rack, node or cooling loop" in neither.content.decode()
     unknown = operator.post(MAINTENANCE, {"node_name": "gpu-zz-99", **when}).content.decode()
     assert "no node &#x27;gpu-zz-99&#x27; at a site you operate" in unknown
     backwards = {**when, "ends_at": "2031-05-02T09:00", "site": demo.pk}
