@@ -462,9 +462,29 @@ def _list_of_objects(obj: dict[str, Any], key: str) -> list[dict[str, Any]]:
     value = obj.get(key)
     if value is None:
         return []
-    if type(value) is not list or any(type(v) is not dict for v in value):
+    if type(value) is not list:
         raise ProtocolError(400, key, "must be a list of objects")
+    for i, item in enumerate(value):
+        if type(item) is not dict:
+            raise ProtocolError(400, f"{key}[{i}]", f"must be an object, got {_json_type(item)}")
     return value
+
+
+def _json_type(value: Any) -> str:
+    """A value's type as JSON names it, for reasons an agent's author reads."""
+    if value is None:
+        return "null"
+    return _JSON_TYPES.get(type(value), type(value).__name__)
+
+
+_JSON_TYPES = {
+    bool: "boolean",
+    int: "number",
+    float: "number",
+    str: "string",
+    list: "array",
+    dict: "object",
+}
 
 
 def _object(obj: dict[str, Any], key: str) -> dict[str, Any] | None:
@@ -477,8 +497,13 @@ def _object(obj: dict[str, Any], key: str) -> dict[str, Any] | None:
 def _event(i: int, event: dict[str, Any], oldest: float, newest: float) -> dict[str, Any]:
     where = f"events[{i}]"
     _timestamp(event.get("ts"), f"{where}.ts", "event", oldest, newest)
-    if event.get("kind") not in _EVENT_KINDS:
-        raise ProtocolError(400, f"{where}.kind", f"must be one of {sorted(_EVENT_KINDS)}")
+    kind = event.get("kind")
+    # Type first: a list or an object is not hashable, and must still be this field's 400.
+    if type(kind) is not str or kind not in _EVENT_KINDS:
+        got = repr(kind)[:40] if type(kind) is str else _json_type(kind)
+        raise ProtocolError(
+            400, f"{where}.kind", f"must be one of {sorted(_EVENT_KINDS)}, got {got}"
+        )
     gpu = event.get("gpu")
     if gpu is not None and (type(gpu) is not int or not 0 <= gpu <= 1023):
         raise ProtocolError(400, f"{where}.gpu", "must be a GPU index 0..1023")
