@@ -4,12 +4,15 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint fmt typecheck venv bench clean
+.PHONY: demo test lint fmt typecheck venv bench dist clean
 
-$(STAMP): pyproject.toml
+# Two distributions from this checkout (docs/architecture.md "Distributions"): the node
+# agent, packaging/agent/pyproject.toml, and the server, pyproject.toml, which needs the
+# agent's for the wire protocol. Both are installed editable here.
+$(STAMP): pyproject.toml packaging/agent/pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q -e './packaging/agent[facility]' -e '.[dev]'
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -17,6 +20,7 @@ venv: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 
 fmt: $(STAMP)
 	$(BIN)/ruff format .
@@ -32,14 +36,21 @@ typecheck: $(STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 	FLEETWATCH_TESTING=1 $(BIN)/mypy .
 	$(BIN)/pytest -q
 
 demo: $(STAMP)
 	$(BIN)/python -m fleetwatch.demo
 
+# dist/: fleetwatch-agent and fleetwatch, a wheel and an sdist each.
+dist: $(STAMP)
+	rm -rf dist
+	$(BIN)/python -m build --no-isolation --outdir dist packaging/agent
+	$(BIN)/python -m build --no-isolation --outdir dist .
+
 bench: $(STAMP)
 	$(BIN)/python bench/ingest.py
 
 clean:
-	rm -rf var .pytest_cache .mypy_cache .ruff_cache
+	rm -rf var dist .pytest_cache .mypy_cache .ruff_cache

@@ -1,25 +1,30 @@
-"""`fleet-agent`: enroll, run, check, simulate.
+"""`fleet-agent`: enroll, run, check — and simulate where the server's package is installed.
 
 Exit codes: 0 done, 1 a runtime failure, 2 bad usage or configuration, 3 the server refused
 our credentials (re-enrol).
+
+Subcommands beyond the agent's own come from the entry point group `fleet_agent.commands`:
+the server's distribution adds `simulate` there (fleetsim/cli.py), so the simulator is
+never installed on a GPU node yet `fleet-agent simulate` works wherever the server is.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import contextlib
 import os
-import signal
 import socket
 import sys
-import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from importlib.metadata import entry_points
 from pathlib import Path
+from typing import Any
 
 from agents import __version__
 from agents import log as logs
 from agents.enroll import EnrollError, enroll, write_token
+
+Handler = Callable[[argparse.Namespace], int]
+PLUGIN_GROUP = "fleet_agent.commands"
 
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
@@ -29,17 +34,17 @@ DEFAULT_TOKEN_FILE = Path("/var/lib/fleet-agent/token")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = _parser()
+    commands: dict[str, Handler] = dict(_COMMANDS)
+    parser = _parser(commands)
     args = parser.parse_args(argv)
     logs.configure(args.log_level)
     if args.command is None:
         parser.print_help()
         return EXIT_USAGE
-    handler = _COMMANDS[args.command]
-    return handler(args)
+    return commands[args.command](args)
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(commands: dict[str, Handler]) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fleet-agent", description=__doc__)
     parser.add_argument("--version", action="version", version=f"fleet-agent {__version__}")
     parser.add_argument(
@@ -55,39 +60,32 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--source", help="default: node:<hostname>")
     p.add_argument("--token-file", type=Path, default=DEFAULT_TOKEN_FILE)
 
-    p = sub.add_parser("simulate", help="run many virtual nodes and a site against a server")
-    p.add_argument("--server", required=True)
-    p.add_argument("--enroll-token", required=True)
-    p.add_argument("--nodes", type=int, default=None, help="the first N nodes of the inventory")
-    p.add_argument(
-        "--fault",
-        action="append",
-        default=[],
-        metavar="SPEC",
-        help="KIND[:TARGET][@START][+DURATION][,k=v] (docs/simulator.md); repeatable",
-    )
-    p.add_argument("--interval", type=float, default=1.0, help="seconds between samples")
-    p.add_argument("--duration", type=float, default=None, help="stop after this many seconds")
-    p.add_argument("--spool-dir", type=Path, default=None)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument(
-        "--site-direct",
-        action="store_true",
-        help="send the site's readings straight from the model, not through the loopback "
-        "SNMP/Redfish/Modbus devices and the facility collectors",
-    )
-    p.add_argument(
-        "--facility-interval",
-        type=float,
-        default=5.0,
-        help="seconds between polls of the site's devices (default 5)",
-    )
-
     from agents.runconfig import add_run_arguments
 
     add_run_arguments(sub.add_parser("run", help="collect and send until SIGTERM"))
     add_run_arguments(sub.add_parser("check", help="what each collector sees on this machine"))
+    _add_plugin_commands(sub, commands)
     return parser
+
+
+def _add_plugin_commands(sub: Any, commands: dict[str, Handler]) -> None:
+    """Subcommands other distributions add; `simulate` explains where it lives when absent."""
+    for plugin in entry_points(group=PLUGIN_GROUP):
+        if plugin.name not in commands:
+            commands[plugin.name] = plugin.load()(sub)
+    if "simulate" not in commands:
+        p = sub.add_parser("simulate", help="(needs the server's package: pip install fleetwatch)")
+        p.add_argument("rest", nargs=argparse.REMAINDER)
+        commands["simulate"] = _simulator_absent
+
+
+def _simulator_absent(args: argparse.Namespace) -> int:
+    print(
+        "fleet-agent: the simulator ships with the server's package, not the node agent's; "
+        "run it where `pip install fleetwatch` is installed",
+        file=sys.stderr,
+    )
+    return EXIT_USAGE
 
 
 def _cmd_enroll(args: argparse.Namespace) -> int:
@@ -105,52 +103,6 @@ def _cmd_enroll(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_simulate(args: argparse.Namespace) -> int:
-    from agents.sim.faults import FaultPlan, FaultSpecError, parse_fault
-    from agents.sim.inventory import InventoryError, fetch_inventory
-    from agents.sim.runner import SimSettings, Simulator
-
-    if args.facility_interval <= 0:
-        print("fleet-agent: --facility-interval must be positive", file=sys.stderr)
-        return EXIT_USAGE
-    try:
-        plan = FaultPlan([parse_fault(spec) for spec in args.fault])
-    except FaultSpecError as exc:
-        print(f"fleet-agent: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    try:
-        inventory = fetch_inventory(args.server, args.enroll_token).first_nodes(args.nodes)
-    except InventoryError as exc:
-        print(f"fleet-agent: {exc}", file=sys.stderr)
-        return EXIT_FAILURE
-    spool_root = args.spool_dir or Path(tempfile.gettempdir()) / f"fleet-sim-{inventory.site_slug}"
-    settings = SimSettings(
-        server=args.server,
-        enroll_token=args.enroll_token,
-        spool_root=spool_root,
-        interval_s=args.interval,
-        seed=args.seed,
-        site_devices=not args.site_direct,
-        facility_interval_s=args.facility_interval,
-    )
-    simulator = Simulator(settings, inventory, plan)
-
-    async def go() -> None:
-        try:
-            await simulator.enroll_all()
-        except EnrollError as exc:
-            raise SystemExit(f"fleet-agent: enrolment failed: {exc}") from None
-        task = asyncio.create_task(simulator.run(args.duration))
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, task.cancel)
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-
-    asyncio.run(go())
-    return 0
-
-
 def _cmd_run(args: argparse.Namespace) -> int:
     from agents.runner import run_command
 
@@ -163,9 +115,8 @@ def _cmd_check(args: argparse.Namespace) -> int:
     return check_command(args)
 
 
-_COMMANDS = {
+_COMMANDS: dict[str, Handler] = {
     "enroll": _cmd_enroll,
-    "simulate": _cmd_simulate,
     "run": _cmd_run,
     "check": _cmd_check,
 }

@@ -65,10 +65,10 @@ async def _run(seconds: float, gpus: int, url: str, spool: Path) -> dict[str, fl
     from agents.collectors.gpu import GpuCollector
     from agents.collectors.host import HostCollector
     from agents.collectors.tuning import TuningCollector
-    from agents.nvml.fake import FakeNvml
     from agents.nvml.wrapper import Nvml
     from agents.runconfig import AgentConfig
     from agents.runner import AgentRunner, CollectorSet, build_outbox
+    from fleetsim.fake_nvml import FakeNvml
 
     fake = FakeNvml(CAPTURE, gpus=gpus, spend_costs=True)
     config = AgentConfig(server=url, source="node:bench", spool_dir=spool, interval_s=1.0)

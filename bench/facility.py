@@ -28,9 +28,9 @@ sys.path.insert(0, str(ROOT))
 
 async def serve_peers(pdus: int, cdus: int, meters: int) -> None:
     """Child process: start the peers, print their addresses, run until stdin closes."""
-    from agents.facility.peers.modbus_meter import ModbusMeter
-    from agents.facility.peers.redfish_server import RedfishServer, live_cdu_tree
-    from agents.facility.peers.snmp_agent import SnmpAgent
+    from fleetsim.peers.modbus_meter import ModbusMeter
+    from fleetsim.peers.redfish_server import RedfishServer, live_cdu_tree
+    from fleetsim.peers.snmp_agent import SnmpAgent
 
     agents = [await SnmpAgent("bench").start() for _ in range(pdus)]
     for n, agent in enumerate(agents):

@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass, field
 
-from dashboard.words import age_words, as_of, level_word, no_data_words
 from fleet import health
 from fleet.models import CoolingLoop, Rack
 from fleet.state import loop_reasons, loop_views, rack_states
+from fleet.words import age_words, as_of, level_word, no_data_words
 
 
 @dataclass

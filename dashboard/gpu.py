@@ -22,12 +22,12 @@ from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
 from dashboard.rack import GpuTile, gpu_tile
-from dashboard.words import age_words, as_of, no_data_words
 from fleet import health
 from fleet.access import can_view_site
 from fleet.history import RANGES, HistoryError, reason_spans
 from fleet.models import GPU, Event
 from fleet.state import gpu_limits, latest_readings, throttle_words
+from fleet.words import age_words, as_of, no_data_words
 
 PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
 # Pages ask for it as ?v=<plotly version>, so an upgrade is a new URL: cache it for a year.

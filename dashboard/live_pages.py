@@ -160,7 +160,7 @@ def rack_live(rack_id: int) -> Payload:
     from django.template.loader import render_to_string
 
     from dashboard.rack import rack_page
-    from dashboard.words import as_of
+    from fleet.words import as_of
 
     now = time.time()
     page = rack_page(rack_id, now)

@@ -17,11 +17,11 @@ from django.views.decorators.http import require_GET
 
 from dashboard.gpu import PLOTLY_VERSION, EventRow, event_rows
 from dashboard.rack import GpuTile, gpu_tiles
-from dashboard.words import as_of, clock_offset_text, level_word, no_data_words
 from fleet import health
 from fleet.access import can_view_site
 from fleet.models import GPU, Node, SourceToken
 from fleet.state import gpu_limits, latest_readings
+from fleet.words import as_of, clock_offset_text, level_word, no_data_words
 
 STALE = health.STALE_AFTER_S
 MIB_PER_GIB = 1024.0

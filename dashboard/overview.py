@@ -18,12 +18,12 @@ from typing import Any
 
 from django.urls import reverse
 
-from dashboard.words import level_word
 from fleet import health
 from fleet.health import STALE_AFTER_S
 from fleet.models import Rack, Site
 from fleet.site_summary import agent_counts, site_payloads
 from fleet.state import RackState, rack_payload, rack_summaries
+from fleet.words import level_word
 
 COOLING_LABELS = dict(Rack._meta.get_field("cooling").choices or [])
 

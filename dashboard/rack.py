@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from dashboard.words import SOURCE_WORDS, as_of, level_word, no_data_words
 from fleet import health
 from fleet.lost_gpus import LostSince, lost_since
 from fleet.models import GPU, Node, PowerFeed, Rack
@@ -24,6 +23,7 @@ from fleet.state import (  # REASON_WORDS and throttle_words: imported from here
     rack_states,
     throttle_words,
 )
+from fleet.words import SOURCE_WORDS, as_of, level_word, no_data_words
 
 COOLING_WORDS = dict(Rack._meta.get_field("cooling").choices or [])
 FEED_TYPE_WORDS = dict(PowerFeed._meta.get_field("type").choices or [])

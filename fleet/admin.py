@@ -15,7 +15,6 @@ from django.db.models import Count, QuerySet
 from django.forms import BaseInlineFormSet
 from django.http import HttpRequest
 
-from dashboard.words import clock_offset_text
 from fleet import admin_access  # noqa: F401  (site roles; Fleetwatch's name on the admin)
 from fleet.admin_display import epoch_text, pretty_json
 from fleet.choices import PowerFeedTypeChoices
@@ -36,6 +35,7 @@ from fleet.models import (
     new_secret,
     pue_category_for_roles,
 )
+from fleet.words import clock_offset_text
 
 if TYPE_CHECKING:
     # django-stubs makes these generic; at run time they are not subscriptable.

@@ -39,7 +39,7 @@ from fleet.models import (
 )
 
 # GPU model names as NVML reports them (the H200 capture's "Product Name"; the H100's as
-# in shared/reference/domain.md). Their memory and limits: agents/sim/physics.py GpuSpec.
+# in shared/reference/domain.md). Their memory and limits: fleetsim/physics.py GpuSpec.
 H200 = "NVIDIA H200"
 H100 = "NVIDIA H100 80GB HBM3"
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from dashboard.words import level_word
 from fleet import health
 from fleet.live import fleet_group, rack_changed_group, rack_group, site_group
 from fleet.site_summary import site_payload
@@ -45,6 +44,7 @@ from fleet.state import (
     select_rows,
     throttle_words,
 )
+from fleet.words import level_word
 
 __all__ = (
     "UpdatePlan",

@@ -37,11 +37,11 @@ import orjson
 from django.db import connection
 
 from agents.protocol import reasons as nvml
-from dashboard.words import level_word, no_data_words
 from fleet import health, summaries_sql
 from fleet.choices import LiquidClassChoices
 from fleet.storage.latest import merge_columns, rows_to_latest, select_latest_sql
 from fleet.storage.schema import ENTITY_COLUMNS, latest_table
+from fleet.words import level_word, no_data_words
 
 Payload = dict[str, Any]
 GpuKey = tuple[int, int]  # (node id, GPU index)

@@ -18,11 +18,6 @@ from pathlib import Path
 import pytest
 
 from agents.protocol import reasons
-from agents.sim.collectors import VirtualCduCollector
-from agents.sim.faults import FaultPlan, parse_fault
-from agents.sim.fleet import LIQUID_SHARE, SiteModel
-from agents.sim.inventory import parse_inventory
-from agents.sim.physics import spec_for
 from fleet.demo import (
     DEMO_LOOPS,
     DEMO_RACKS,
@@ -35,6 +30,11 @@ from fleet.demo import (
 )
 from fleet.ingest.enrollment import inventory_for_site
 from fleet.models import GPU, Node, PowerFeed, Site
+from fleetsim.collectors import VirtualCduCollector
+from fleetsim.faults import FaultPlan, parse_fault
+from fleetsim.fleet import LIQUID_SHARE, SiteModel
+from fleetsim.inventory import parse_inventory
+from fleetsim.physics import spec_for
 from tests.support.server import ROOT, free_port
 
 CAPTURE = ROOT / "tests" / "data" / "nvml" / "h200" / "nvml_inventory.json"

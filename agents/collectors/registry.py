@@ -3,21 +3,28 @@
 from __future__ import annotations
 
 import importlib
-from pathlib import Path
+from importlib.metadata import entry_points
 from typing import Any
 
 from agents.collectors.base import Collector
-from agents.runconfig import AgentConfig
+from agents.runconfig import AgentConfig, ConfigError
+
+NVML_STAND_INS = "fleet_agent.nvml"
 
 
 def nvml_library(config: AgentConfig) -> Any:
-    """The real `pynvml`, or the capture-driven fake for `nvml = "fake:<capture dir>[:gpus]"`."""
-    if config.nvml.startswith("fake:"):
-        from agents.nvml.fake import FakeNvml
-
-        spec = config.nvml[5:]
-        path, _, gpus = spec.partition("::")
-        return FakeNvml(Path(path), gpus=int(gpus or 1))
+    """The real `pynvml`, or a stand-in another distribution provides for
+    `nvml = "<name>:<spec>"`: the server's package adds `fake:<capture dir>[::gpus]`, the
+    capture-driven fake NVML the tests and benches use (fleetsim/fake_nvml.py). A node
+    installs the agent alone, so it has none."""
+    name, sep, spec = config.nvml.partition(":")
+    if sep:
+        for stand_in in entry_points(group=NVML_STAND_INS, name=name):
+            return stand_in.load()(spec)
+        raise ConfigError(
+            f"nvml = {config.nvml!r}: no NVML stand-in named {name!r} is installed "
+            "(the fake comes with the server's package)"
+        )
     import pynvml
 
     return pynvml

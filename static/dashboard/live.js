@@ -26,7 +26,7 @@
 //     page's render time, so a browser clock that is off does not age figures wrongly.
 //   FleetLive.refreshStale()   run that pass now (call it after rendering an update).
 //   FleetLive.now()            server time now, epoch seconds.
-//   FleetLive.ageWords(s)      "14 s", "3 min", "2 h" (as dashboard/words.py says it).
+//   FleetLive.ageWords(s)      "14 s", "3 min", "2 h" (as fleet/words.py says it).
 //   FleetLive.levelWord(level) "OK", "Warning", "Critical", "No data" for ok/warn/crit/unknown.
 //   FleetLive.morph(region, html) make region's content look like html, moving only
 //     what changed (focus, scroll and selection stay).

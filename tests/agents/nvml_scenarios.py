@@ -6,8 +6,8 @@ from pathlib import Path
 from typing import Any
 
 from agents.collectors.gpu import GpuCollector
-from agents.nvml.fake import FakeNvml
 from agents.nvml.wrapper import Nvml
+from fleetsim.fake_nvml import FakeNvml
 
 CAPTURE = Path(__file__).resolve().parents[1] / "data" / "nvml" / "h200"
 IDLE_T = 5.0  # seconds into the trace: idle

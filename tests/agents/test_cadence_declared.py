@@ -18,9 +18,9 @@ from agents.facility.config import Entity, Target
 from agents.facility.poller import FacilityPoller
 from agents.runconfig import AgentConfig, ConfigError, load_config
 from agents.runner import CollectorSet, build_outbox, tick_interval
-from agents.sim.faults import FaultPlan
-from agents.sim.inventory import fetch_inventory
-from agents.sim.runner import SimSettings, Simulator
+from fleetsim.faults import FaultPlan
+from fleetsim.inventory import fetch_inventory
+from fleetsim.runner import SimSettings, Simulator
 from tests.agents.nvml_scenarios import CAPTURE
 from tests.agents.stub_server import ENROLL_TOKEN, StubBackend
 

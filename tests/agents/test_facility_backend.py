@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from agents.enroll import enroll, write_token
-from agents.facility.peers.site import SitePeers
-from agents.sim.inventory import fetch_inventory
+from fleetsim.inventory import fetch_inventory
+from fleetsim.peers.site import SitePeers
 from tests.agents.helpers import agent_toml
 from tests.support.server import FleetServer
 

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from agents.enroll import enroll, write_token
-from agents.facility.peers.site import SitePeers
-from agents.sim.inventory import Inventory, fetch_inventory
+from fleetsim.inventory import Inventory, fetch_inventory
+from fleetsim.peers.site import SitePeers
 from tests.agents.helpers import agent_toml
 from tests.support.server import FleetServer, free_port
 

@@ -6,10 +6,10 @@ from typing import Any
 import pynvml
 
 from agents.collectors.base import Reading
-from agents.nvml.fake import MigInstance
 from agents.outbox import build_batch
 from agents.protocol import reasons
 from agents.protocol.validate import validate_batch
+from fleetsim.fake_nvml import MigInstance
 from tests.agents.nvml_scenarios import IDLE_T, LOAD_T, TraceClock, collector, fake_gpus
 
 

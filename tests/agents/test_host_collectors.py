@@ -150,7 +150,7 @@ def test_ipmi_collector_runs_ipmitool_on_the_slow_lane(tmp_path: Path) -> None:
 
 
 def test_redfish_node_power_comes_from_the_facility_client() -> None:
-    from agents.facility.peers.redfish_server import RedfishServer, RedfishTree
+    from fleetsim.peers.redfish_server import RedfishServer, RedfishTree
 
     mockup = Path(__file__).resolve().parents[1] / "data/facility/redfish/dmtf-mockup-server"
     server = RedfishServer(RedfishTree.from_mockup(mockup / "public-rackmount1")).start()

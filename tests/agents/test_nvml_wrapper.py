@@ -17,8 +17,8 @@ import pytest
 
 import agents
 from agents.nvml import wrapper
-from agents.nvml.fake import FakeNvml
 from agents.nvml.wrapper import GpuLost, Nvml
+from fleetsim.fake_nvml import FakeNvml
 from tests.agents.nvml_scenarios import CAPTURE, fake_gpus
 
 AGENTS = Path(agents.__file__).resolve().parent

@@ -16,11 +16,11 @@ import pytest
 
 from agents.enroll import enroll, write_token
 from agents.outbox import Outbox
-from agents.sim.faults import FaultPlan
-from agents.sim.inventory import fetch_inventory
-from agents.sim.runner import SimSettings, Simulator
 from agents.spool import SpoolSettings
 from agents.uplink import UplinkSettings
+from fleetsim.faults import FaultPlan
+from fleetsim.inventory import fetch_inventory
+from fleetsim.runner import SimSettings, Simulator
 from tests.agents.helpers import node_reading
 from tests.agents.nvml_scenarios import CAPTURE
 from tests.agents.stub_server import wait_for

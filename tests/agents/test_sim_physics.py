@@ -13,10 +13,10 @@ from typing import Any
 from agents.nvml.events import XID_MEANING
 from agents.nvml.wrapper import GpuLost
 from agents.protocol import reasons
-from agents.sim.faults import FaultPlan, parse_fault
-from agents.sim.fleet import THERMAL_RESET_AFTER_S, SiteModel
-from agents.sim.inventory import Feed, Inventory, Loop, Node, Rack, parse_inventory
-from agents.sim.physics import H100, H200, MAX_SM_MHZ, GpuModel, GpuSpec, spec_for
+from fleetsim.faults import FaultPlan, parse_fault
+from fleetsim.fleet import THERMAL_RESET_AFTER_S, SiteModel
+from fleetsim.inventory import Feed, Inventory, Loop, Node, Rack, parse_inventory
+from fleetsim.physics import H100, H200, MAX_SM_MHZ, GpuModel, GpuSpec, spec_for
 from tests.agents.stub_server import SMALL_SITE
 
 CAPTURE = Path(__file__).resolve().parents[1] / "data" / "nvml" / "h200" / "nvml_inventory.json"

@@ -10,9 +10,9 @@ import time
 import pytest
 
 from agents.protocol import reasons
-from agents.sim.faults import FaultPlan, FaultSpecError, parse_fault
-from agents.sim.fleet import SiteModel
-from agents.sim.inventory import Feed, Inventory, Loop, Node, Rack, parse_inventory
+from fleetsim.faults import FaultPlan, FaultSpecError, parse_fault
+from fleetsim.fleet import SiteModel
+from fleetsim.inventory import Feed, Inventory, Loop, Node, Rack, parse_inventory
 from tests.agents.stub_server import SMALL_SITE
 
 

@@ -6,12 +6,12 @@ from pathlib import Path
 
 from agents.protocol import reasons
 from agents.protocol.validate import validate_batch
-from agents.sim.collectors import VirtualCduCollector
-from agents.sim.faults import FaultPlan, FaultSpecError, parse_fault
-from agents.sim.fleet import SiteModel
-from agents.sim.inventory import fetch_inventory, parse_inventory
-from agents.sim.physics import POWER_CAP_W
-from agents.sim.runner import SimSettings, Simulator
+from fleetsim.collectors import VirtualCduCollector
+from fleetsim.faults import FaultPlan, FaultSpecError, parse_fault
+from fleetsim.fleet import SiteModel
+from fleetsim.inventory import fetch_inventory, parse_inventory
+from fleetsim.physics import POWER_CAP_W
+from fleetsim.runner import SimSettings, Simulator
 from tests.agents.stub_server import ENROLL_TOKEN, SMALL_SITE, StubBackend, wait_for
 
 

@@ -16,7 +16,7 @@ water in each rack's circuit) on CDU-1, A03 (immersion, 1 node) on CDU-2. `rack-
 with factor 0.85 keeps every rack flat out at 85 % of its budget (under the 90 % rack-power
 rule; A03's load also keeps CDU-2's ΔT above the 1 °C ΔT-collapse rule). With CDU-1's
 pumps stopped the GPUs reach thermal slowdown ~120 s after the fault and trip at their
-shutdown temperature from ~165 s (agents/sim/fleet.py, physics.py; tests/agents/
+shutdown temperature from ~165 s (fleetsim/fleet.py, physics.py; tests/agents/
 test_sim_reset.py guards that premise); the pumps restart at 240 s and every GPU of
 CDU-1's racks is reset (the simulator's `gpu-reset` step) 30 s later, long before the
 simulator's own reset 5 min after a trip.

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from agents.facility.peers.redfish_server import RedfishServer, RedfishTree
 from agents.facility.snmp_transport import V2cSession
 from agents.facility.status import TargetError
+from fleetsim.peers.redfish_server import RedfishServer, RedfishTree
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "facility"
 REDFISH = DATA / "redfish"

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from agents.cli import main
-from agents.facility.peers.site import SitePeers
+from fleetsim.peers.site import SitePeers
 from tests.agents.helpers import agent_toml
 
 

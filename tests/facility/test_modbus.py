@@ -12,8 +12,8 @@ import pytest
 from agents.facility.config import parse_target
 from agents.facility.modbus_collector import ModbusCollector
 from agents.facility.modbus_map import decode, encode, load_map, plan_reads
-from agents.facility.peers.loop import PeerLoop
-from agents.facility.peers.modbus_meter import ModbusMeter
+from fleetsim.peers.loop import PeerLoop
+from fleetsim.peers.modbus_meter import ModbusMeter
 from tests.facility.conftest import NOW
 
 

@@ -9,9 +9,13 @@ import pytest
 
 from agents.facility.config import parse_target
 from agents.facility.modbus_collector import ModbusCollector
-from agents.facility.peers.loop import PeerLoop
-from agents.facility.peers.modbus_meter import ModbusMeter
-from agents.facility.peers.redfish_server import (
+from agents.facility.redfish_collector import RedfishCollector
+from agents.facility.snmp_collector import SnmpCollector
+from agents.facility.targets import build_collectors
+from agents.protocol.validate import validate_batch
+from fleetsim.peers.loop import PeerLoop
+from fleetsim.peers.modbus_meter import ModbusMeter
+from fleetsim.peers.redfish_server import (
     RedfishServer,
     live_cdu_tree,
     live_pdu_tree,
@@ -20,12 +24,8 @@ from agents.facility.peers.redfish_server import (
     set_cdu_pump,
     set_pdu,
 )
-from agents.facility.peers.site import SitePeers
-from agents.facility.peers.snmp_agent import SnmpAgent
-from agents.facility.redfish_collector import RedfishCollector
-from agents.facility.snmp_collector import SnmpCollector
-from agents.facility.targets import build_collectors
-from agents.protocol.validate import validate_batch
+from fleetsim.peers.site import SitePeers
+from fleetsim.peers.snmp_agent import SnmpAgent
 from tests.facility.conftest import NOW
 
 

@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 
 from agents.facility.config import parse_target
-from agents.facility.peers.redfish_server import RedfishServer, RedfishTree
 from agents.facility.redfish import read_node_power, sensor_value
 from agents.facility.redfish_client import RedfishClient
 from agents.facility.redfish_collector import RedfishCollector
 from agents.protocol.validate import validate_batch
+from fleetsim.peers.redfish_server import RedfishServer, RedfishTree
 from tests.facility.conftest import MOCKUPS, NOW
 
 

@@ -15,8 +15,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from agents.facility.config import parse_target
-from agents.facility.peers.redfish_server import RedfishServer, RedfishTree
 from agents.facility.redfish_collector import RedfishCollector
+from fleetsim.peers.redfish_server import RedfishServer, RedfishTree
 from tests.facility.conftest import MOCKUPS, NOW
 
 

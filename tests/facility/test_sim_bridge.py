@@ -6,11 +6,11 @@ import asyncio
 
 import pytest
 
-from agents.facility.peers.sim_bridge import SimulatedSiteDevices
 from agents.protocol.validate import validate_batch
-from agents.sim.faults import FaultPlan, parse_fault
-from agents.sim.fleet import SiteModel
-from agents.sim.inventory import parse_inventory
+from fleetsim.faults import FaultPlan, parse_fault
+from fleetsim.fleet import SiteModel
+from fleetsim.inventory import parse_inventory
+from fleetsim.peers.sim_bridge import SimulatedSiteDevices
 from tests.facility.conftest import NOW
 
 INVENTORY = {

@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 
 from agents.facility.config import TargetConfigError, parse_target
-from agents.facility.peers.loop import PeerLoop
-from agents.facility.peers.modbus_meter import ModbusMeter
 from agents.facility.poller import FacilityPoller
 from agents.facility.targets import build_collectors, check_targets
 from agents.protocol.validate import validate_batch
+from fleetsim.peers.loop import PeerLoop
+from fleetsim.peers.modbus_meter import ModbusMeter
 from tests.facility.conftest import NOW
 
 SECRET = "s3cret-do-not-print"

@@ -1,6 +1,6 @@
 """The simulator's site as devices: model state -> loopback peers -> the real collectors.
 
-`agents/sim` computes the physics (`SiteModel`); this bridge shows that state through
+`fleetsim` computes the physics (`SiteModel`); this bridge shows that state through
 the devices a real site has, so the site batch the simulator sends is what a facility
 agent would read: every rack feed an APC PDU over SNMP, every loop a Redfish CDU (a
 `cdu-pump-fail` fault is the failed pump's Redfish status), the utility and cooling
@@ -10,7 +10,7 @@ facility poller exactly as on a real site.
 Readings that no device of ours serves yet — rack air and liquid temperatures and flow,
 the weather — are passed through from the model; rack humidity and leak are not sent.
 
-The simulator (`agents/sim/devices.py`) starts one of these, calls `reading(ts)` every
+The simulator (`fleetsim/devices.py`) starts one of these, calls `reading(ts)` every
 facility interval in a task of its own, and `stop()` when it closes.
 
 The model is read by duck typing (`racks`, `loops`, `total_power_w`, …) so this package
@@ -23,9 +23,9 @@ import asyncio
 from typing import Any
 
 from agents.collectors.base import Reading
-from agents.facility.peers.site import SitePeers
 from agents.facility.poller import FacilityPoller
 from agents.facility.targets import build_collectors
+from fleetsim.peers.site import SitePeers
 
 PHASE_VOLTAGE_V = 230.0
 # What no simulated device serves yet, taken from the model as it is.

@@ -474,3 +474,10 @@ def _parse_row(row: dict[str, str]) -> dict[str, Any]:
             continue
         parsed[key] = float(value) if value else 0.0
     return parsed
+
+
+def from_spec(spec: str) -> FakeNvml:
+    """`nvml = "fake:<capture dir>[::gpus]"` in the agent's configuration (entry point
+    `fleet_agent.nvml` "fake", declared by the server's distribution)."""
+    path, _, gpus = spec.partition("::")
+    return FakeNvml(Path(path), gpus=int(gpus or 1))

@@ -1,6 +1,6 @@
 """The simulator's site batch read through loopback devices by the real facility collectors.
 
-`SimulatedSiteDevices` (agents/facility/peers/sim_bridge.py) serves the model as SNMP
+`SimulatedSiteDevices` (fleetsim/peers/sim_bridge.py) serves the model as SNMP
 PDUs, Redfish CDUs and Modbus meters and polls them with the facility poller. A poll
 spends up to most of a facility cadence waiting on sockets, so it never runs inside the
 tick: it is a task of its own (the blocking poll itself is on a thread), started when the
@@ -17,7 +17,7 @@ from typing import Any
 from agents.collectors.base import Reading
 from agents.log import get_logger
 
-log = get_logger("agents.sim")
+log = get_logger("fleetsim")
 
 
 class SiteDevicePoll:
@@ -31,7 +31,7 @@ class SiteDevicePoll:
         self._next_ts = float("-inf")
 
     async def start(self) -> None:
-        from agents.facility.peers.sim_bridge import SimulatedSiteDevices
+        from fleetsim.peers.sim_bridge import SimulatedSiteDevices
 
         self._devices = await SimulatedSiteDevices(self.model, self.interval_s).start()
         targets = self._devices.peers.target_tables()

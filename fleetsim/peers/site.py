@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from agents.facility.peers.modbus_meter import ModbusMeter
-from agents.facility.peers.redfish_server import (
+from fleetsim.peers.modbus_meter import ModbusMeter
+from fleetsim.peers.redfish_server import (
     RedfishServer,
     RedfishTree,
     live_cdu_tree,
@@ -30,7 +30,7 @@ from agents.facility.peers.redfish_server import (
     set_cdu_failed_pumps,
     set_cdu_leak,
 )
-from agents.facility.peers.snmp_agent import SnmpAgent
+from fleetsim.peers.snmp_agent import SnmpAgent
 
 COMMUNITY = "fleetwatch-sim"
 METER_MAPS = {"utility": "eastron-sdm630", "cooling": "schneider-pm5000"}

@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agents.collectors.base import Reading
-from agents.sim.faults import Fault, FaultPlan
-from agents.sim.inventory import Inventory, Loop, Node, Rack
-from agents.sim.physics import CONTACT_SPREAD_K, GpuModel, HostModel, Workload, spec_for
+from fleetsim.faults import Fault, FaultPlan
+from fleetsim.inventory import Inventory, Loop, Node, Rack
+from fleetsim.physics import CONTACT_SPREAD_K, GpuModel, HostModel, Workload, spec_for
 
 WATER_CP_KJ_PER_KG_K = 4.186
 DESIGN_RISE_K = 10.0

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from agents.collectors.base import Collector, Reading
-from agents.sim.fleet import SiteModel
+from fleetsim.fleet import SiteModel
 
 
 class _Virtual:

@@ -10,7 +10,7 @@ belong to the agent rather than the hardware are played here:
 - node-offline: the node loses power: no samples, no link, a cold start afterwards.
 
 The site batch is, by default, what the real facility collectors read from loopback devices
-showing the model (SNMP PDUs, Redfish CDUs, Modbus meters; `agents/sim/devices.py`), every
+showing the model (SNMP PDUs, Redfish CDUs, Modbus meters; `fleetsim/devices.py`), every
 `facility_interval_s`; with `site_devices=False` it is the model's readings, every tick.
 
 The virtual nodes share the host, so they share one `AgentClock`: read once per tick for
@@ -32,15 +32,15 @@ from agents.log import get_logger
 from agents.outbox import Outbox
 from agents.protocol import cadence
 from agents.schedule import Ticker
-from agents.sim.collectors import site_collectors, site_reading
-from agents.sim.devices import SiteDevicePoll
-from agents.sim.faults import FaultPlan
-from agents.sim.fleet import SiteModel
-from agents.sim.inventory import Inventory
 from agents.spool import SpoolSettings
 from agents.uplink import UplinkSettings
+from fleetsim.collectors import site_collectors, site_reading
+from fleetsim.devices import SiteDevicePoll
+from fleetsim.faults import FaultPlan
+from fleetsim.fleet import SiteModel
+from fleetsim.inventory import Inventory
 
-log = get_logger("agents.sim")
+log = get_logger("fleetsim")
 
 
 @dataclass(slots=True)
