@@ -241,6 +241,13 @@ WHITENOISE_AUTOREFRESH = DEBUG
 LOGIN_URL = "/admin/login/"
 LOGIN_REDIRECT_URL = "/"
 
+# Company sign-in (OpenID Connect) beside local accounts: off unless FLEETWATCH_OIDC_ISSUER
+# is set (fleetwatch/oidc_settings.py; docs/configuration.md, "Company sign-in").
+from fleetwatch.oidc_settings import authentication_backends, oidc_from_env  # noqa: E402
+
+OIDC_SIGN_IN = oidc_from_env()
+AUTHENTICATION_BACKENDS = authentication_backends(OIDC_SIGN_IN)
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

@@ -5,6 +5,7 @@ from django.urls import include, path
 
 urlpatterns = [
     path("admin/", admin.site.urls),
+    path("oidc/", include("fleet.oidc.urls")),  # company sign-in, when configured
     path("", include("fleet.urls")),
     path("", include("dashboard.urls")),
 ]

@@ -1,0 +1,9 @@
+from __future__ import annotations
+
+from django.contrib.auth.views import LoginView
+from django.urls import include, path
+
+urlpatterns = [
+    path("openid/", include("oidc_provider.urls", namespace="oidc_provider")),
+    path("login/", LoginView.as_view(), name="login"),
+]
