@@ -7,3 +7,7 @@
 
 Off unless `FLEETWATCH_OIDC_ISSUER` is set (fleetwatch/oidc_settings.py).
 """
+
+# The two routes' names (urls.py), which the library, the button and the views refer to.
+START_URL_NAME = "oidc-sign-in"
+CALLBACK_URL_NAME = "oidc-callback"

@@ -24,15 +24,15 @@ from django.http import HttpRequest
 from mozilla_django_oidc.auth import OIDCAuthenticationBackend  # type: ignore[import-untyped]
 from mozilla_django_oidc.utils import import_from_settings  # type: ignore[import-untyped]
 
+from fleet.oidc import CALLBACK_URL_NAME
 from fleet.oidc.discovery import HTTP_TIMEOUT_S, Provider, provider, sign_in_settings
 from fleet.oidc.roles import granted_roles, groups_in_claim, sync_roles
 from fleetwatch.oidc_settings import OidcSignIn
 
-__all__ = ("CALLBACK_URL_NAME", "CompanySignInBackend", "Refused", "mozilla_setting", "refusal")
+__all__ = ("CompanySignInBackend", "Refused", "mozilla_setting", "refusal")
 
 log = logging.getLogger(__name__)
 
-CALLBACK_URL_NAME = "oidc-callback"
 _REFUSAL = "company_sign_in_refusal"
 
 

@@ -8,13 +8,14 @@ from django.conf import settings
 from django.contrib.auth.decorators import login_not_required
 from django.urls import URLPattern, path
 
-from fleet.oidc.backend import CALLBACK_URL_NAME
-from fleet.oidc.views import FinishCompanySignIn, StartCompanySignIn
+from fleet.oidc import CALLBACK_URL_NAME, START_URL_NAME
 
-START_URL_NAME = "oidc-sign-in"
 
-urlpatterns: list[URLPattern] = (
-    [
+def _routes() -> list[URLPattern]:
+    # Imported only when configured: with company sign-in off, nothing loads the library.
+    from fleet.oidc.views import FinishCompanySignIn, StartCompanySignIn
+
+    return [
         path(
             "authenticate/", login_not_required(StartCompanySignIn.as_view()), name=START_URL_NAME
         ),
@@ -22,6 +23,6 @@ urlpatterns: list[URLPattern] = (
             "callback/", login_not_required(FinishCompanySignIn.as_view()), name=CALLBACK_URL_NAME
         ),
     ]
-    if settings.OIDC_SIGN_IN
-    else []
-)
+
+
+urlpatterns: list[URLPattern] = _routes() if settings.OIDC_SIGN_IN else []

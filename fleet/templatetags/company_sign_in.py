@@ -10,6 +10,8 @@ from django import template
 from django.conf import settings
 from django.urls import reverse
 
+from fleet.oidc import START_URL_NAME
+
 register = template.Library()
 
 
@@ -18,8 +20,6 @@ def company_sign_in(context: template.Context) -> dict[str, Any]:
     oidc = settings.OIDC_SIGN_IN
     if oidc is None:
         return {"href": None}
-    from fleet.oidc.urls import START_URL_NAME
-
     next_url = context.get("next")
     query = f"?{urlencode({'next': next_url})}" if next_url else ""
     return {"href": reverse(START_URL_NAME) + query, "provider_name": oidc.provider_name}
