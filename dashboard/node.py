@@ -19,6 +19,7 @@ from dashboard.gpu import PLOTLY_VERSION, EventRow, event_rows
 from dashboard.rack import GpuTile, gpu_tiles
 from fleet import health
 from fleet.access import can_view_site
+from fleet.agent_versions import agent_line, node_agent_support
 from fleet.models import GPU, Node, SourceToken
 from fleet.state import gpu_limits, latest_readings
 from fleet.words import as_of, clock_offset_text, level_word, no_data_words
@@ -58,7 +59,8 @@ class NodePage:
     gpus: list[LinkedTile]
     host: list[HostFigure]
     tuning: list[str] | None  # None: the agent has not reported an audit
-    agent_version: str
+    agent: str  # "Agent 0.1.0 · protocol v1"
+    agent_outdated: str | None  # why the agent must be upgraded, in words; None: it need not
     clock_offset: str
     last_heard: str
     as_of: str
@@ -183,6 +185,8 @@ def node_page(node: Node, now: float) -> NodePage:
     )
     token = SourceToken.objects.filter(source=node.source).first()
     info = node.info if isinstance(node.info, dict) else {}
+    support = node_agent_support(info)
+    batch_seen = token is not None and token.last_seen is not None
     return NodePage(
         id=node.id,
         name=node.name,
@@ -208,7 +212,8 @@ def node_page(node: Node, now: float) -> NodePage:
         lost=health.gpus_lost_words(summary.lost_gpus) if summary.lost_gpus else "",
         host=host_figures(reading, now),
         tuning=tuning_findings(info),
-        agent_version=str(info.get("agent_version") or "not reported"),
+        agent=agent_line(support, batch_seen),
+        agent_outdated=support.flag(),
         clock_offset=clock_offset_text(None if token is None else token.agent_stats),
         last_heard=last_data_words(None if token is None else token.last_seen, now),
         as_of=as_of(now),

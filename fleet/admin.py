@@ -17,6 +17,7 @@ from django.http import HttpRequest
 
 from fleet import admin_access  # noqa: F401  (site roles; Fleetwatch's name on the admin)
 from fleet.admin_display import epoch_text, pretty_json
+from fleet.agent_versions import node_agent_support
 from fleet.choices import PowerFeedTypeChoices
 from fleet.models import (
     GPU,
@@ -312,7 +313,7 @@ class GPUInline(TabularInline):
 
 @admin.register(Node)
 class NodeAdmin(ModelAdmin):
-    list_display = ("name", "rack", "position", "model", "gpu_count")
+    list_display = ("name", "rack", "position", "model", "gpu_count", "agent")
     list_filter = ("rack__hall__site", "rack__hall", "model")
     search_fields = ("name", "model", "rack__name")
     list_select_related = ("rack__hall__site",)
@@ -328,6 +329,11 @@ class NodeAdmin(ModelAdmin):
     @admin.display(description="GPUs", ordering="_gpus")
     def gpu_count(self, node: Node) -> int:
         return node._gpus  # type: ignore[attr-defined, no-any-return]
+
+    @admin.display(description="agent")
+    def agent(self, node: Node) -> str:
+        """Its version, and 'outdated' in words (fleet/agent_versions.py)."""
+        return node_agent_support(node.info).in_a_list()
 
     @admin.display(description="reported by the agent")
     def reported_info(self, node: Node) -> str:

@@ -22,6 +22,7 @@ from django.db.models import Count, Sum
 
 from fleet import health
 from fleet.payloads import rack_feeds
+from fleet.prometheus.agent_series import agent_series
 from fleet.site_summary import open_incidents, site_payloads
 from fleet.state import (
     RackState,
@@ -145,6 +146,7 @@ def collect(now: float) -> list[Family]:
     _incidents(families, sites)
     _alerts(families)
     _agents(families, now)
+    agent_series(families, sites)
     _deliveries(families)
     _rejections(families)
     _ingest(families)

@@ -140,7 +140,8 @@ def test_node_page_shows_linked_gpu_tiles_host_figures_tuning_agent_and_clock(
     assert "Memory 512.0 of 2,048.0 GiB (25 %)" in page
     assert "Network receive 1,250.0 MB/s" in page
     assert "transparent huge pages `always`" in page
-    assert "Version 1.4.2" in page and "⚠ 1.250 s behind" in page and "Last heard 2 s ago" in page
+    assert "Agent 1.4.2 · protocol v1" in page and "⚠ 1.250 s behind" in page
+    assert "Last heard 2 s ago" in page
 
 
 def test_node_page_shows_a_quiet_node_by_its_age_not_its_old_numbers(
@@ -153,7 +154,7 @@ def test_node_page_shows_a_quiet_node_by_its_age_not_its_old_numbers(
     assert "No data" in page and "last data 10 min ago" in page
     assert "CPU busy no data for 10 min" in page and "42 %" not in page
     assert "70 °C" not in page
-    assert "Not reported by the agent" in page and "Version not reported" in page
+    assert "Not reported by the agent" in page and "Agent version not reported" in page
     assert "Clock offset not measured" in page
 
 
