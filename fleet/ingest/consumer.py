@@ -52,8 +52,12 @@ class LeanDispatchMixin:
         await handler(message)
 
 
-def ack_frame(seq: int | None) -> str:
-    """`{"ack": seq, "t": server time}`: the agent measures its clock offset from `t`."""
+def ack_frame(seq: int | None, refused: dict[str, Any] | None = None) -> str:
+    """`{"ack": seq, "t": server time}`: the agent measures its clock offset from `t`.
+    `refused` names a part of the batch that was not stored (docs/protocol.md); the
+    writer has counted it for the admin already."""
+    if refused is not None:
+        return orjson.dumps({"ack": seq, "t": round(time.time(), 3), "refused": refused}).decode()
     return f'{{"ack":{seq},"t":{time.time():.3f}}}'
 
 
@@ -141,7 +145,7 @@ class IngestConsumer(LeanDispatchMixin, AsyncWebsocketConsumer):
         if self.closing:
             return
         if code == 0:
-            self._queue(ack_frame(seq))
+            self._queue(ack_frame(seq, error))
             return
         if code < 500:
             self._log_refusal(code, error)

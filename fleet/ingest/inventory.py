@@ -3,6 +3,12 @@
 Loaded with plain SQL (the ingest child process does not start Django) and reloaded
 when a name is missing, at most every `RELOAD_MIN_S`, so an entity added in the
 admin starts accepting data within seconds.
+
+It also holds, per node, the GPU indexes whose samples may be stored: the inventory's
+own GPUs and those an admin accepted from discovery (docs/inventory.md). A batch naming
+another index rechecks that node's GPUs alone, at most every `RELOAD_MIN_S` per node, so
+an accepted GPU's data flows within seconds and a node that keeps sending an unknown
+index costs one small query per interval, not a reload of the fleet.
 """
 
 from __future__ import annotations
@@ -28,6 +34,8 @@ class Inventory:
     racks: dict[tuple[int, str], int] = field(default_factory=dict)
     feeds: dict[tuple[int, str], int] = field(default_factory=dict)
     loops: dict[tuple[int, str], int] = field(default_factory=dict)
+    gpus: dict[int, frozenset[int]] = field(default_factory=dict)  # node id → admitted indexes
+    gpus_checked_at: dict[int, float] = field(default_factory=dict)  # node id → monotonic
     loaded_at: float = 0.0
 
     def load(self, db: Database) -> None:
@@ -50,6 +58,11 @@ class Inventory:
             (site_id, name): lid
             for lid, site_id, name in db.query("SELECT id, site_id, name FROM fleet_coolingloop")
         }
+        admitted: dict[int, set[int]] = {}
+        for node_id, index in db.query(_ADMITTED_GPUS):
+            admitted.setdefault(node_id, set()).add(index)
+        self.gpus = {node_id: frozenset(indexes) for node_id, indexes in admitted.items()}
+        self.gpus_checked_at = {}
         self.loaded_at = time.monotonic()
 
     def maybe_reload(self, db: Database) -> bool:
@@ -58,3 +71,25 @@ class Inventory:
             return False
         self.load(db)
         return True
+
+    def admitted_gpus(self, db: Database, node_id: int, wanted: set[int]) -> frozenset[int]:
+        """The node's GPU indexes that may store samples; rechecked (that node only, at
+        most every `RELOAD_MIN_S`) when `wanted` holds one the cache lacks."""
+        known = self.gpus.get(node_id, frozenset())
+        if wanted <= known:
+            return known
+        now = time.monotonic()
+        if now - max(self.loaded_at, self.gpus_checked_at.get(node_id, 0.0)) < RELOAD_MIN_S:
+            return known
+        rows = db.query(f"{_ADMITTED_GPUS} AND node_id = %s", (node_id,))
+        known = frozenset(index for _, index in rows)
+        self.gpus[node_id] = known
+        self.gpus_checked_at[node_id] = now
+        return known
+
+
+# The inventory's own GPUs (never discovered) and the discovered ones an admin accepted.
+_ADMITTED_GPUS = (
+    'SELECT node_id, "index" FROM fleet_gpu'
+    " WHERE (discovered_at IS NULL OR accepted_at IS NOT NULL)"
+)

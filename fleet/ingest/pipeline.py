@@ -57,6 +57,7 @@ class Result:
     conn_id: int
     seq: int | None
     code: int  # 0 = stored; else the HTTP-like status (400, 401, 403, 503)
+    # The refusal: of the batch, or (code 0) of the part of it that was not stored.
     error: dict[str, Any] | None = None
 
 
@@ -70,6 +71,7 @@ class Prepared:
     write: SampleWrite
     stats: str  # the agent block as JSON, serialised up front
     cadence: Cadence  # as the batch declared it: (sample_s, batch_s), None when absent
+    left_out: dict[str, Any] | None  # the refusal of a part not stored (unknown GPUs)
 
 
 @dataclass
@@ -153,10 +155,11 @@ class IngestPipeline:
             authorize(conn, batch)
             if not self.inventory.loaded_at:
                 self.inventory.load(self.db)
-            write = self.resolver.resolve(conn, batch)
+            write, left_out = self.resolver.resolve(conn, batch)
             stats = to_json(batch.agent or {}, "agent")
             cadence = (batch.sample_s, batch.batch_s, to_json(batch.fields_s, "cadence"))
-            return Prepared(conn_id, batch.seq, batch.source, write, stats, cadence)
+            refusal = left_out.as_dict() if left_out else None
+            return Prepared(conn_id, batch.seq, batch.source, write, stats, cadence, refusal)
         except ProtocolError as exc:
             results.append(Result(conn_id, _seq_of(obj), exc.code, exc.as_dict()))
         except Exception as exc:  # any fault here is this batch's alone
@@ -178,7 +181,7 @@ class IngestPipeline:
     def _commit_round(self, ready: list[Prepared], now: float) -> list[Result]:
         try:
             self._commit(ready, now)
-            return [Result(p.conn_id, p.seq, OK) for p in ready]
+            return [Result(p.conn_id, p.seq, OK, p.left_out) for p in ready]
         except Exception as exc:  # classified below, by cause
             if failure_kind(exc) == "retry":
                 log.warning("commit of %d batches failed, answered 503: %s", len(ready), exc)
@@ -191,7 +194,7 @@ class IngestPipeline:
         for i, item in enumerate(ready):
             try:
                 self._commit([item], now)
-                results.append(Result(item.conn_id, item.seq, OK))
+                results.append(Result(item.conn_id, item.seq, OK, item.left_out))
             except Exception as exc:  # classified by cause
                 if failure_kind(exc) == "retry":
                     # The database went away meanwhile: this batch and the rest are resent.

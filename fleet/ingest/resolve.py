@@ -18,6 +18,7 @@ import orjson
 from agents.protocol import MAX_GPUS_PER_NODE
 from agents.protocol.validate import Batch, ProtocolError
 from fleet.ingest.inventory import Inventory
+from fleet.ingest.tally import UNKNOWN_GPU_FIELD, writer_statement
 from fleet.storage.db import Database, Row
 from fleet.storage.dialect import POSTGRESQL, json_param
 from fleet.storage.samples import SampleWrite
@@ -77,20 +78,24 @@ class Resolver:
     def begin_round(self) -> None:
         self.round_new_gpus = {}
 
-    def resolve(self, conn: Connection, batch: Batch) -> SampleWrite:
-        """Names on the wire → row ids; raises (storing nothing of this batch) on any miss."""
+    def resolve(self, conn: Connection, batch: Batch) -> tuple[SampleWrite, ProtocolError | None]:
+        """Names on the wire → row ids; raises (storing nothing of this batch) on any miss.
+        Samples and events of GPUs the node's inventory lacks are left out, and the second
+        item names them (the batch is acknowledged with that refusal: docs/protocol.md)."""
         out = SampleWrite()
         if conn.kind == "node":
             node_id = self._node_id(conn)
-            gpus = batch.samples.get("gpu")
+            gpus = batch.samples.get("gpu") or []
+            events = _events(batch, node_id)
+            gpus, events, left_out = self._known_gpus_only(conn, node_id, gpus, events, out)
             if gpus:
                 out.add_samples("gpu", [((node_id, s["gpu"]), s) for s in gpus])
             nodes = batch.samples.get("node")
             if nodes:
                 out.add_samples("node", [((node_id,), s) for s in nodes])
-            out.events = _events(batch, node_id)
-            out.statements = self._info_statements(node_id, batch)
-            return out
+            out.events = events
+            out.statements.extend(self._info_statements(node_id, batch))
+            return out, left_out
         for kind in ("rack", "feed", "loop"):
             samples = batch.samples.get(kind)
             if samples:
@@ -99,7 +104,32 @@ class Resolver:
         if facility:
             out.add_samples("facility", [((conn.site_id,), s) for s in facility])
         out.events = _events(batch, None)
-        return out
+        return out, None
+
+    def _known_gpus_only(
+        self,
+        conn: Connection,
+        node_id: int,
+        gpus: list[dict[str, Any]],
+        events: list[Row],
+        out: SampleWrite,
+    ) -> tuple[list[dict[str, Any]], list[Row], ProtocolError | None]:
+        """The samples and events of GPUs the node's inventory has (or an admin accepted),
+        and the refusal of the rest, counted for the admin in the batch's own commit. One
+        set comparison per batch against the inventory's cache in the usual case."""
+        wanted = {s["gpu"] for s in gpus} | {ev[_EVENT_GPU] for ev in events}
+        wanted.discard(None)
+        admitted = self.inventory.admitted_gpus(self.db, node_id, wanted)
+        if wanted <= admitted:
+            return gpus, events, None
+        refusal = unknown_gpus(conn.name, gpus, events, admitted)
+        now = time.time()
+        out.statements.append(
+            writer_statement(conn.source, UNKNOWN_GPU_FIELD, refusal.reason, now, self.db.vendor)
+        )
+        kept_gpus = [s for s in gpus if s["gpu"] in admitted]
+        kept_events = [ev for ev in events if ev[_EVENT_GPU] is None or ev[_EVENT_GPU] in admitted]
+        return kept_gpus, kept_events, refusal
 
     def _node_id(self, conn: Connection) -> int:
         ref = self.inventory.nodes.get(conn.name)
@@ -227,6 +257,48 @@ def _gpu_upsert(
         f' ON CONFLICT (node_id, "index") DO UPDATE SET {_GPU_UPDATE}'
     )
     return sql, (*values, node_id, info["gpu"], discovered)
+
+
+def unknown_gpus(
+    node: str, samples: list[dict[str, Any]], events: list[Row], admitted: frozenset[int]
+) -> ProtocolError:
+    """The refusal of the samples and events of GPUs not in `node`'s inventory: the field
+    is the first one naming such a GPU, the reason names the indexes and what was left out."""
+    bad_samples = [i for i, s in enumerate(samples) if s["gpu"] not in admitted]
+    bad_events = [
+        ev for ev in events if ev[_EVENT_GPU] is not None and ev[_EVENT_GPU] not in admitted
+    ]
+    unknown = {samples[i]["gpu"] for i in bad_samples} | {ev[_EVENT_GPU] for ev in bad_events}
+    if bad_samples:
+        field = f"gpu[{bad_samples[0]}].gpu"
+    else:
+        field = f"events[{bad_events[0][_EVENT_POS]}].gpu"
+    parts = [(len(bad_samples), "sample"), (len(bad_events), "event")]
+    what = " and ".join(_count(n, noun) for n, noun in parts if n)
+    reason = (
+        f"{_gpu_list(sorted(unknown))} not in the inventory of node {node}: {what} not stored"
+        " (add it to the inventory, or accept it in the admin: GPUs, awaiting acceptance)"
+    )
+    return ProtocolError(400, field, reason)
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"
+
+
+def _gpu_list(indexes: list[int]) -> str:
+    """`GPU 8 is`, `GPUs 8, 9 are`, or `GPUs 8, 9, 10, 11, … (1,016: 8–1023) are`."""
+    if len(indexes) == 1:
+        return f"GPU {indexes[0]} is"
+    shown = ", ".join(map(str, indexes[:4]))
+    if len(indexes) > 4:
+        shown += f", … ({len(indexes):,}: {indexes[0]}–{indexes[-1]})"
+    return f"GPUs {shown} are"
+
+
+# Positions in an event row (`_events`, fleet.storage.db.EVENT_SQL_COLUMNS).
+_EVENT_POS = 2
+_EVENT_GPU = 5
 
 
 def _events(batch: Batch, node_id: int | None) -> list[Row]:

@@ -223,7 +223,10 @@ async def submit_over_http(identity: SourceIdentity, body: bytes) -> JsonRespons
     finally:
         link.close(conn_id)
     if code == 0:
-        return JsonResponse({"ack": seq, "t": round(time.time(), 3)})
+        ack: dict[str, Any] = {"ack": seq, "t": round(time.time(), 3)}
+        if error is not None:  # a part not stored (docs/protocol.md), counted by the writer
+            ack["refused"] = error
+        return JsonResponse(ack)
     response = JsonResponse({"nack": seq, "error": error}, status=code)
     if code == 503:
         response["Retry-After"] = "1"
