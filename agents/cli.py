@@ -36,7 +36,9 @@ DEFAULT_TOKEN_FILE = Path("/var/lib/fleet-agent/token")
 def main(argv: Sequence[str] | None = None) -> int:
     commands: dict[str, Handler] = dict(_COMMANDS)
     parser = _parser(commands)
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown and commands.get(args.command) is not _simulator_absent:
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     logs.configure(args.log_level)
     if args.command is None:
         parser.print_help()
@@ -74,8 +76,7 @@ def _add_plugin_commands(sub: Any, commands: dict[str, Handler]) -> None:
         if plugin.name not in commands:
             commands[plugin.name] = plugin.load()(sub)
     if "simulate" not in commands:
-        p = sub.add_parser("simulate", help="(needs the server's package: pip install fleetwatch)")
-        p.add_argument("rest", nargs=argparse.REMAINDER)
+        sub.add_parser("simulate", help="(needs the server's package: pip install fleetwatch)")
         commands["simulate"] = _simulator_absent
 
 

@@ -26,6 +26,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
+from agents import __version__
 from agents.collectors.base import Reading
 from fleetsim.faults import Fault, FaultPlan
 from fleetsim.inventory import Inventory, Loop, Node, Rack
@@ -143,7 +144,12 @@ class VirtualNode:
             reading.gpu_info = [
                 g.info(self.name, models.get(g.index, "")) for g in self.gpus if not g.lost
             ]
-            reading.node_info = {"hostname": self.name, "agent_version": "sim", "simulated": True}
+            # The simulator runs this checkout's agent code: its version is the agent's.
+            reading.node_info = {
+                "hostname": self.name,
+                "agent_version": __version__,
+                "simulated": True,
+            }
         reading.events, self.pending_events = self.pending_events, []
         return reading
 
