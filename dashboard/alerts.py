@@ -30,7 +30,6 @@ from fleet.alerts.models import (
 from fleet.alerts.muting import Mutes, matchers_text
 from fleet.models import GPU, Site
 from fleet.notifications.models import Delivery, DeliveryAttempt, Route
-from fleet.notifications.slack import redact_url
 
 __all__ = ("ActiveAlert", "alerts_page", "can_acknowledge")
 
@@ -243,5 +242,5 @@ def _route(route: Route, show_urls: bool) -> dict[str, Any]:
         "failing": route.state == Route.FAILING,
         "reason": route.failing_reason,
         "since": route.state_since,
-        "webhook": redact_url(route.webhook_url) if show_urls else "",
+        "webhook": route.webhook_shown() if show_urls else "",
     }

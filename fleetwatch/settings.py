@@ -256,3 +256,13 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
     "loggers": {"django.channels.server": {"level": "WARNING"}},
 }
+
+# Secrets at rest (fleet/secrets.py; docs/configuration.md, "Secrets at rest"): the Fernet
+# keys that encrypt Slack webhook URLs and Prometheus credentials in the database,
+# comma-separated, newest first. Unset, the demo, DEBUG and the benches (TESTING) make one
+# in VAR_DIR/secret-key; production without it can store no such secret (an error).
+from fleetwatch.secret_keys import local_key, parse_keys  # noqa: E402
+
+FLEETWATCH_SECRET_KEYS = parse_keys(env_str("FLEETWATCH_SECRET_KEYS"))
+if not FLEETWATCH_SECRET_KEYS and (DEMO or DEBUG or TESTING):
+    FLEETWATCH_SECRET_KEYS = [local_key(VAR_DIR / "secret-key")]

@@ -7,6 +7,7 @@ from django.db import models
 
 from fleet.models.nodes import GPU
 from fleet.models.sites import Site
+from fleet.secrets import EncryptedCharField
 
 __all__ = ("PrometheusSource", "PulledGPU", "UnmatchedSeries")
 
@@ -23,9 +24,10 @@ class PrometheusSource(models.Model):
     name = models.SlugField(max_length=60, unique=True)
     site = models.ForeignKey(Site, on_delete=models.CASCADE, related_name="prometheus_sources")
     url = models.URLField(help_text="base URL, e.g. http://prometheus.example.com:9090")
-    bearer_token = models.CharField(max_length=500, blank=True, help_text="sent as Bearer")
+    # Secrets: stored encrypted (fleet/secrets.py), never shown back by the admin.
+    bearer_token = EncryptedCharField(max_length=500, blank=True, help_text="sent as Bearer")
     basic_user = models.CharField(max_length=200, blank=True)
-    basic_password = models.CharField(max_length=500, blank=True)
+    basic_password = EncryptedCharField(max_length=500, blank=True)
     verify_tls = models.BooleanField(default=True)
     selector = models.CharField(
         max_length=300,

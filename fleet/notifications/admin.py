@@ -1,16 +1,18 @@
 """Admin: Slack routes (with a test button and their failing state) and the delivery
-log with every try, read-only. Webhook URLs are secrets: lists show them shortened."""
+log with every try, read-only. Webhook URLs are secrets, stored encrypted: lists show
+them shortened, the form never shows one back (a new one replaces it)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from django import forms
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
+from fleet.admin_secrets import SecretsForm
 from fleet.notifications.models import Delivery, DeliveryAttempt, Route
-from fleet.notifications.slack import redact_url
 from fleet.notifications.tasks import send_test
 
 if TYPE_CHECKING:
@@ -23,8 +25,27 @@ else:
     AttemptInline = admin.TabularInline
 
 
+class RouteForm(SecretsForm):
+    webhook_url = forms.URLField(label="Slack webhook URL", max_length=500, assume_scheme="https")
+    secret_fields = ("webhook_url",)
+
+    class Meta:
+        model = Route
+        fields = ("name", "webhook_url", "site", "min_severity", "enabled")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.instance.from_environment:
+            # Its URL is SLACK_WEBHOOK_URL, not stored: shown (read-only), not edited here.
+            del self.fields["webhook_url"]
+
+    def describe_stored(self, name: str) -> str:
+        return f"{self.instance.webhook_shown()} (stored encrypted)"
+
+
 @admin.register(Route)
 class RouteAdmin(RouteModelAdmin):
+    form = RouteForm
     list_display = (
         "name",
         "webhook",
@@ -38,9 +59,19 @@ class RouteAdmin(RouteModelAdmin):
     readonly_fields = ("from_environment", "state", "failing_reason", "state_since")
     actions = ("send_test_message",)
 
+    def get_fields(self, request: HttpRequest, obj: Route | None = None) -> Any:
+        fields = super().get_fields(request, obj)
+        if obj is not None and obj.from_environment:
+            return [f for f in fields if f != "webhook_url"]
+        return fields
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Route | None = None) -> list[str]:
+        extra = ["webhook"] if obj is not None and obj.from_environment else []
+        return [*self.readonly_fields, *extra]
+
     @admin.display(description="webhook")
     def webhook(self, route: Route) -> str:
-        return redact_url(route.webhook_url)
+        return route.webhook_shown()
 
     @admin.display(description="state", ordering="state")
     def state_shown(self, route: Route) -> str:

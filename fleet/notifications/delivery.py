@@ -20,9 +20,10 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from fleet.notifications.models import Delivery, DeliveryAttempt, Route
+from fleet.notifications.models import Delivery, DeliveryAttempt, Route, webhook_fingerprint
 from fleet.notifications.notice import Notice, Where, severity_rank
 from fleet.notifications.slack import Outcome, SendResult, build_message, classify
+from fleet.secrets import SecretError
 
 __all__ = (
     "Step",
@@ -65,19 +66,27 @@ class Step:
 
 def environment_route() -> Route | None:
     """The route SLACK_WEBHOOK_URL stands for (kept as a row so it has a rate slot, a
-    failing state and a log like any other); None when the setting is empty."""
+    failing state and a log like any other); None when the setting is empty. The URL
+    itself stays in the environment: the row keeps only a keyed hash of it."""
     url = settings.SLACK_WEBHOOK_URL
     if not url:
         return None
+    fingerprint = webhook_fingerprint(url)
     route, created = Route.objects.get_or_create(
         from_environment=True,
-        defaults={"name": "SLACK_WEBHOOK_URL", "webhook_url": url, "min_severity": "info"},
+        defaults={
+            "name": "SLACK_WEBHOOK_URL",
+            "environment_fingerprint": fingerprint,
+            "min_severity": "info",
+        },
     )
-    if not created and route.webhook_url != url:
+    if not created and route.environment_fingerprint != fingerprint:
         # a new URL is a new channel: forget the old one's failure
-        route.webhook_url, route.state, route.failing_reason = url, Route.OK, ""
+        route.environment_fingerprint, route.state, route.failing_reason = fingerprint, Route.OK, ""
         route.state_since = timezone.now()
-        route.save(update_fields=["webhook_url", "state", "failing_reason", "state_since"])
+        route.save(
+            update_fields=["environment_fingerprint", "state", "failing_reason", "state_since"]
+        )
     return route
 
 
@@ -172,8 +181,14 @@ def attempt(delivery_id: int, transport: Transport, now: datetime | None = None)
     if wait:
         _release(delivery, now + timedelta(seconds=wait))
         return Step(retry_in=wait)
+    try:
+        url = route.post_url
+    except SecretError as exc:
+        # No POST was made: the route cannot be used until its key is configured again.
+        _finish(delivery, Delivery.FAILED, error=str(exc))
+        return Step(follow_ups=_mark_route_failing(route, str(exc)))
     started = timezone.now()
-    result = transport.send(route.webhook_url, delivery.message)
+    result = transport.send(url, delivery.message)
     return _record(delivery, route, result, started)
 
 

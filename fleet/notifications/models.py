@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
+from django.utils.crypto import salted_hmac
 
 from fleet.notifications.notice import SEVERITIES
+from fleet.notifications.slack import redact_url
+from fleet.secrets import SETTING, EncryptedURLField, SecretError
 
-__all__ = ("Delivery", "DeliveryAttempt", "Route")
+__all__ = ("Delivery", "DeliveryAttempt", "Route", "webhook_fingerprint")
 
 SEVERITY_CHOICES = [(s, s.capitalize()) for s in SEVERITIES]
+
+
+def webhook_fingerprint(url: str) -> str:
+    """A hash of a webhook URL keyed by SECRET_KEY: tells two URLs apart, gives neither away."""
+    return salted_hmac("fleet.notifications.webhook", url, algorithm="sha256").hexdigest()
 
 
 class Route(models.Model):
@@ -21,10 +30,12 @@ class Route(models.Model):
     STATE_CHOICES = [(OK, "Working"), (FAILING, "Failing")]
 
     name = models.CharField(verbose_name="name", max_length=100, unique=True)
-    webhook_url = models.URLField(
+    # A secret (anyone holding it can post): stored encrypted (fleet/secrets.py), shown
+    # shortened. Empty for the SLACK_WEBHOOK_URL route, whose URL stays in the environment.
+    webhook_url = EncryptedURLField(
         verbose_name="Slack webhook URL",
         max_length=500,
-        help_text="A secret (anyone holding it can post); lists shorten it.",
+        help_text="A secret (anyone holding it can post): stored encrypted, shown shortened.",
     )
     site = models.ForeignKey(
         "fleet.Site",
@@ -46,6 +57,10 @@ class Route(models.Model):
         default=False,
         editable=False,
         help_text="Used when no other route matches; follows SLACK_WEBHOOK_URL.",
+    )
+    # The SLACK_WEBHOOK_URL route: a keyed hash of the URL (not the URL), to notice it changed.
+    environment_fingerprint = models.CharField(
+        verbose_name="fingerprint of SLACK_WEBHOOK_URL", max_length=64, blank=True, editable=False
     )
     state = models.CharField(
         verbose_name="state", max_length=10, choices=STATE_CHOICES, default=OK, editable=False
@@ -76,6 +91,21 @@ class Route(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def post_url(self) -> str:
+        """Where messages go: SLACK_WEBHOOK_URL itself for its route, else the stored URL
+        (decrypted; raises fleet.secrets.SecretError when the key is missing)."""
+        if self.from_environment:
+            return str(settings.SLACK_WEBHOOK_URL)
+        return str(self.webhook_url)
+
+    def webhook_shown(self) -> str:
+        """The webhook as people see it: shortened, or why it cannot be read."""
+        try:
+            return redact_url(self.post_url)
+        except SecretError:
+            return f"unreadable: no key for it in {SETTING}"
 
 
 class Delivery(models.Model):

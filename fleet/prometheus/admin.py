@@ -1,7 +1,7 @@
 """Prometheus sources in the admin: configure one, see its last pull, the GPUs it feeds
 and the series it could not place. Secrets (bearer token, basic-auth password) are
-write-only: the form never shows them back, and leaving the field empty keeps the one
-stored."""
+stored encrypted and write-only: the form never shows them back, and leaving the field
+empty keeps the one stored (fleet/admin_secrets.py)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from django.urls import reverse
 from django.utils.html import format_html
 
 from fleet.admin_display import epoch_text, pretty_json
+from fleet.admin_secrets import SecretsForm
 from fleet.models import PrometheusSource, PulledGPU, UnmatchedSeries
 
 if TYPE_CHECKING:
@@ -23,15 +24,14 @@ else:
     ModelAdmin = admin.ModelAdmin
     TabularInline = admin.TabularInline
 
-SECRETS = ("bearer_token", "basic_password")
 
-
-class PrometheusSourceForm(forms.ModelForm):  # type: ignore[type-arg]
+class PrometheusSourceForm(SecretsForm):
     # A Prometheus typed without a scheme is usually plain HTTP inside the datacentre.
     url = forms.URLField(
         assume_scheme="http", help_text="base URL, e.g. http://prometheus.example.com:9090"
     )
     clear_secrets = forms.BooleanField(required=False, label="Clear the stored token and password")
+    secret_fields = ("bearer_token", "basic_password")
 
     class Meta:
         model = PrometheusSource
@@ -49,23 +49,15 @@ class PrometheusSourceForm(forms.ModelForm):  # type: ignore[type-arg]
             "host_labels",
             "instance_map",
         )
-        widgets = {name: forms.PasswordInput(render_value=False) for name in SECRETS}
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        for name in SECRETS:
-            stored = bool(getattr(self.instance, name, ""))
-            self.fields[name].help_text = (
-                "stored (not shown); leave empty to keep it" if stored else "not set"
-            )
+    def clears(self, name: str, data: dict[str, Any]) -> bool:
+        return bool(data.get("clear_secrets"))
 
     def clean(self) -> dict[str, Any]:
-        data = super().clean() or {}
-        for name in SECRETS:
-            if data.get("clear_secrets"):
+        data = super().clean()
+        if data.get("clear_secrets"):
+            for name in self.secret_fields:
                 data[name] = ""
-            elif not data.get(name) and self.instance.pk:
-                data[name] = getattr(self.instance, name)  # empty: keep what is stored
         return data
 
 

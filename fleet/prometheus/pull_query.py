@@ -17,6 +17,7 @@ from prometheus_api_client.exceptions import PrometheusApiClientException
 from fleet.models import PrometheusSource
 from fleet.prometheus.mapping import PULLED_FIELDS
 from fleet.prometheus.pull_match import Labels
+from fleet.secrets import SecretError
 
 # Prometheus' [time, "value"] pairs as its API sends them, in time order.
 Points = Sequence[Sequence[Any]]
@@ -54,8 +55,12 @@ class Client(PrometheusConnect):
 
 
 def client_for(source: PrometheusSource) -> Client:
-    headers = {"Authorization": f"Bearer {source.bearer_token}"} if source.bearer_token else None
-    auth = (source.basic_user, source.basic_password) if source.basic_user else None
+    try:
+        token, password = source.bearer_token, source.basic_password
+    except SecretError as exc:  # its key is gone: the source is down until it is back
+        raise SourceDown(str(exc)) from None
+    headers = {"Authorization": f"Bearer {token}"} if token else None
+    auth = (source.basic_user, password) if source.basic_user else None
     return Client(
         url=source.url.rstrip("/"),
         headers=headers,

@@ -82,9 +82,9 @@ def test_slack_webhook_url_is_the_route_when_no_other_matches(settings: Any) -> 
     route("criticals only", "http://127.0.0.1:9/a", min_severity="critical")
 
     (default,) = routes_for(None, "warning")
-    assert default.from_environment and default.webhook_url == settings.SLACK_WEBHOOK_URL
+    assert default.from_environment and default.post_url == settings.SLACK_WEBHOOK_URL
     settings.SLACK_WEBHOOK_URL = "http://127.0.0.1:9/moved"
-    assert routes_for(None, "info")[0].webhook_url.endswith("/moved")
+    assert routes_for(None, "info")[0].post_url.endswith("/moved")
     assert Route.objects.filter(from_environment=True).count() == 1
 
 
