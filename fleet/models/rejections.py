@@ -1,5 +1,8 @@
 """How much input each source had refused, for the admin ("Refused input"): counted in
-each server process and added here every few seconds (fleet/ingest/rejections.py)."""
+each server process and added here every few seconds (fleet/ingest/rejections.py), and by
+the ingest writer for parts of acknowledged batches it did not store. Bounded by
+fleet/ingest/tally.py: the rows seen longest ago are deleted past `MAX_ROWS`, their
+refusals added to the row "(older rows dropped)"."""
 
 from __future__ import annotations
 
