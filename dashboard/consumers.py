@@ -18,7 +18,8 @@ watch it) and sent as `{"ts", "as_of", "html"}` for `live.js` to morph in:
 
 Close codes the pages understand: 4401 not signed in (back to the login), 4000 the
 routine session re-check (reconnect at once), 4403 not allowed: a site or rack the user
-may not see, or that does not exist (the same answer, so ids reveal nothing).
+may not see, or that does not exist (the same answer, so ids reveal nothing), or any socket
+of a person with no role.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 
 from dashboard.live_pages import COOLING_EVERY_S, Payload, Render, cooling_live, get_hub, rack_live
-from fleet.access import can_view_site, visible_site_ids
+from fleet.access import can_view_site, has_any_role, visible_site_ids
 from fleet.live import rack_changed_group, rack_group, site_group
 from fleet.models import Rack, Site
 
@@ -64,7 +65,7 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         if user is None or not user.is_authenticated:
             await self._refuse(CLOSE_UNAUTHORIZED)  # accept, then a code the page reads
             return
-        groups = await database_sync_to_async(self.groups_for)(user)
+        groups = await database_sync_to_async(self._allowed_groups)(user)
         if groups is None:
             await self._refuse(CLOSE_NOT_ALLOWED)
             return
@@ -74,6 +75,10 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
             settings.LIVE_REAUTH_S, lambda: asyncio.ensure_future(self._reauthenticate())
         )
         await self.watching()
+
+    def _allowed_groups(self, user: Any) -> list[str] | None:
+        # A person with no role watches nothing, not even an empty overview.
+        return self.groups_for(user) if has_any_role(user) else None
 
     async def watching(self) -> None:
         """Called once the socket is accepted and its groups joined."""

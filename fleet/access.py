@@ -16,9 +16,9 @@ Where a role comes from:
 - *Per site*: a `SiteRole(user, site, role)` row makes a viewer or operator at one site.
   A person with any such row and no fleet-wide role sees only those sites; other sites'
   pages are a 404 to them, their alerts are not listed and their live groups refused.
-- *Nothing at all*: a signed-in person with no group and no row is a viewer of every site,
-  so a deployment that never sets roles up works as before; restricting starts with the
-  first `SiteRole` row.
+- *Nothing at all*: a signed-in person with no group and no row sees no site, and every
+  page shows them only whom to ask for access (dashboard/no_role.py). Roles only ever add
+  access: removing someone's last site role takes that site away and gives nothing back.
 
 Administering is fleet-wide only: rules and routes apply across sites and the inventory is
 edited in Django's admin, which has no per-row permissions; a site role is never "admin".
@@ -41,6 +41,7 @@ __all__ = (
     "can_administer",
     "can_operate",
     "can_view_site",
+    "has_any_role",
     "operated_site_ids",
     "roles_of",
     "visible_site_ids",
@@ -86,8 +87,7 @@ def _read_roles(user: Any) -> Roles:
     admin = bool(user.is_superuser or user.is_staff or ADMINS_GROUP in groups)
     operator = admin or OPERATORS_GROUP in groups or user.has_perm(OPERATOR_PERMISSION)
     at_sites = dict(SiteRole.objects.filter(user=user).values_list("site_id", "role"))
-    # No group and no site row: a viewer everywhere, as before roles existed.
-    viewer = operator or VIEWERS_GROUP in groups or not at_sites
+    viewer = operator or VIEWERS_GROUP in groups
     return Roles(
         signed_in=True,
         admin=admin,
@@ -95,6 +95,12 @@ def _read_roles(user: Any) -> Roles:
         viewer_everywhere=viewer,
         at_sites=at_sites,
     )
+
+
+def has_any_role(user: Any) -> bool:
+    """Whether the person may see anything at all: a fleet-wide role or a site role."""
+    roles = roles_of(user)
+    return roles.admin or roles.viewer_everywhere or bool(roles.at_sites)
 
 
 def visible_site_ids(user: Any) -> set[int] | None:

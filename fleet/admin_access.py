@@ -16,6 +16,7 @@ from django.urls import reverse
 
 from fleet.access import can_administer
 from fleet.models import SiteRole
+from fleetwatch.public import public
 
 if TYPE_CHECKING:
     ModelAdmin = admin.ModelAdmin[Any]
@@ -40,7 +41,7 @@ def brand_admin_site(site: admin.AdminSite) -> None:
     site.login_form = AuthenticationForm
     site.login_template = "registration/login.html"
     site.has_permission = _may_administer  # type: ignore[method-assign]
-    site.login = partial(_sign_in, site)  # type: ignore[method-assign]
+    site.login = public(partial(_sign_in, site))  # type: ignore[method-assign]
 
 
 def _may_administer(request: HttpRequest) -> bool:

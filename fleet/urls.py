@@ -4,10 +4,12 @@ from django.urls import URLPattern, path
 
 from fleet.ingest import views
 from fleet.prometheus import views as prometheus
+from fleetwatch.public import public
 
+# Agents and Prometheus present tokens, not a session: each is on the public list.
 urlpatterns: list[URLPattern] = [
-    path("api/v1/enroll", views.enroll, name="enroll"),
-    path("api/v1/ingest", views.ingest, name="ingest"),
-    path("api/v1/inventory", views.inventory, name="inventory"),
-    path("metrics", prometheus.metrics, name="metrics"),
+    path("api/v1/enroll", public(views.enroll), name="enroll"),
+    path("api/v1/ingest", public(views.ingest), name="ingest"),
+    path("api/v1/inventory", public(views.inventory), name="inventory"),
+    path("metrics", public(prometheus.metrics), name="metrics"),
 ]

@@ -17,7 +17,6 @@ import time
 from pathlib import Path
 
 from fleetwatch.celery import DEFAULT, MAINTENANCE, NOTIFICATIONS, PULL, RULES
-from fleetwatch.serve import UVICORN_LIMITS
 
 # The queues by job (fleetwatch/celery.py) as the demo splits them between its workers.
 ALERT_WORKER_QUEUES = (RULES, NOTIFICATIONS, DEFAULT)
@@ -38,16 +37,21 @@ def _secret_file(path: Path, prefix: str) -> str:
 
 
 def _env(var_dir: Path) -> dict[str, str]:
+    """The demo's settings: what production keeps closed, opened on purpose for a laptop."""
     env = dict(os.environ)
     env.setdefault("FLEETWATCH_DEMO", "1")
     env.setdefault("FLEETWATCH_VAR_DIR", str(var_dir))
+    # A key of this installation's own, kept between runs so sign-ins survive a restart.
+    env.setdefault("SECRET_KEY", _secret_file(var_dir / "demo" / "secret-key", ""))
+    env.setdefault("FLEETWATCH_PLAIN_HTTP", "1")  # http://127.0.0.1, no TLS proxy
+    env.setdefault("FLEETWATCH_METRICS_PUBLIC", "1")  # /metrics for any local Prometheus
     env.setdefault("DJANGO_SETTINGS_MODULE", "fleetwatch.settings")
     env["PYTHONPATH"] = str(ROOT)
     return env
 
 
 def _manage(env: dict[str, str], *args: str) -> None:
-    subprocess.run([sys.executable, str(ROOT / "manage.py"), *args], env=env, cwd=ROOT, check=True)
+    subprocess.run([str(BIN / "fleetwatch"), "manage", *args], env=env, cwd=ROOT, check=True)
 
 
 def _ensure_admin(env: dict[str, str], password: str) -> None:
@@ -78,8 +82,8 @@ def celery_workers() -> dict[str, list[str]]:
 
 def _worker(name: str, queues: tuple[str, ...], *pool: str) -> list[str]:
     return [
-        str(BIN / "celery"),
-        *("-A", "fleetwatch", "worker", "-Q", ",".join(queues), "-n", f"{name}@%h", *pool),
+        str(BIN / "fleetwatch"),
+        *("worker", "--queues", ",".join(queues), "--name", f"{name}@%h", *pool),
         *("--loglevel", "WARNING", "--without-mingle", "--without-gossip"),
     ]
 
@@ -102,28 +106,13 @@ def main() -> int:
     server = f"http://{host}:{port}"
     commands = {
         "web": [
-            str(BIN / "uvicorn"),
-            "fleetwatch.asgi:application",
-            "--host",
-            host,
-            "--port",
-            port,
-            "--lifespan",
-            "off",
-            *UVICORN_LIMITS,
-            "--log-level",
-            "warning",
+            str(BIN / "fleetwatch"),
+            *("serve", "--host", host, "--port", port, "--log-level", "warning"),
         ],
         **celery_workers(),
         "beat": [
-            str(BIN / "celery"),
-            "-A",
-            "fleetwatch",
-            "beat",
-            "--loglevel",
-            "WARNING",
-            "--schedule",
-            str(var_dir / "celerybeat-schedule"),
+            str(BIN / "fleetwatch"),
+            *("beat", "--loglevel", "WARNING", "--schedule", str(var_dir / "celerybeat-schedule")),
         ],
         "simulator": [
             str(BIN / "fleet-agent"),

@@ -7,6 +7,7 @@ read secrets from files (systemd credentials, Docker/Kubernetes secrets).
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -63,6 +64,22 @@ def env_float(name: str, default: float, minimum: float | None = None) -> float:
     if minimum is not None and value < minimum:
         raise ImproperlyConfigured(f"{name}={value} must be at least {minimum}")
     return value
+
+
+def env_networks(name: str) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+    """Comma-separated addresses or networks (`10.0.0.7, 10.1.0.0/16, ::1`); a host address
+    is its own /32 (/128). A typo is an error naming the variable and the entry."""
+    networks = []
+    for entry in (part.strip() for part in env_str(name).split(",")):
+        if not entry:
+            continue
+        try:
+            networks.append(ipaddress.ip_network(entry, strict=False))
+        except ValueError:
+            raise ImproperlyConfigured(
+                f"{name}: {entry!r} is not an address or network (e.g. 10.0.0.7 or 10.1.0.0/16)"
+            ) from None
+    return tuple(networks)
 
 
 def database_from_url(url: str) -> dict[str, object]:

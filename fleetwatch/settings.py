@@ -16,12 +16,13 @@ from fleetwatch.env import (
     env_bool,
     env_float,
     env_int,
+    env_networks,
     env_str,
     sqlite_database,
 )
+from fleetwatch.resources import DEFAULT_VAR_DIR, STATIC_DIR, TEMPLATES_DIR
 
-BASE_DIR = Path(__file__).resolve().parent.parent
-VAR_DIR = Path(env_str("FLEETWATCH_VAR_DIR", str(BASE_DIR / "var")))
+VAR_DIR = Path(env_str("FLEETWATCH_VAR_DIR", str(DEFAULT_VAR_DIR)))
 
 DEMO = env_bool("FLEETWATCH_DEMO", False)
 DEBUG = env_bool("DEBUG", False)
@@ -29,12 +30,15 @@ TESTING = env_bool("FLEETWATCH_TESTING", False)
 
 SECRET_KEY = env_str("SECRET_KEY")
 if not SECRET_KEY:
-    if DEMO or DEBUG or TESTING:
-        SECRET_KEY = "fleetwatch-demo-only-not-secret"
-    else:
+    if not DEMO:
+        # DEBUG never supplies a key: a debug server reachable by others, signing sessions
+        # with a key printed in this file, would let anyone forge a sign-in.
         raise ImproperlyConfigured(
-            "SECRET_KEY is required (or SECRET_KEY_FILE); only the demo runs without one"
+            "SECRET_KEY is required (or SECRET_KEY_FILE), also with DEBUG=1; only the demo "
+            "(FLEETWATCH_DEMO=1) runs without one. Make one with: "
+            "python -c 'import secrets; print(secrets.token_urlsafe(50))'"
         )
+    SECRET_KEY = "fleetwatch-demo-only-not-secret"
 
 ALLOWED_HOSTS = [h for h in env_str("ALLOWED_HOSTS", "127.0.0.1,localhost").split(",") if h]
 CSRF_FAILURE_VIEW = "fleetwatch.errors.csrf_failure"
@@ -55,14 +59,32 @@ def _proxy_ssl_header(raw: str) -> tuple[str, str] | None:
     return "HTTP_" + name.strip().upper().replace("-", "_"), value.strip()
 
 
-# Production behind a TLS proxy (docs/operations.md, "Security"). The defaults suit
-# `make demo`: plain http on 127.0.0.1, where Secure cookies would never be sent back.
+def _refuse_retired_https_switches() -> None:
+    """These switches once turned https on; it is the default now. One left at false in an
+    environment file meant plain http: say what means that today, rather than ignore it."""
+    for name in ("FLEETWATCH_SECURE_COOKIES", "FLEETWATCH_SSL_REDIRECT"):
+        if not env_bool(name, True):
+            raise ImproperlyConfigured(
+                f"{name} is gone: https is the default; FLEETWATCH_PLAIN_HTTP=1 serves plain "
+                "http (the demo, a test server)"
+            )
+
+
+# Production is the default shape (docs/operations.md, "Security"): https only, Secure
+# cookies, HSTS, behind a TLS proxy. Plain http is one explicit switch, which `make demo`
+# and the test servers set: there a Secure cookie would never come back.
+PLAIN_HTTP = env_bool("FLEETWATCH_PLAIN_HTTP", False)
+_refuse_retired_https_switches()
 SECURE_PROXY_SSL_HEADER = _proxy_ssl_header(env_str("FLEETWATCH_PROXY_SSL_HEADER"))
-SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = env_bool("FLEETWATCH_SECURE_COOKIES", False)
-SECURE_SSL_REDIRECT = env_bool("FLEETWATCH_SSL_REDIRECT", False)
-SECURE_HSTS_SECONDS = env_int("FLEETWATCH_HSTS_SECONDS", 0, minimum=0)
-SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("FLEETWATCH_HSTS_INCLUDE_SUBDOMAINS", False)
-SECURE_HSTS_PRELOAD = env_bool("FLEETWATCH_HSTS_PRELOAD", False)
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = not PLAIN_HTTP
+SECURE_SSL_REDIRECT = not PLAIN_HTTP
+# Load balancers and probes ask the server itself over plain http (fleetwatch/health.py).
+SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
+SECURE_HSTS_SECONDS = env_int(
+    "FLEETWATCH_HSTS_SECONDS", 0 if PLAIN_HTTP else 365 * 24 * 3600, minimum=0
+)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("FLEETWATCH_HSTS_INCLUDE_SUBDOMAINS", not PLAIN_HTTP)
+SECURE_HSTS_PRELOAD = env_bool("FLEETWATCH_HSTS_PRELOAD", not PLAIN_HTTP)
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -79,12 +101,19 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # Before the https redirect, which it would otherwise loop (fleetwatch/proxy.py).
+    "fleetwatch.proxy.ProxyHeaderMissingMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # Closed by default: every view needs a sign-in unless it is on the one list of public
+    # views (fleetwatch/public.py), and a signed-in person with no role sees only whom to
+    # ask (dashboard/no_role.py).
+    "fleetwatch.public.SignInRequiredMiddleware",
+    "dashboard.no_role.NoRoleMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
@@ -95,7 +124,7 @@ ASGI_APPLICATION = "fleetwatch.asgi.application"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [BASE_DIR / "templates"],
+        "DIRS": [TEMPLATES_DIR],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
@@ -205,13 +234,20 @@ ALERT_GROUP_INTERVAL_S = env_float("FLEETWATCH_ALERT_GROUP_INTERVAL_S", 60, mini
 # A group firing unacknowledged is announced again this often, unless its rule says (s).
 ALERT_REPEAT_S = env_float("FLEETWATCH_ALERT_REPEAT_S", 4 * 3600, minimum=60)
 
-# /metrics (fleet/prometheus): a bearer token Prometheus must send (unset: open, like
-# other exporters; restrict it at the proxy then), and which sites get per-GPU series
-# ("all", "none", or comma-separated site slugs; racks, loops, feeds and sites always).
+# /metrics (fleet/prometheus/views.py): closed unless a scrape sends the bearer token or
+# comes from an allowed address (addresses or networks, comma-separated); PUBLIC opens it
+# to anyone (the demo). Which sites get per-GPU series: "all", "none", or comma-separated
+# site slugs (racks, loops, feeds and sites always).
 METRICS_TOKEN = env_str("FLEETWATCH_METRICS_TOKEN")
+METRICS_ALLOW = env_networks("FLEETWATCH_METRICS_ALLOW")
+METRICS_PUBLIC = env_bool("FLEETWATCH_METRICS_PUBLIC", False)
 METRICS_GPU_SITES = env_str("FLEETWATCH_METRICS_GPU_SITES", "all")
 # How often the enabled Prometheus sources are pulled (s) (fleet/prometheus/pull.py).
 PROMETHEUS_PULL_S = env_float("FLEETWATCH_PROMETHEUS_PULL_S", 15, minimum=1)
+
+# Whom a signed-in person with no role is told to ask for access (dashboard/no_role.py),
+# e.g. "the NOC, #dc-ops on Slack"; unset: the admins' names and e-mail addresses.
+ACCESS_CONTACT = env_str("FLEETWATCH_ACCESS_CONTACT")
 
 SLACK_WEBHOOK_URL = env_str("SLACK_WEBHOOK_URL")
 # Where people reach this Fleetwatch (e.g. https://fleet.example.com): alert messages link
@@ -230,7 +266,7 @@ USE_I18N = False
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATICFILES_DIRS = [BASE_DIR / "static"]
+STATICFILES_DIRS = [STATIC_DIR]
 STATIC_ROOT = VAR_DIR / "static"
 STATIC_ROOT.mkdir(parents=True, exist_ok=True)
 # WhiteNoise serves static files from the ASGI server itself; with finders it

@@ -3,9 +3,12 @@ from __future__ import annotations
 from django.contrib import admin
 from django.urls import include, path
 
+from fleetwatch import health
+
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("oidc/", include("fleet.oidc.urls")),  # company sign-in, when configured
+    path("healthz", health.healthz, name="health"),
     path("", include("fleet.urls")),
     path("", include("dashboard.urls")),
 ]

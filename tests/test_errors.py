@@ -6,8 +6,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from django.contrib.auth.models import User
 from django.test import Client
+
+from tests.support.people import viewer
 
 pytestmark = pytest.mark.django_db
 
@@ -34,7 +35,7 @@ def test_a_client_asking_for_json_gets_json_for_a_page_too() -> None:
 
 
 def test_a_post_without_its_csrf_token_is_refused_saying_how_to_recover() -> None:
-    User.objects.create_user("ops", password="pw-12345678")
+    viewer("ops", password="pw-12345678")
     client = Client(enforce_csrf_checks=True)
     client.login(username="ops", password="pw-12345678")
     response = client.post("/alerts/acknowledge", {"alert": "1"}, HTTP_ACCEPT="application/json")

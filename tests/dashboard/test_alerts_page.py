@@ -8,12 +8,13 @@ import datetime as dt
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import Permission, User
+from django.contrib.auth.models import Permission
 from django.test import Client
 from django.utils import timezone
 
 from fleet.alerts.models import AlertInstance, AlertRule, Silence
 from fleet.notifications.models import Delivery, DeliveryAttempt, Route
+from tests.support.people import viewer
 
 pytestmark = pytest.mark.django_db
 
@@ -26,7 +27,7 @@ def fast_passwords(settings: Any) -> None:
 
 
 def login(client: Client, name: str, *, operator: bool) -> Client:
-    user = User.objects.create_user(name, password="pw")
+    user = viewer(name)
     if operator:
         user.user_permissions.add(Permission.objects.get(codename="change_alertinstance"))
     client.login(username=name, password="pw")

@@ -24,6 +24,7 @@ from fleet.demo import DEMO_RACKS, seed_demo_site
 from fleet.live import LIVE_UPDATE, LivePublisher, rack_changed_group, site_group
 from fleet.models import GPU, CoolingLoop, Node, Rack, Site
 from tests.dashboard.test_rack_and_cooling_pages import store
+from tests.support.people import viewer
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the sockets read from other threads
 
@@ -48,7 +49,7 @@ def site() -> Site:
 
 @pytest.fixture
 def ops(site: Site) -> User:
-    return User.objects.create_user("ops", password="not-used")
+    return viewer("ops", password="not-used")
 
 
 class Socket(ApplicationCommunicator):  # type: ignore[misc]

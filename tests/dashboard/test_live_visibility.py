@@ -51,7 +51,7 @@ def test_the_cooling_page_lists_only_the_loops_of_the_sites_one_sees(
     page = client.get("/cooling/").content.decode()
     assert "NCDU-7" in page and "CDU-1" not in page
     everyone = Client()
-    everyone.force_login(person("pat"))  # no role at all: every site, as before roles
+    everyone.force_login(person("pat", demo="viewer", north="viewer"))
     page = everyone.get("/cooling/").content.decode()
     assert "NCDU-7" in page and "CDU-1" in page
 
@@ -61,7 +61,7 @@ async def test_people_who_see_different_sites_get_their_own_cooling_pushes(
 ) -> None:
     demo, north = sites
     vic = await database_sync_to_async(person)("vic", north="viewer")
-    pat = await database_sync_to_async(person)("pat")
+    pat = await database_sync_to_async(person)("pat", demo="viewer", north="viewer")
     vics, pats = socket("/ws/live/cooling", vic), socket("/ws/live/cooling", pat)
     assert (await vics.connect())[0] and (await pats.connect())[0]
     cdu1 = await CoolingLoop.objects.aget(name="CDU-1")

@@ -9,7 +9,6 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import User
 from django.db import connection
 from django.test import Client
 
@@ -18,6 +17,7 @@ from fleet.demo import DEMO_RACKS, seed_demo_site
 from fleet.models import GPU, Event, Node, Site, SourceToken
 from fleet.storage.schema import raw_table
 from tests.dashboard.test_rack_and_cooling_pages import store, text
+from tests.support.people import viewer
 
 pytestmark = pytest.mark.django_db
 
@@ -36,7 +36,7 @@ def site() -> Site:
 
 @pytest.fixture
 def ops(site: Site) -> Client:
-    User.objects.create_user("ops", password="pw")
+    viewer("ops")
     c = Client()
     c.login(username="ops", password="pw")
     return c

@@ -11,13 +11,13 @@ import time
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import User
 from django.test import Client
 
 from agents.protocol import reasons as nvml
 from fleet.models import CoolingLoop, Node, Rack, Site
 from tests.dashboard.test_rack_and_cooling_pages import fast_passwords, fold, site, store
 from tests.fleet.test_site_summary import fire
+from tests.support.people import viewer
 
 pytestmark = pytest.mark.django_db
 __all__ = ("fast_passwords", "site")  # fixtures shared with the rack page's tests
@@ -25,7 +25,7 @@ __all__ = ("fast_passwords", "site")  # fixtures shared with the rack page's tes
 
 @pytest.fixture
 def client(site: None) -> Client:
-    User.objects.create_user("ops", password="pw")
+    viewer("ops")
     c = Client()
     c.login(username="ops", password="pw")
     return c

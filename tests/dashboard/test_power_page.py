@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import User
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.test import Client, override_settings
 
@@ -23,6 +22,7 @@ from fleet.models import Site
 from fleet.pue import DAY_S, rolling_pue
 from tests.dashboard.test_rack_and_cooling_pages import fold, store
 from tests.fleet.test_rollups import TierDb, fresh_db
+from tests.support.people import viewer
 
 T = 1_800_000_000  # an hour boundary: "now" in the maths tests
 HOUR, MINUTE = 3600, 60
@@ -108,7 +108,7 @@ def site(db: None) -> Site:
 @pytest.fixture
 def client(site: Site, settings: Any) -> Client:
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-    User.objects.create_user("ops", password="pw")
+    viewer("ops")
     c = Client()
     c.login(username="ops", password="pw")
     return c

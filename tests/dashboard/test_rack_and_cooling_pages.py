@@ -11,7 +11,6 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import User
 from django.test import Client
 
 from agents.protocol import reasons as nvml
@@ -19,6 +18,7 @@ from fleet.demo import DEMO_RACKS, seed_demo_site
 from fleet.models import GPU, CoolingLoop, Node, PowerFeed, Rack
 from fleet.storage.latest import LatestDelta, merge_latest
 from tests.fleet.test_state import DjangoTx
+from tests.support.people import viewer
 
 pytestmark = pytest.mark.django_db
 
@@ -42,7 +42,7 @@ def site() -> None:
 
 @pytest.fixture
 def client(site: None) -> Client:
-    User.objects.create_user("ops", password="pw")
+    viewer("ops")
     c = Client()
     c.login(username="ops", password="pw")
     return c

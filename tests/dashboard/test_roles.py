@@ -86,11 +86,11 @@ def rack_url(name: str) -> str:
     return f"/racks/{Rack.objects.get(name=name).pk}/"
 
 
-def test_someone_with_no_role_at_all_sees_every_site_as_before(sites: tuple[Site, Site]) -> None:
-    plain = person("pat")
-    assert visible_site_ids(plain) is None
-    assert not can_operate(plain) and not can_administer(plain)
-    assert signed_in(plain).get(rack_url("N01")).status_code == 200
+def test_the_viewers_group_sees_every_site_and_changes_nothing(sites: tuple[Site, Site]) -> None:
+    wes = person("wes", groups=("Viewers",))
+    assert visible_site_ids(wes) is None
+    assert not can_operate(wes) and not can_administer(wes)
+    assert signed_in(wes).get(rack_url("N01")).status_code == 200
 
 
 def test_a_viewer_of_one_site_gets_its_pages_and_a_404_for_other_sites(
@@ -220,5 +220,5 @@ def test_the_fleet_page_shows_only_the_racks_of_ones_sites(sites: tuple[Site, Si
     page = north_viewer.get("/").content.decode()
     assert "N01" in page
     assert "A01" not in page and "A02" not in page
-    everyone = signed_in(person("no-role")).get("/").content.decode()
+    everyone = signed_in(person("wes", groups=("Viewers",))).get("/").content.decode()
     assert "N01" in everyone and "A01" in everyone

@@ -7,11 +7,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import Group, User
+from django.contrib.auth.models import User
 from django.test import Client
 
 from fleet.demo import DEMO_RACKS, seed_demo_site
 from fleet.models import SourceToken, hash_token
+from tests.support.people import viewer
 
 pytestmark = pytest.mark.django_db
 
@@ -32,7 +33,7 @@ def test_the_sign_in_page_says_fleetwatch_not_django(client: Client) -> None:
 def test_a_viewer_signs_in_on_the_same_page_and_lands_where_they_were_going(
     client: Client,
 ) -> None:
-    User.objects.create_user("vic", password="pw").groups.add(Group.objects.get(name="Viewers"))
+    viewer("vic")
     answer = client.post(
         "/admin/login/?next=/alerts/", {"username": "vic", "password": "pw", "next": "/alerts/"}
     )
@@ -41,13 +42,13 @@ def test_a_viewer_signs_in_on_the_same_page_and_lands_where_they_were_going(
 
 
 def test_signing_in_without_a_destination_lands_on_the_fleet_overview(client: Client) -> None:
-    User.objects.create_user("vic", password="pw")
+    viewer("vic")
     answer = client.post("/admin/login/", {"username": "vic", "password": "pw"})
     assert answer.status_code == 302 and answer["Location"] == "/"
 
 
 def test_every_page_has_a_sign_out_that_ends_the_session(client: Client) -> None:
-    client.force_login(User.objects.create_user("vic", password="pw"))
+    client.force_login(viewer("vic"))
     page = client.get("/alerts/").content.decode()
     assert 'action="/admin/logout/"' in page and "sign out" in page
     assert "You are signed out of Fleetwatch" in client.post("/admin/logout/").content.decode()

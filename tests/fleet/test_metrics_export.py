@@ -1,6 +1,7 @@
 """/metrics: Fleetwatch's view (headroom to each GPU's own limit, decoded throttling,
 rack power against budget, CDU state, PUE with its category) as Prometheus series,
-rendered from the database; a bearer token when one is configured."""
+rendered from the database; closed unless a scrape brings the token or comes from an
+allowed address, or it is opened on purpose."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ import shutil
 import subprocess
 import time
 from dataclasses import replace
+from ipaddress import ip_network
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.test import Client, override_settings
@@ -34,7 +37,16 @@ def site() -> Site:
     return site
 
 
-def scrape(token: str | None = None) -> tuple[int, str]:
+TOKEN = "prom-secret-1"
+
+
+@pytest.fixture(autouse=True)
+def metrics_token(settings: Any) -> None:
+    """Production's shape: the scrapes below send the token, as a Prometheus would."""
+    settings.METRICS_TOKEN = TOKEN
+
+
+def scrape(token: str | None = TOKEN) -> tuple[int, str]:
     headers = {} if token is None else {"HTTP_AUTHORIZATION": f"Bearer {token}"}
     response = Client().get("/metrics", **headers)  # type: ignore[arg-type]
     return response.status_code, response.content.decode()
@@ -121,11 +133,36 @@ def test_per_gpu_series_can_be_left_out_for_large_fleets(site: Site) -> None:
     assert ("fleetwatch_rack_power_budget_watts", (("rack", "A01"), ("site", "demo"))) in got
 
 
-@override_settings(METRICS_TOKEN="prom-secret-1")
 def test_a_configured_token_is_required(site: Site) -> None:
-    assert scrape()[0] == 401
+    assert scrape(None)[0] == 401
     assert scrape("wrong")[0] == 403
-    status, text = scrape("prom-secret-1")
+    status, text = scrape(TOKEN)
+    assert status == 200 and "fleetwatch_rack_power_budget_watts" in text
+
+
+@override_settings(METRICS_TOKEN="")
+def test_without_a_token_or_an_allowed_address_metrics_is_refused_saying_how_to_open_it(
+    site: Site,
+) -> None:
+    status, text = scrape(None)
+    assert status == 403
+    for setting in ("FLEETWATCH_METRICS_TOKEN", "FLEETWATCH_METRICS_ALLOW", "_PUBLIC=1"):
+        assert setting in text
+    assert "fleetwatch_" not in text
+
+
+@override_settings(METRICS_ALLOW=(ip_network("10.9.0.0/16"), ip_network("::1")))
+def test_an_allowed_address_scrapes_without_the_token(site: Site) -> None:
+    def from_address(address: str) -> int:
+        return Client(REMOTE_ADDR=address).get("/metrics").status_code
+
+    assert from_address("10.9.4.2") == 200 and from_address("::1") == 200
+    assert from_address("10.8.4.2") == 401 and from_address("127.0.0.1") == 401
+
+
+@override_settings(METRICS_TOKEN="", METRICS_PUBLIC=True)
+def test_opened_on_purpose_metrics_answers_anyone(site: Site) -> None:
+    status, text = scrape(None)
     assert status == 200 and "fleetwatch_rack_power_budget_watts" in text
 
 

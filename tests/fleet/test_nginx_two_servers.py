@@ -24,7 +24,7 @@ from tests.support.agent import gpu_batch, post_json
 from tests.support.celery_proc import private_broker
 from tests.support.live import PASSWORD, USER, create_ops_user
 from tests.support.nginx import SHIPPED, Nginx, nginx_binary
-from tests.support.server import ROOT, FleetServer
+from tests.support.server import METRICS_TOKEN, ROOT, FleetServer
 
 pytestmark = pytest.mark.services
 
@@ -184,6 +184,23 @@ def test_plain_http_is_redirected_to_https(site: Site) -> None:
         opener.open(request, timeout=10)
     assert answer.value.code == 301
     assert answer.value.headers["Location"] == "https://127.0.0.1/racks/?x=1"
+
+
+def test_metrics_through_the_proxy_is_for_listed_addresses_and_still_wants_the_token(
+    site: Site,
+) -> None:
+    """The shipped config lets only the addresses it lists (loopback among them) reach
+    /metrics; Fleetwatch behind it still refuses a scrape without the token."""
+    shipped = SHIPPED.read_text()
+    block = shipped.split("location = /metrics {", 1)[1].split("}", 1)[0]
+    assert "allow 127.0.0.1;" in block and "deny all;" in block
+    url = site.proxy.url + "/metrics"
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(url, timeout=10)
+    assert refused.value.code == 401 and "FLEETWATCH_METRICS_TOKEN" in refused.value.read().decode()
+    scrape = urllib.request.Request(url, headers={"Authorization": f"Bearer {METRICS_TOKEN}"})
+    with urllib.request.urlopen(scrape, timeout=10) as answer:
+        assert b"fleetwatch_rack_power_budget_watts" in answer.read()
 
 
 @pytest.fixture(scope="module")

@@ -85,6 +85,18 @@ def test_secret_key_is_required_outside_the_demo(tmp_path: Path) -> None:
     assert demo.returncode == 0, demo.stderr
 
 
+@pytest.mark.parametrize("extra", [{}, {"FLEETWATCH_TESTING": "1"}])
+def test_debug_without_a_secret_key_refuses_to_start_saying_so(
+    tmp_path: Path, extra: dict[str, str]
+) -> None:
+    """DEBUG never supplies a key (nor does the test suite's flag): a debug server others can
+    reach would sign sessions with a key anyone can read in settings.py."""
+    done = _manage({"DEBUG": "1", "FLEETWATCH_VAR_DIR": str(tmp_path), **extra}, "check")
+    assert done.returncode != 0
+    assert "SECRET_KEY is required (or SECRET_KEY_FILE), also with DEBUG=1" in done.stderr
+    assert "secrets.token_urlsafe" in done.stderr  # and how to make one
+
+
 def test_a_bad_boolean_stops_the_server_with_its_name(tmp_path: Path) -> None:
     out = _load_settings({"FLEETWATCH_VAR_DIR": str(tmp_path), "FLEETWATCH_DEMO": "yess"})
     assert out.returncode != 0 and "FLEETWATCH_DEMO='yess' is not a boolean" in out.stderr
@@ -110,7 +122,7 @@ def _production_env() -> dict[str, str]:
         if "=" in line and not line.startswith(("```", "#")):
             name, _, value = line.partition("=")
             env[name] = value.strip('"')
-    assert {"FLEETWATCH_SECURE_COOKIES", "FLEETWATCH_HSTS_SECONDS"} <= env.keys()
+    assert {"SECRET_KEY_FILE", "FLEETWATCH_PROXY_SSL_HEADER"} <= env.keys()
     return env
 
 
@@ -144,18 +156,56 @@ def test_the_documented_production_settings_pass_the_deploy_check_with_no_warnin
     assert "System check identified no issues (0 silenced)." in done.stdout
 
 
-def test_without_the_production_variables_the_deploy_check_names_what_is_missing(
-    tmp_path: Path,
-) -> None:
-    """The same check does find the gaps, so the clean run above means something; and the
-    defaults are the demo's: no Secure cookies, no redirect, no HSTS on plain http."""
-    env = {k: v for k, v in _production_env().items() if not k.startswith("FLEETWATCH_")}
+def _secret_key_file(tmp_path: Path) -> str:
     key = tmp_path / "secret_key"
     key.write_text(os.urandom(48).hex())
-    env.update(SECRET_KEY_FILE=str(key), FLEETWATCH_VAR_DIR=str(tmp_path / "var"))
+    return str(key)
+
+
+def test_production_is_the_default_shape_three_variables_pass_the_deploy_check(
+    tmp_path: Path,
+) -> None:
+    """No https switch to remember: a key, the host and the database, and Django's deploy
+    check has nothing to say."""
+    env = {
+        "SECRET_KEY_FILE": _secret_key_file(tmp_path),
+        "ALLOWED_HOSTS": "fleet.example.com",
+        "DATABASE_URL": f"sqlite:///{tmp_path / 'fleet.sqlite3'}",
+    }
+    done = _manage(env, "check", "--deploy", "--fail-level", "WARNING")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "System check identified no issues (0 silenced)." in done.stdout
+
+
+def test_plain_http_is_one_explicit_switch_and_the_deploy_check_names_what_it_gives_up(
+    tmp_path: Path,
+) -> None:
+    """The same check does find the gaps, so the clean run above means something."""
+    env = {
+        "SECRET_KEY_FILE": _secret_key_file(tmp_path),
+        "ALLOWED_HOSTS": "fleet.example.com",
+        "FLEETWATCH_VAR_DIR": str(tmp_path / "var"),
+        "FLEETWATCH_PLAIN_HTTP": "1",
+    }
     done = _manage(env, "check", "--deploy")
     for code in ("W004", "W008", "W012", "W016"):
         assert f"security.{code}" in done.stderr + done.stdout, code
+
+
+@pytest.mark.parametrize("name", ["FLEETWATCH_SECURE_COOKIES", "FLEETWATCH_SSL_REDIRECT"])
+def test_a_retired_https_switch_left_off_says_what_replaced_it(tmp_path: Path, name: str) -> None:
+    out = _load_settings({"FLEETWATCH_VAR_DIR": str(tmp_path), "FLEETWATCH_DEMO": "1", name: "0"})
+    assert out.returncode != 0 and f"{name} is gone" in out.stderr
+    assert "FLEETWATCH_PLAIN_HTTP=1" in out.stderr
+
+
+def test_a_metrics_allow_list_entry_that_is_not_an_address_stops_the_server(
+    tmp_path: Path,
+) -> None:
+    bad = {"FLEETWATCH_METRICS_ALLOW": "10.0.0.7, prometheus.internal"}
+    out = _load_settings({"FLEETWATCH_VAR_DIR": str(tmp_path), "FLEETWATCH_DEMO": "1", **bad})
+    assert out.returncode != 0
+    assert "FLEETWATCH_METRICS_ALLOW: 'prometheus.internal' is not an address" in out.stderr
 
 
 def test_the_proxy_ssl_header_is_read_as_name_and_value(tmp_path: Path) -> None:
@@ -165,14 +215,17 @@ def test_the_proxy_ssl_header_is_read_as_name_and_value(tmp_path: Path) -> None:
         " settings.CSRF_COOKIE_SECURE, settings.SECURE_SSL_REDIRECT)"
     )
     env = {
-        "FLEETWATCH_TESTING": "1",
+        "SECRET_KEY": "k" * 50,
         "FLEETWATCH_VAR_DIR": str(tmp_path),
         "DJANGO_SETTINGS_MODULE": "fleetwatch.settings",
     }
     run = [sys.executable, "-c", code]
     base = {k: v for k, v in os.environ.items() if not k.startswith("FLEETWATCH_")}
-    demo = subprocess.run(run, env={**base, **env}, cwd=ROOT, capture_output=True, text=True)
+    plain = {**base, **env, "FLEETWATCH_PLAIN_HTTP": "1"}
+    demo = subprocess.run(run, env=plain, cwd=ROOT, capture_output=True, text=True)
     assert demo.stdout.split() == ["None", "False", "False", "False"], demo.stderr
+    https = subprocess.run(run, env={**base, **env}, cwd=ROOT, capture_output=True, text=True)
+    assert https.stdout.split() == ["None", "True", "True", "True"], https.stderr
     env.update(FLEETWATCH_PROXY_SSL_HEADER="X-Forwarded-Proto: https")
     proxied = subprocess.run(run, env={**base, **env}, cwd=ROOT, capture_output=True, text=True)
     assert proxied.stdout.startswith("('HTTP_X_FORWARDED_PROTO', 'https')"), proxied.stderr

@@ -9,7 +9,7 @@ import time
 from dataclasses import replace
 
 import pytest
-from django.test import Client
+from django.test import Client, override_settings
 from prometheus_client.parser import text_string_to_metric_families
 
 from fleet import health
@@ -64,6 +64,7 @@ def test_the_strip_counts_a_node_stale_by_the_cadence_its_data_comes_at(site: Si
     assert site_payload(site.pk, now + 6)["agents"]["stale"] == 3  # 46 s: past 3 × 15 s
 
 
+@override_settings(METRICS_PUBLIC=True)
 def test_metrics_counts_a_source_stale_by_its_own_batch_interval(site: Site) -> None:
     now = time.time()
     fast, slow, *_ = Node.objects.order_by("name")

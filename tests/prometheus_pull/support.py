@@ -98,7 +98,12 @@ class Prometheus:
     """A real Prometheus on a free loopback port scraping `target` every `interval`."""
 
     def __init__(
-        self, workdir: Path, target: str, interval: str = "1s", job: str = "dcgm-exporter"
+        self,
+        workdir: Path,
+        target: str,
+        interval: str = "1s",
+        job: str = "dcgm-exporter",
+        bearer: str | None = None,
     ) -> None:
         require_prometheus()
         self.port = free_port()
@@ -111,7 +116,8 @@ class Prometheus:
             f"  scrape_timeout: {interval}\n"
             "scrape_configs:\n"
             f"  - job_name: {job}\n"
-            "    static_configs:\n"
+            + (f"    authorization:\n      credentials: {bearer}\n" if bearer else "")
+            + "    static_configs:\n"
             f"      - targets: ['{target}']\n"
         )
         self.log = (workdir / "prometheus.log").open("wb")

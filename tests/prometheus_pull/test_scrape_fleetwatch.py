@@ -1,5 +1,6 @@
-"""A real Prometheus scrapes Fleetwatch's /metrics (both tiers) and the series are queryable:
-what a fleet's existing Prometheus and Grafana see of Fleetwatch's view."""
+"""A real Prometheus scrapes Fleetwatch's /metrics (both tiers) with the metrics token, as
+docs/prometheus.md configures it, and the series are queryable: what a fleet's existing
+Prometheus and Grafana see of Fleetwatch's view."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 from agents.protocol import reasons as nvml
 from tests.prometheus_pull.support import Prometheus
 from tests.support.agent import enroll, gpu_batch, post_json
-from tests.support.server import FleetServer
+from tests.support.server import METRICS_TOKEN, FleetServer
 
 NODE = "gpu-a02-04"
 
@@ -20,7 +21,9 @@ def prometheus(
     fleet_server: FleetServer, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Prometheus]:
     target = fleet_server.url.removeprefix("http://")
-    prom = Prometheus(tmp_path_factory.mktemp("prom-fw"), target, job="fleetwatch")
+    prom = Prometheus(
+        tmp_path_factory.mktemp("prom-fw"), target, job="fleetwatch", bearer=METRICS_TOKEN
+    )
     try:
         yield prom
     finally:

@@ -27,6 +27,8 @@ from tests.support import services
 
 ROOT = Path(__file__).resolve().parents[2]
 ENROLL_TOKEN = "fwe_test-enrolment-token"
+TEST_SECRET_KEY = "fleetwatch-tests-only-not-secret"  # settings require one outside the demo
+METRICS_TOKEN = "fwm_test-metrics-token"  # /metrics is closed without it
 
 
 def free_port() -> int:
@@ -71,6 +73,9 @@ class FleetServer:
             {
                 "FLEETWATCH_VAR_DIR": str(self.var_dir),
                 "FLEETWATCH_TESTING": "1",
+                "SECRET_KEY": TEST_SECRET_KEY,
+                "FLEETWATCH_PLAIN_HTTP": "1",  # loopback, no TLS
+                "FLEETWATCH_METRICS_TOKEN": METRICS_TOKEN,
                 "FLEETWATCH_LIVE_INTERVAL_S": "0.2",
                 "FLEETWATCH_REVALIDATE_S": "0.5",
                 "DJANGO_SETTINGS_MODULE": "fleetwatch.settings",
