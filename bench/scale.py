@@ -45,6 +45,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("FLEETWATCH_TESTING", "1")
+# Settings need a key outside the demo; the benches serve plain http on loopback.
+os.environ.setdefault("SECRET_KEY", "bench-only-not-secret")
+os.environ.setdefault("FLEETWATCH_PLAIN_HTTP", "1")
 
 from bench import scale_history as history  # noqa: E402
 from bench import scale_procs as procs  # noqa: E402
