@@ -95,7 +95,7 @@ def test_every_scheduled_task_expires_before_its_next_tick_on_a_declared_queue()
 
 def test_the_demo_workers_consume_every_queue_and_pull_and_maintenance_alone() -> None:
     consumed = {
-        name: argv[argv.index("-Q") + 1].split(",") for name, argv in celery_workers().items()
+        name: argv[argv.index("--queues") + 1].split(",") for name, argv in celery_workers().items()
     }
     assert consumed == {
         "worker": [RULES, NOTIFICATIONS, DEFAULT],
