@@ -156,7 +156,14 @@ def start_demo(var_dir: Path, port: int) -> tuple[subprocess.Popen[str], str]:
             "FLEETWATCH_DEMO_NODES": "8",
         }
     )
-    env.pop("FLEETWATCH_TESTING", None)  # the demo must run on its own settings
+    # the demo must run on its own settings: its key, plain http, /metrics open
+    for name in (
+        "FLEETWATCH_TESTING",
+        "SECRET_KEY",
+        "FLEETWATCH_PLAIN_HTTP",
+        "FLEETWATCH_SECRET_KEYS",
+    ):
+        env.pop(name, None)
     proc = subprocess.Popen(
         [sys.executable, "-m", "fleetwatch.demo"],
         cwd=ROOT,

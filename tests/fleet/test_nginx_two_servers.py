@@ -18,13 +18,13 @@ from typing import Any
 import pytest
 from websockets.sync.client import connect
 
-from fleetwatch.serve import UVICORN_LIMITS, WS_MAX_SIZE
+from fleetwatch.serve import WS_MAX_SIZE
 from tests.conftest import launched_chromium
 from tests.support.agent import gpu_batch, post_json
 from tests.support.celery_proc import private_broker
 from tests.support.live import PASSWORD, USER, create_ops_user
 from tests.support.nginx import SHIPPED, Nginx, nginx_binary
-from tests.support.server import METRICS_TOKEN, ROOT, FleetServer
+from tests.support.server import METRICS_TOKEN, FleetServer
 
 pytestmark = pytest.mark.services
 
@@ -246,10 +246,3 @@ def test_pages_on_either_process_and_on_the_proxy_are_pushed_what_the_other_inge
         assert all(page.evaluate("performance.navigation.type") == 0 for page in pages.values())
     finally:
         context.close()
-
-
-def test_the_documented_server_unit_runs_uvicorn_with_the_server_options() -> None:
-    text = (ROOT / "docs" / "operations.md").read_text()
-    exec_start = next(line for line in text.splitlines() if line.startswith("ExecStart="))
-    assert "--port %i" in exec_start and "--host 127.0.0.1" in exec_start
-    assert " ".join(UVICORN_LIMITS) in exec_start

@@ -13,6 +13,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
 from agents.protocol import MAX_BATCH_BYTES
+from fleetwatch.cli import COMMANDS, _parser
 from fleetwatch.serve import UVICORN_LIMITS, WS_MAX_SIZE
 from tests.support.agent import enroll
 from tests.support.server import FleetServer
@@ -20,10 +21,11 @@ from tests.support.server import FleetServer
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_the_documented_server_command_has_the_limits() -> None:
-    text = (ROOT / "docs" / "operations.md").read_text().replace("\\\n", " ")
-    command = next(line for line in text.splitlines() if line.startswith("uvicorn fleetwatch"))
-    assert " ".join(UVICORN_LIMITS) in " ".join(command.split())
+def test_the_documented_server_command_runs_with_the_limits() -> None:
+    text = (ROOT / "docs" / "operations.md").read_text()
+    line = next(line for line in text.splitlines() if line.startswith("fleetwatch serve"))
+    args = _parser().parse_args(line.split("#")[0].split()[1:])
+    assert " ".join(UVICORN_LIMITS) in " ".join(COMMANDS["serve"](args))
     assert MAX_BATCH_BYTES < WS_MAX_SIZE <= MAX_BATCH_BYTES + 128 * 1024
 
 
