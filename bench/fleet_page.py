@@ -4,9 +4,9 @@
 bench/rules.py's inventory and latest state (500 racks, 1,250 nodes × 8 GPUs, every entity
 fresh, 433 of them breaching a warning), as bench/freshness.py builds it. Then:
 
-1. the rack payloads of every rack through `fleet.state.rack_states` (every GPU's reading,
-   judged in Python) and through `fleet.state.rack_summaries` (GPUs folded per node in the
-   database, `fleet.summaries_sql`) must be equal; each path timed (wall and CPU, median
+1. the rack payloads of every rack through `fleet.read.state.rack_states` (every GPU's reading,
+   judged in Python) and through `fleet.read.state.rack_summaries` (GPUs folded per node in the
+   database, `fleet.read.summaries_sql`) must be equal; each path timed (wall and CPU, median
    of N after a warm-up, the latest state refreshed before each);
 2. GET / in this process through Django's test client with a logged-in user: median and
    p95 server time over N requests after two warm-ups, and its CPU;
@@ -54,7 +54,7 @@ def lean_gpu_totals(now: float) -> dict[int, Any]:
     reading only the GPU columns it judges and the limits, every rule inlined."""
     from fleet import health
     from fleet.health import thresholds as th
-    from fleet.state import select_rows
+    from fleet.read.state import select_rows
 
     stale = health.STALE_AFTER_S
     rank = {lvl.rank: lvl for lvl in health.Level}
@@ -136,8 +136,8 @@ def lean_gpu_totals(now: float) -> dict[int, Any]:
 def parts() -> dict[str, Callable[[], Any]]:
     """What GET / computes, part by part (the rest of the request is the template)."""
     from dashboard.overview import fleet_overview
-    from fleet import state
-    from fleet.site_summary import site_payloads
+    from fleet.read import state
+    from fleet.read.site_summary import site_payloads
 
     now = time.time
     infos = state.rack_infos(None)
@@ -182,8 +182,8 @@ def main() -> int:
         from django.test import Client
 
         from bench import rules
-        from fleet import state
-        from fleet.state import rack_payload, rack_states, rack_summaries
+        from fleet.read import state
+        from fleet.read.state import rack_payload, rack_states, rack_summaries
 
         def refresh() -> None:
             rules.refresh(time.time())

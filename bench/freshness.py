@@ -548,11 +548,11 @@ class PhaseClock:
 
 @contextlib.contextmanager
 def phase_clock() -> Iterator[PhaseClock]:
-    """Reads of the latest state (`fleet.state` readers, as `rack_states` calls them),
+    """Reads of the latest state (`fleet.read.state` readers, as `rack_states` calls them),
     `rack_states` as the overview calls it, and the overview as the view calls it."""
     import dashboard.overview
     import dashboard.views
-    from fleet import state
+    from fleet.read import state
 
     clock = PhaseClock()
     for name in ("rack_infos", "_readings", "gpu_limits"):
@@ -611,7 +611,7 @@ def print_page(page: PageTiming, requests: int) -> None:
         " compress)"
     )
     labels = {
-        "read": "read the latest state (fleet.state: rack_infos, _readings, gpu_limits)",
+        "read": "read the latest state (fleet.read.state: rack_infos, _readings, gpu_limits)",
         "derive": "derive figures (the rest of rack_states: node and rack summaries)",
         "payloads": "rack payloads, tiles, site strips (the rest of dashboard.overview)",
         "render": "template render, middleware, session (the rest of the request)",

@@ -1,4 +1,4 @@
-"""/metrics render time (fleet/prometheus/export.py) for a 10,000-GPU fleet: the
+"""/metrics render time (fleet/read/metrics/export.py) for a 10,000-GPU fleet: the
 inventory and latest state of bench/rules.py (1,250 nodes × 8 GPUs, 500 racks, 20 CDUs,
 every GPU reporting), rendered in-process as the view does.
 
@@ -54,7 +54,7 @@ def run(args: argparse.Namespace, db: object) -> int:
     inv = build_inventory()
     now = time.time()
     fill_latest(inv, now - 1.0)
-    from fleet.prometheus.export import render
+    from fleet.read.metrics.export import render
 
     text = render(now)  # warm-up (imports, caches)
     times = []

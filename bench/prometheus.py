@@ -10,10 +10,10 @@
    /usr/bin/prometheus) scrapes it every 10 s. The bench waits, polling Prometheus' API,
    until every series is there.
 2. One warm-up pull (the first of a source), then `--pulls` pull cycles, each once the
-   next scrape is visible to a pull: `fleet.prometheus.pull.pull_source` — the queries,
+   next scrape is visible to a pull: `fleet.ingest.prometheus.pull.pull_source` — the queries,
    matching, conversion and the write through `write_samples` with latest state — timed
    end to end, with the CPU seconds it and Prometheus spent. pull_s is their median.
-3. metrics_render_s: `fleet.prometheus.export.render` on the 10,000-GPU inventory with
+3. metrics_render_s: `fleet.read.metrics.export.render` on the 10,000-GPU inventory with
    every GPU's latest state filled, as bench/metrics_export.py does (median of 3).
 
 Last line: `series=80000 pull_s=X metrics_render_s=X gpus=10000`. Targets: pull_s ≤ 2,
@@ -101,8 +101,8 @@ def main() -> int:
 
 
 def run(args: argparse.Namespace, tmp: Path) -> int:
+    from fleet.ingest.prometheus.pull import pull_source
     from fleet.models import GPU, PrometheusSource, Site, SourceToken
-    from fleet.prometheus.pull import pull_source
 
     inv = build_inventory()
     SourceToken.objects.update(last_seen=None)  # no agent reports: Prometheus feeds them all
@@ -145,8 +145,8 @@ def run(args: argparse.Namespace, tmp: Path) -> int:
 
 
 def pull_cycles(source: object, prom: Prometheus, pulls: int) -> list[float]:
+    from fleet.ingest.prometheus.pull import pull_source
     from fleet.models import PrometheusSource
-    from fleet.prometheus.pull import pull_source
 
     assert isinstance(source, PrometheusSource)
     start = time.perf_counter()
@@ -188,7 +188,7 @@ def wait_next_scrape(prom: Prometheus, after: float) -> None:
 
 
 def render_time(inv: object) -> float:
-    from fleet.prometheus.export import render
+    from fleet.read.metrics.export import render
 
     fill_latest(inv, time.time() - 1.0)  # type: ignore[arg-type]
     render(time.time())  # warm-up (imports, caches)

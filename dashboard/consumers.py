@@ -1,7 +1,7 @@
 """Live sockets for browsers: who may watch what is decided at connect, through
-`fleet.access`; group names come from `fleet.live` only.
+`fleet.access`; group names come from `fleet.read.live` only.
 
-Forwarded as they come (the payloads of `fleet.payloads`, rendered by the page's own
+Forwarded as they come (the payloads of `fleet.read.payloads`, rendered by the page's own
 script through `static/dashboard/live.js`):
 
 - `/ws/live/fleet` (the overview): the groups of the sites the user sees.
@@ -34,8 +34,8 @@ from django.conf import settings
 
 from dashboard.live_pages import COOLING_EVERY_S, Payload, Render, cooling_live, get_hub, rack_live
 from fleet.access import can_view_site, has_any_role, visible_site_ids
-from fleet.live import rack_changed_group, rack_group, site_group
 from fleet.models import Rack, Site
+from fleet.read.live import rack_changed_group, rack_group, site_group
 
 CLOSE_UNAUTHORIZED = 4401
 CLOSE_REAUTHENTICATE = 4000

@@ -1,8 +1,8 @@
 """The cooling page's content: each CDU's loop with its figures, level and why, and the
 racks it serves with their state.
 
-Levels come from `fleet.health` (through `fleet.state.loop_views` and `rack_states`);
-the reasons (`fleet.state.loop_reasons`, shared with the live payload) name the figure
+Levels come from `fleet.health` (through `fleet.read.state.loop_views` and `rack_states`);
+the reasons (`fleet.read.state.loop_reasons`, shared with the live payload) name the figure
 behind each non-OK level the same way `health.loop_summary` judges it.
 """
 
@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from fleet import health
 from fleet.models import CoolingLoop, Rack
-from fleet.state import loop_reasons, loop_views, rack_states
+from fleet.read.state import loop_reasons, loop_views, rack_states
 from fleet.words import age_words, as_of, level_word, no_data_words
 
 

@@ -3,7 +3,7 @@
 chosen range, and its ECC/XID events. Also serves plotly.js from the installed `plotly`
 package: datacentres are air-gapped, so no CDN.
 
-Every figure and level comes from `fleet.health` (through `fleet.state` readers and the
+Every figure and level comes from `fleet.health` (through `fleet.read.state` readers and the
 rack page's tile words); this module only puts them in order and in words.
 """
 
@@ -24,9 +24,9 @@ from django.views.decorators.http import require_GET
 from dashboard.rack import GpuTile, gpu_tile
 from fleet import health
 from fleet.access import can_view_site
-from fleet.history import RANGES, HistoryError, reason_spans
 from fleet.models import GPU, Event
-from fleet.state import gpu_limits, latest_readings, throttle_words
+from fleet.read.history import RANGES, HistoryError, reason_spans
+from fleet.read.state import gpu_limits, latest_readings, throttle_words
 from fleet.words import age_words, as_of, no_data_words
 
 PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"

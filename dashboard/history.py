@@ -1,4 +1,4 @@
-"""GET /api/v1/history: one entity's metrics over a range, for every chart (fleet/history.py).
+"""GET /api/v1/history: one entity's metrics over a range, for every chart (fleet/read/history.py).
 
 Query parameters:
 - `kind`: gpu, node, rack, feed, loop or facility;
@@ -24,7 +24,8 @@ from django.views.decorators.http import require_GET
 
 from fleet import health
 from fleet.access import can_view_site
-from fleet.history import (
+from fleet.models import GPU
+from fleet.read.history import (
     DEFAULT_MAX_POINTS,
     RANGES,
     HistoryError,
@@ -33,8 +34,7 @@ from fleet.history import (
     history,
     reason_spans,
 )
-from fleet.models import GPU
-from fleet.state import throttle_words
+from fleet.read.state import throttle_words
 from fleet.storage.schema import ENTITY_COLUMNS
 
 

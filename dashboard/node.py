@@ -1,6 +1,6 @@
 """The node page /nodes/<id>/: its GPUs (the rack page's tiles, each linking to its GPU
 page), its host figures, the host tuning audit, the agent's version and clock, and how
-old its data is. Figures and levels come from `fleet.health` through `fleet.state`; this
+old its data is. Figures and levels come from `fleet.health` through `fleet.read.state`; this
 module puts them in order and in words.
 """
 
@@ -21,7 +21,7 @@ from fleet import health
 from fleet.access import can_view_site
 from fleet.agent_versions import agent_line, node_agent_support
 from fleet.models import GPU, Node, SourceToken
-from fleet.state import gpu_limits, latest_readings
+from fleet.read.state import gpu_limits, latest_readings
 from fleet.words import as_of, clock_offset_text, level_word, no_data_words
 
 STALE = health.STALE_AFTER_S

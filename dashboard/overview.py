@@ -1,5 +1,5 @@
-"""The fleet overview page's content: every rack's state from `fleet.state`, and each
-site's strip from `fleet.site_summary`.
+"""The fleet overview page's content: every rack's state from `fleet.read.state`, and each
+site's strip from `fleet.read.site_summary`.
 
 The figures and levels come from `fleet.health` on the server. The heat map has modes
 (the worst of every signal, power against budget, GPU headroom, throttling, alerts
@@ -21,8 +21,8 @@ from django.urls import reverse
 from fleet import health
 from fleet.health import STALE_AFTER_S
 from fleet.models import Rack, Site
-from fleet.site_summary import agent_counts, site_payloads
-from fleet.state import RackState, rack_payload, rack_summaries
+from fleet.read.site_summary import agent_counts, site_payloads
+from fleet.read.state import RackState, rack_payload, rack_summaries
 from fleet.words import level_word
 
 COOLING_LABELS = dict(Rack._meta.get_field("cooling").choices or [])

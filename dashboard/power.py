@@ -19,8 +19,8 @@ from dashboard.overview import power_words
 from fleet import access
 from fleet.health import STALE_AFTER_S
 from fleet.models import Site
-from fleet.pue import DAY_S, RollingPue, kept_s, power_series, rolling_pues
-from fleet.site_summary import site_payloads
+from fleet.read.pue import DAY_S, RollingPue, kept_s, power_series, rolling_pues
+from fleet.read.site_summary import site_payloads
 
 # The chart's spans: (key, label, seconds, tier). The first is drawn first and extended
 # by live pushes; the rest are a click away.
@@ -68,7 +68,7 @@ class RollingRow:
 class SitePower:
     id: int
     name: str
-    now: dict[str, Any]  # fleet.site_summary's figures
+    now: dict[str, Any]  # fleet.read.site_summary's figures
     rolling: list[RollingRow]
     chart: dict[str, dict[str, Any]]  # per span key: power_series
 

@@ -1,7 +1,7 @@
 """The rack page's content: an elevation of its nodes with a tile per GPU, its power
 against budget and per feed (with the N+1 view), and the loop that cools it.
 
-Every figure and level comes from `fleet.state` / `fleet.health`; this module only
+Every figure and level comes from `fleet.read.state` / `fleet.health`; this module only
 puts them in order and in words (units on every number, a level always as a word,
 a stale figure as its age). The page is rendered on the server and says when.
 """
@@ -11,10 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from fleet import health
-from fleet.lost_gpus import LostSince, lost_since
 from fleet.models import GPU, Node, PowerFeed, Rack
-from fleet.payloads import gpu_entry, liquid_entry
-from fleet.state import (  # REASON_WORDS and throttle_words: imported from here by others
+from fleet.read.lost_gpus import LostSince, lost_since
+from fleet.read.payloads import gpu_entry, liquid_entry
+from fleet.read.state import (  # REASON_WORDS and throttle_words: imported from here by others
     REASON_WORDS,
     Payload,
     RackState,
@@ -169,7 +169,7 @@ def tile_from_entry(
     gpu: GPU, entry: Payload, now: float, since: LostSince | None = None, tz: str = "UTC"
 ) -> GpuTile:
     """A GPU tile in words, from the same entry the live rack message carries
-    (`fleet.payloads.gpu_entry`), so the page and a live GPU view never disagree."""
+    (`fleet.read.payloads.gpu_entry`), so the page and a live GPU view never disagree."""
     lost = None
     if entry["lost"]:
         lost = since.words(tz) if since is not None else entry["lost_words"]
@@ -308,7 +308,7 @@ def redundancy(
 
 def liquid(state: RackState, now: float) -> Liquid | None:
     """The loop that cools a liquid rack and the rack's own liquid figures (its manifold
-    sensors when it has them, else the loop's), from `fleet.payloads.liquid_entry`."""
+    sensors when it has them, else the loop's), from `fleet.read.payloads.liquid_entry`."""
     entry = liquid_entry(state, now)
     if entry is None:
         return None

@@ -560,6 +560,3 @@ class EventAdmin(ModelAdmin):
     @admin.display(description="time", ordering="ts")
     def when(self, event: Event) -> str:
         return epoch_text(event.ts)
-
-
-from fleet.prometheus import admin as _prometheus_admin  # noqa: F401,E402

@@ -103,10 +103,8 @@ def schedule_alert_evaluation(sender: Celery, **kwargs: Any) -> None:
         "schedule": watch,
         "options": {"expires": watch * 0.8},
     }
-    # Prometheus sources (fleet/prometheus/pull.py), on a queue of their own: a source that
-    # stalls holds up the next pull, never an evaluation. (fleet.prometheus is not an app,
-    # so autodiscovery does not find its tasks module.)
-    sender.conf.include = (*sender.conf.include, "fleet.prometheus.tasks")
+    # Prometheus sources (fleet/ingest/prometheus/pull.py), on a queue of their own: a source
+    # that stalls holds up the next pull, never an evaluation.
     pull = float(settings.PROMETHEUS_PULL_S)
     sender.conf.beat_schedule["prometheus-pull"] = {
         "task": "prometheus.pull",

@@ -97,6 +97,7 @@ INSTALLED_APPS = [
     "fleet",
     "fleet.alerts",
     "fleet.notifications",
+    "fleet.ingest.prometheus",
     "dashboard",
 ]
 
@@ -234,7 +235,7 @@ ALERT_GROUP_INTERVAL_S = env_float("FLEETWATCH_ALERT_GROUP_INTERVAL_S", 60, mini
 # A group firing unacknowledged is announced again this often, unless its rule says (s).
 ALERT_REPEAT_S = env_float("FLEETWATCH_ALERT_REPEAT_S", 4 * 3600, minimum=60)
 
-# /metrics (fleet/prometheus/views.py): closed unless a scrape sends the bearer token or
+# /metrics (fleet/read/metrics/views.py): closed unless a scrape sends the bearer token or
 # comes from an allowed address (addresses or networks, comma-separated); PUBLIC opens it
 # to anyone (the demo). Which sites get per-GPU series: "all", "none", or comma-separated
 # site slugs (racks, loops, feeds and sites always).
@@ -242,7 +243,7 @@ METRICS_TOKEN = env_str("FLEETWATCH_METRICS_TOKEN")
 METRICS_ALLOW = env_networks("FLEETWATCH_METRICS_ALLOW")
 METRICS_PUBLIC = env_bool("FLEETWATCH_METRICS_PUBLIC", False)
 METRICS_GPU_SITES = env_str("FLEETWATCH_METRICS_GPU_SITES", "all")
-# How often the enabled Prometheus sources are pulled (s) (fleet/prometheus/pull.py).
+# How often the enabled Prometheus sources are pulled (s) (fleet/ingest/prometheus/pull.py).
 PROMETHEUS_PULL_S = env_float("FLEETWATCH_PROMETHEUS_PULL_S", 15, minimum=1)
 
 # Whom a signed-in person with no role is told to ask for access (dashboard/no_role.py),

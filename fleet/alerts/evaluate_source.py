@@ -8,9 +8,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from fleet import health, source_cadence
+from fleet import health
 from fleet.alerts.signals import SCOPE_SAMPLE_KIND
 from fleet.models import GPU, CoolingLoop, Node, Rack, SourceToken
+from fleet.read import source_cadence
 
 if TYPE_CHECKING:
     from fleet.alerts.evaluate_state import Params, Snapshot, Values

@@ -22,7 +22,7 @@ from fleet.alerts.models import AlertRule
 from fleet.alerts.signals import SCOPE_SAMPLE_KIND, Signal
 from fleet.choices import LiquidClassChoices
 from fleet.models import PowerFeed, Site
-from fleet.state import gpu_limits, rack_infos
+from fleet.read.state import gpu_limits, rack_infos
 from fleet.storage.latest import rows_to_latest, select_latest_sql
 
 Key = tuple[int, ...]

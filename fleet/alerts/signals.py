@@ -1,7 +1,7 @@
 """The catalogue of signals an alert rule may watch, as data.
 
 A signal is a number per entity of one scope: a raw gauge from the metric catalogue
-(agents/protocol/metrics.py, the latest value read through fleet/state.py), a figure
+(agents/protocol/metrics.py, the latest value read through fleet/read/state.py), a figure
 derived by a `fleet.health` function, a count of agent events in a window, or a fact
 about the source itself (silent, a field lagging). Flags are 1 (true) or 0 (false).
 A signal with no value for an entity (unsupported, stale, nothing to judge) makes no

@@ -3,7 +3,7 @@
 A source declares how often it samples and how often it sends a batch (protocol
 `cadence`, docs/protocol.md); the server keeps both per source (`SourceToken`) and a
 Prometheus source is pulled every `PROMETHEUS_PULL_S` (`PrometheusSource.pull_interval_s`);
-fleet/source_cadence.py finds each entity's interval.
+fleet/read/source_cadence.py finds each entity's interval.
 Silence is counted in the source's own *batch* intervals: a facility agent that polls and
 sends every 5 s has missed one batch 5 s after its last, not 1 s after. The "agent silent"
 rules, `metric_lag_s`, the site strip's "agents stale" count and `/metrics` all judge a

@@ -182,7 +182,7 @@ class NodeSummary:
 @dataclass(frozen=True, slots=True)
 class GpuTotals:
     """What a node's summary needs of its GPUs, already folded: `gpu_totals` folds the
-    GPUs' readings; `fleet.summaries_sql` computes the same in the database (the fleet
+    GPUs' readings; `fleet.read.summaries_sql` computes the same in the database (the fleet
     overview summarises every node without reading every GPU's figures)."""
 
     count: int  # GPUs with a latest state

@@ -26,7 +26,7 @@ from django.conf import settings
 
 from fleet.ingest import frames
 from fleet.ingest.auth import SourceIdentity
-from fleet.live import get_publisher
+from fleet.read.live import get_publisher
 
 log = logging.getLogger("fleet.ingest")
 

@@ -1,4 +1,4 @@
-"""Prometheus servers Fleetwatch pulls dcgm-exporter series from (fleet/prometheus/pull.py),
+"""Prometheus servers Fleetwatch pulls dcgm-exporter series from (fleet/ingest/prometheus/pull.py),
 the GPUs each one fed, and the series that matched no GPU."""
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ class PrometheusSource(models.Model):
         default=60, help_text="the oldest sample a pull reads (above the exporter's interval)"
     )
     enabled = models.BooleanField(default=True)
-    # Written by the pull (fleet/prometheus/pull.py), read-only in the admin.
+    # Written by the pull (fleet/ingest/prometheus/pull.py), read-only in the admin.
     last_pull_at = models.FloatField(null=True, blank=True, editable=False)
     last_status = models.CharField(
         max_length=8, choices=PullStatus.choices, default=PullStatus.NEVER, editable=False

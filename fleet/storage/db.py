@@ -315,7 +315,8 @@ def _pg_types(kind: str) -> dict[str, str]:
 def pg_tx_on(cursor: Any) -> Tx:
     """The ingest writer's PostgreSQL transaction (binary COPY through a temp stage, ON
     CONFLICT, so a row stored before is skipped) on a psycopg cursor someone else's
-    transaction owns: the Prometheus pull runs it on Django's (fleet/prometheus/pull_db.py)."""
+    transaction owns: the Prometheus pull runs it on Django's
+    (fleet/ingest/prometheus/pull_db.py)."""
     return _PgTx(cursor, {kind: _pg_types(kind) for kind in METRICS}, staged=True)
 
 

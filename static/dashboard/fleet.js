@@ -1,5 +1,5 @@
 // Fleet overview: renders the rack states and site strips the server pushes
-// (fleet/state.py and fleet/site_summary.py derive every figure and level through
+// (fleet/read/state.py and fleet/read/site_summary.py derive every figure and level through
 // fleet/health). The heat map's mode picks which of those levels colours a tile; the
 // page computes nothing but ages and the GPUs throttling per site (a sum of its racks').
 (function () {

@@ -1,6 +1,6 @@
 // Power & PUE: draws each site's IT-against-facility chart (Plotly, when it loaded) and
 // keeps the "now" figures live from the site payloads pushed on /ws/live/fleet
-// (fleet/site_summary.py derives them through fleet/health). The page computes nothing
+// (fleet/read/site_summary.py derives them through fleet/health). The page computes nothing
 // but ages: a figure older than the freshness target shows its age, not a frozen number.
 (function () {
   "use strict";

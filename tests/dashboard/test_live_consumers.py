@@ -21,8 +21,8 @@ from agents.protocol import reasons as nvml
 from dashboard import consumers, live_pages
 from dashboard.routing import websocket_urlpatterns
 from fleet.demo import DEMO_RACKS, seed_demo_site
-from fleet.live import LIVE_UPDATE, LivePublisher, rack_changed_group, site_group
 from fleet.models import GPU, CoolingLoop, Node, Rack, Site
+from fleet.read.live import LIVE_UPDATE, LivePublisher, rack_changed_group, site_group
 from tests.dashboard.test_rack_and_cooling_pages import store
 from tests.support.people import viewer
 

@@ -14,9 +14,9 @@ from django.contrib.auth.models import User
 
 from agents.protocol import reasons as nvml
 from dashboard import live_pages
-from fleet import payloads
-from fleet.live import LivePublisher, rack_changed_group
 from fleet.models import Node, Rack, Site
+from fleet.read import payloads
+from fleet.read.live import LivePublisher, rack_changed_group
 from tests.dashboard.test_live_consumers import ops, site, socket  # noqa: F401 (fixtures)
 from tests.dashboard.test_rack_and_cooling_pages import store
 

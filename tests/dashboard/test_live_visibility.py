@@ -16,8 +16,8 @@ from django.test import Client
 
 from dashboard import consumers, live_pages
 from fleet.demo import DEMO_RACKS, seed_demo_site
-from fleet.live import LIVE_UPDATE, site_group
 from fleet.models import CoolingLoop, Rack, Site
+from fleet.read.live import LIVE_UPDATE, site_group
 from tests.dashboard.test_live_consumers import closed_with, socket
 from tests.dashboard.test_rack_and_cooling_pages import store
 from tests.dashboard.test_roles import person

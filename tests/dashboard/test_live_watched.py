@@ -9,7 +9,7 @@ import pytest
 from channels_redis.core import RedisChannelLayer
 from redis.exceptions import ResponseError
 
-from fleet.live import rack_group, watched
+from fleet.read.live import rack_group, watched
 from tests.support.services import services_redis_url
 
 pytestmark = pytest.mark.services

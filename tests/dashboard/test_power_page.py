@@ -19,7 +19,7 @@ from django.test import Client, override_settings
 from fleet import access
 from fleet.demo import seed_demo_site
 from fleet.models import Site
-from fleet.pue import DAY_S, rolling_pue
+from fleet.read.pue import DAY_S, rolling_pue
 from tests.dashboard.test_rack_and_cooling_pages import fold, store
 from tests.fleet.test_rollups import TierDb, fresh_db
 from tests.support.people import viewer

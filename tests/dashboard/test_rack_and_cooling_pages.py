@@ -143,7 +143,7 @@ def test_a_throttled_gpu_shows_its_decoded_reason_headroom_and_level(client: Cli
     assert "hw_thermal: hardware thermal slowdown (>=2x)" in gpu
     page = text(response)
     assert "17 °C to slowdown" in page  # a healthy GPU: 87 − 70
-    assert "1 GPU(s) in thermal slowdown" in page  # the rack's reason, from fleet.state
+    assert "1 GPU(s) in thermal slowdown" in page  # the rack's reason, from fleet.read.state
 
 
 def test_stale_figures_say_how_old_they_are(client: Client) -> None:

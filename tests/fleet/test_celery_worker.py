@@ -111,8 +111,8 @@ def test_worker_trims_expired_raw_samples_when_sent_fleet_retention(worker: Work
 def test_beat_schedule_names_only_registered_tasks() -> None:
     # (registers the tasks, as the worker's autodiscovery does)
     import fleet.alerts.tasks
+    import fleet.ingest.prometheus.tasks
     import fleet.notifications.tasks
-    import fleet.prometheus.tasks
     import fleet.tasks  # noqa: F401
 
     # (what is scheduled, and that each tick expires before the next: tests/fleet/test_queues.py)

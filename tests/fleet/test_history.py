@@ -1,4 +1,4 @@
-"""Reading history (fleet/history.py) on every database tier: the tier that answers a
+"""Reading history (fleet/read/history.py) on every database tier: the tier that answers a
 range, points bounded however long the range, rollup statistics as stored, throttle
 reasons kept as masks, and clear refusals of what it cannot answer."""
 
@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from agents.protocol import reasons as nvml
-from fleet.history import HistoryError, choose_tier, history, reason_spans
+from fleet.read.history import HistoryError, choose_tier, history, reason_spans
 from fleet.storage.rollups import rollup
 from fleet.storage.schema import raw_table
 from tests.fleet.test_rollups import T, TierDb, fresh_db

@@ -22,11 +22,11 @@ from django.db import connection, transaction
 from django.test import Client
 from django.urls import reverse
 
+from fleet.ingest.prometheus.pull import pull_source
 from fleet.models import PrometheusSource, Site
 from fleet.notifications.delivery import attempt
 from fleet.notifications.models import Delivery, Route
 from fleet.notifications.slack import SlackWebhook
-from fleet.prometheus.pull import pull_source
 from fleet.secrets import SETTING, SecretKeyMissing, SecretUnreadable, check_stored_secrets
 from fleetwatch.secret_keys import local_key, parse_keys
 from tests.support.slack_receiver import SlackReceiver

@@ -14,7 +14,7 @@ from fleet.alerts.models import AlertGroup, AlertInstance, AlertRule
 from fleet.demo import DEMO_RACKS, seed_demo_site
 from fleet.health import STALE_AFTER_S
 from fleet.models import CoolingLoop, Node, Rack, Site
-from fleet.site_summary import site_payload, site_payloads
+from fleet.read.site_summary import site_payload, site_payloads
 from tests.fleet.test_state import store
 
 pytestmark = pytest.mark.django_db
@@ -132,8 +132,8 @@ def test_many_sites_are_built_at_once_each_with_its_own_figures(site: Site) -> N
 
 
 def test_a_facility_push_to_the_site_group_carries_the_refreshed_counts(site: Site) -> None:
-    from fleet.live import site_group
-    from fleet.payloads import UpdatePlan, build_updates
+    from fleet.read.live import site_group
+    from fleet.read.payloads import UpdatePlan, build_updates
 
     now = time.time()
     store("facility", (site.pk,), now, total_power_w=1.3e6, it_power_w=1.0e6, pue_category=2)

@@ -15,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from fleet import health
 from fleet.demo import DEMO_RACKS, seed_demo_site
 from fleet.models import GPU, Node, PrometheusSource, PulledGPU, Site, SourceToken, hash_token
-from fleet.site_summary import site_payload
+from fleet.read.site_summary import site_payload
 from tests.fleet.test_state import store
 
 pytestmark = pytest.mark.django_db

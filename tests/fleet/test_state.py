@@ -12,10 +12,10 @@ from django.db import connection
 
 from agents.protocol import reasons as nvml
 from fleet.demo import DEMO_RACKS, seed_demo_site
-from fleet.live import fleet_group, rack_group, site_group
 from fleet.models import GPU, CoolingLoop, Node, PowerFeed, Rack, Site
-from fleet.payloads import build_updates, plan_updates
-from fleet.state import rack_payload, rack_states
+from fleet.read.live import fleet_group, rack_group, site_group
+from fleet.read.payloads import build_updates, plan_updates
+from fleet.read.state import rack_payload, rack_states
 from fleet.storage.db import Row, Upsert
 from fleet.storage.latest import LatestDelta, merge_latest
 

@@ -5,8 +5,8 @@ unknown ones; headroom on and past its thresholds; power that rounds on a .x5) m
 exactly the rack payloads that reading and judging every GPU in Python gives — lost GPUs
 (their node fresh, they stale) counted and critical on both.
 
-`fleet.state.rack_summaries` (GPUs folded per node by `fleet.summaries_sql`) against
-`fleet.state.rack_states` (every GPU's reading through `fleet.health`), in a database of
+`fleet.read.state.rack_summaries` (GPUs folded per node by `fleet.read.summaries_sql`) against
+`fleet.read.state.rack_states` (every GPU's reading through `fleet.health`), in a database of
 its own per test (tests/fleet/test_rollups.py's `fresh_db`).
 """
 
@@ -20,8 +20,9 @@ from typing import Any
 import pytest
 
 from agents.protocol import reasons as nvml
-from fleet import health, site_summary, state
+from fleet import health
 from fleet.models import GPU, CoolingLoop, Hall, Node, Rack, Site
+from fleet.read import site_summary, state
 from fleet.storage.latest import latest_columns, metric_names
 from tests.fleet.test_rollups import TierDb, fresh_db
 

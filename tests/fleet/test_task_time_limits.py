@@ -16,7 +16,7 @@ from fleetwatch.demo import celery_workers
 TASK_MODULES = (
     "fleet.tasks",
     "fleet.alerts.tasks",
-    "fleet.prometheus.tasks",
+    "fleet.ingest.prometheus.tasks",
     "fleet.notifications.tasks",
 )
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from agents.protocol.metrics import GPU_METRICS
-from fleet.prometheus.mapping import FIELDS, INT64_BLANK, convert, is_blank
+from fleet.ingest.prometheus.mapping import FIELDS, INT64_BLANK, convert, is_blank
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "prometheus.md"
 

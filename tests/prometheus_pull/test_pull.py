@@ -15,6 +15,10 @@ from django.core.management import CommandError, call_command
 
 from fleet.alerts.engine import evaluate
 from fleet.alerts.models import AlertInstance, AlertRule
+from fleet.ingest.prometheus.mapping import PULLED_FIELDS
+from fleet.ingest.prometheus.pull import pull_all, pull_source
+from fleet.ingest.prometheus.pull_db import DjangoDb
+from fleet.ingest.prometheus.tasks import pull_prometheus
 from fleet.models import (
     GPU,
     Event,
@@ -27,10 +31,6 @@ from fleet.models import (
     SourceToken,
     UnmatchedSeries,
 )
-from fleet.prometheus.mapping import PULLED_FIELDS
-from fleet.prometheus.pull import pull_all, pull_source
-from fleet.prometheus.pull_db import DjangoDb
-from fleet.prometheus.tasks import pull_prometheus
 from fleet.storage.latest import rows_to_latest, select_latest_sql
 from tests.prometheus_pull.support import (
     Exporter,

@@ -1,5 +1,5 @@
 """A local HTTP server answering the two instant queries a Prometheus pull asks
-(fleet/prometheus/pull_query.py): each scrape target's newest scrape time, and each
+(fleet/ingest/prometheus/pull_query.py): each scrape target's newest scrape time, and each
 field's value per GPU, as a Prometheus that scrapes one dcgm-exporter every
 `scrape_s` seconds would. For scenarios that need a Prometheus source without Debian's
 prometheus (tests/prometheus_pull/ drive the real one).

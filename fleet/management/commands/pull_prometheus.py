@@ -10,8 +10,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
+from fleet.ingest.prometheus.pull import backfill, pull_source
 from fleet.models import PrometheusSource
-from fleet.prometheus.pull import backfill, pull_source
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 

@@ -3,7 +3,7 @@ publisher that feeds them.
 
 Each ingest child reports which entities' latest state it saved (CHANGED frames);
 the `LivePublisher` of the server process coalesces those reports, reads the
-affected racks' latest state once per interval (`fleet.payloads.build_updates`, which
+affected racks' latest state once per interval (`fleet.read.payloads.build_updates`, which
 derives every figure and level through `fleet.health`) and sends them to:
 
 - `live.site.<site id>`: per rack summaries of that site, its loops and facility figures;
@@ -29,7 +29,7 @@ from typing import Any
 
 from channels.layers import get_channel_layer
 
-log = logging.getLogger("fleet.live")
+log = logging.getLogger("fleet.read.live")
 
 LIVE_UPDATE = "live.update"  # the consumer method `live_update`
 SEND_TIMEOUT_S = 2.0
@@ -142,7 +142,7 @@ def _plan(changed: Changed, refresh_sites: bool = False) -> Any:
     `refresh_sites`: every site's strip too, as if its facility had reported."""
     from django.db import connection
 
-    from fleet.payloads import plan_updates
+    from fleet.read.payloads import plan_updates
 
     if connection.connection is not None and not connection.is_usable():
         connection.close()  # the database dropped it (a restart): the next query reopens
@@ -159,7 +159,7 @@ def _plan(changed: Changed, refresh_sites: bool = False) -> Any:
 
 
 def _build(plan: Any, wanted: set[str]) -> list[tuple[str, dict[str, Any]]]:
-    from fleet.payloads import build_updates
+    from fleet.read.payloads import build_updates
 
     return build_updates(plan, wanted, time.time())
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fleet.prometheus.pull import pull_all
+from fleet.ingest.prometheus.pull import pull_all
 from fleet.tasks import instrumented_task
 
 

@@ -3,7 +3,7 @@ that shows racks and nodes, never single GPUs (the fleet overview), need not rea
 judge every GPU's figures in Python (10,000 GPUs: ~1.5 s of a 2 s page, docs/benchmarks.md).
 
 The statements are built here from `fleet.health`'s thresholds and level ranks and mirror
-its rules term by term; fleet/state.py runs them (`rack_summaries`). A test generates
+its rules term by term; fleet/read/state.py runs them (`rack_summaries`). A test generates
 varied GPU states on both engines and holds the two paths to the same rack payloads
 (tests/fleet/test_summaries_sql.py), so they cannot drift apart.
 
@@ -13,7 +13,7 @@ The rules mirrored (fleet/health/gpus.py, levels.py, thresholds.py):
   (`Reading.fresh`); a GPU is fresh when its row's `ts` (its newest sample) is;
 - headroom to slowdown: `slowdown_c − temp_gpu_c` when both are known, else
   `temp_margin_c − tlimit_slowdown_c`; to HBM max: `mem_max_c − temp_mem_c` (the limits
-  `fleet.state.gpu_limits` reads: no T.Limit offset for HBM); a GPU without a `fleet_gpu`
+  `fleet.read.state.gpu_limits` reads: no T.Limit offset for HBM); a GPU without a `fleet_gpu`
   row has no limits;
 - a GPU's level: its slowdown headroom's level (unknown when not computable), worsened by
   its HBM headroom's when known and by its clock-event mask's when reported, whether the

@@ -4,7 +4,7 @@ Only fields with a Fleetwatch metric of the same meaning are mapped; the rest (e
 and decoder utilisation, sync-boost, board-limit, low-utilisation and reliability
 violation time, aggregate ECC, retired pages, NVLink bandwidth and flit CRC, vGPU
 licence) have no column and are not queried. `DCGM_FI_DEV_XID_ERRORS` is not a sample:
-it becomes an XID event when it changes (fleet/prometheus/pull.py).
+it becomes an XID event when it changes (fleet/ingest/prometheus/pull.py).
 """
 
 from __future__ import annotations

@@ -6,10 +6,10 @@ One pull of one source (`pull_source`):
    (FIELD{<selector>})` (one series per GPU, only the labels that name it), and one for
    each scrape target's newest scrape time, which becomes the time of its values; a
    target whose newest scrape is already stored gives nothing new;
-2. each series is matched to a GPU (fleet/prometheus/pull_match.py); one that matches
+2. each series is matched to a GPU (fleet/ingest/prometheus/pull_match.py); one that matches
    none is recorded (`UnmatchedSeries`), GPUs whose node has a live agent are skipped
    (the agent wins), blanks and implausible values are dropped, units converted
-   (fleet/prometheus/mapping.py); a change of the last XID becomes an XID event;
+   (fleet/ingest/prometheus/mapping.py); a change of the last XID becomes an XID event;
 3. everything is stored through the one write path, `write_samples`, with its latest-state
    delta, so pages, rules and rollups see it like agent data.
 
@@ -27,12 +27,12 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+from fleet.ingest.prometheus.mapping import XID_FIELD, convert, is_blank
+from fleet.ingest.prometheus.pull_db import DjangoDb
+from fleet.ingest.prometheus.pull_match import GpuRef, Labels, Matcher, identity, load_matcher
+from fleet.ingest.prometheus.pull_query import Points, SourceDown, fetch_range, fetch_recent
 from fleet.models import PrometheusSource, PulledGPU, UnmatchedSeries
 from fleet.models.prometheus import PullStatus
-from fleet.prometheus.mapping import XID_FIELD, convert, is_blank
-from fleet.prometheus.pull_db import DjangoDb
-from fleet.prometheus.pull_match import GpuRef, Labels, Matcher, identity, load_matcher
-from fleet.prometheus.pull_query import Points, SourceDown, fetch_range, fetch_recent
 from fleet.storage.db import Row
 from fleet.storage.samples import (
     SampleWrite,

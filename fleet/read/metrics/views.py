@@ -1,4 +1,4 @@
-"""GET /metrics: Fleetwatch's view for Prometheus (fleet/prometheus/export.py).
+"""GET /metrics: Fleetwatch's view for Prometheus (fleet/read/metrics/export.py).
 
 Closed by default: a scrape is served when it sends the bearer token
 (FLEETWATCH_METRICS_TOKEN) or comes from an address in FLEETWATCH_METRICS_ALLOW;
@@ -19,7 +19,7 @@ from django.views.decorators.http import require_GET
 from prometheus_client.exposition import CONTENT_TYPE_LATEST  # text format 0.0.4
 
 from fleet.ingest.auth import bearer_from_meta
-from fleet.prometheus.export import render
+from fleet.read.metrics.export import render
 
 CLOSED = (
     "/metrics is closed: set FLEETWATCH_METRICS_TOKEN (and send it as a bearer token), "

@@ -4,10 +4,10 @@ latest-state tables read once, every figure and level derived by `fleet.health`.
 Nothing here computes a threshold of its own; nothing else reads the latest-state
 tables for display. `rack_states` is the workhorse (the overview page reads every
 rack, the live publisher the racks that changed); `loop_views` does the same for
-cooling loops. `fleet.payloads` turns these into what pages show per GPU, feed and
+cooling loops. `fleet.read.payloads` turns these into what pages show per GPU, feed and
 loop, and into the live group messages.
 
-The live contract, in short (details in `fleet.payloads`):
+The live contract, in short (details in `fleet.read.payloads`):
 
 - `live.rack.<id>`: `{"ts", "rack", "nodes", "gpus", "feeds", "liquid"}`, where
   `gpus` is `{"<GPU inventory pk>": {"node_id", "index", "level", "level_word", "lost"
@@ -37,8 +37,9 @@ import orjson
 from django.db import connection
 
 from agents.protocol import reasons as nvml
-from fleet import health, summaries_sql
+from fleet import health
 from fleet.choices import LiquidClassChoices
+from fleet.read import summaries_sql
 from fleet.storage.latest import merge_columns, rows_to_latest, select_latest_sql
 from fleet.storage.schema import ENTITY_COLUMNS, latest_table
 from fleet.words import level_word, no_data_words
@@ -282,7 +283,7 @@ def summary_readings(
 
 
 def node_gpu_totals(node_ids: Iterable[int] | None, now: float) -> dict[int, health.GpuTotals]:
-    """Each node's GPUs folded in the database (`fleet.summaries_sql`): what
+    """Each node's GPUs folded in the database (`fleet.read.summaries_sql`): what
     `health.node_summary` needs of them, without reading every GPU's figures."""
     where, params = "", list[int]()
     if node_ids is not None:

@@ -1,5 +1,5 @@
 """The queries of a Prometheus pull: prometheus-api-client's connection, the PromQL asked,
-and the answers as (labels, points) — for `fleet.prometheus.pull`, which stores them."""
+and the answers as (labels, points) — for `fleet.ingest.prometheus.pull`, which stores them."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ import requests
 from prometheus_api_client import PrometheusConnect
 from prometheus_api_client.exceptions import PrometheusApiClientException
 
+from fleet.ingest.prometheus.mapping import PULLED_FIELDS
+from fleet.ingest.prometheus.pull_match import Labels
 from fleet.models import PrometheusSource
-from fleet.prometheus.mapping import PULLED_FIELDS
-from fleet.prometheus.pull_match import Labels
 from fleet.secrets import SecretError
 
 # Prometheus' [time, "value"] pairs as its API sends them, in time order.

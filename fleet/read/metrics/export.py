@@ -21,10 +21,10 @@ from django.conf import settings
 from django.db.models import Count, Sum
 
 from fleet import health
-from fleet.payloads import rack_feeds
-from fleet.prometheus.agent_series import agent_series
-from fleet.site_summary import open_incidents, site_payloads
-from fleet.state import (
+from fleet.read.metrics.agent_series import agent_series
+from fleet.read.payloads import rack_feeds
+from fleet.read.site_summary import open_incidents, site_payloads
+from fleet.read.state import (
     RackState,
     fresh_value,
     gpu_ids,

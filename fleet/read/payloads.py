@@ -2,7 +2,7 @@
 a rack's liquid and each cooling loop — and the live group messages built from them.
 
 `plan_updates` resolves what an ingest child saved to the racks, loops and sites it
-touches; `build_updates` builds only the messages of watched groups (`fleet.live`):
+touches; `build_updates` builds only the messages of watched groups (`fleet.read.live`):
 
 - `live.rack.<id>`: `{"ts", "rack": rack_payload, "nodes": {"<node id>": NodeSummary},
   "gpus": {"<GPU inventory pk>": gpu_entry}, "feeds": {"<feed id>": feed_entry},
@@ -15,7 +15,7 @@ touches; `build_updates` builds only the messages of watched groups (`fleet.live
 - `live.fleet`: compact: `{"ts", "racks": {"<rack id>": {"level", "throttling"}},
   "sites": {"<site id>": site_payload}}`.
 
-Every figure is derived by `fleet.health` (through `fleet.state`) and is null when absent
+Every figure is derived by `fleet.health` (through `fleet.read.state`) and is null when absent
 or older than `health.STALE_AFTER_S`; `ts` fields are epoch seconds of the newest sample.
 """
 
@@ -25,9 +25,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from fleet import health
-from fleet.live import fleet_group, rack_changed_group, rack_group, site_group
-from fleet.site_summary import site_payload
-from fleet.state import (
+from fleet.read.live import fleet_group, rack_changed_group, rack_group, site_group
+from fleet.read.site_summary import site_payload
+from fleet.read.state import (
     GpuKey,
     LoopState,
     Payload,

@@ -2,7 +2,7 @@
 ISO/IEC 30134-2 category, alerts firing (per rack and loop too, for the overview's alert
 mode) and node agents gone quiet.
 
-`site_payload` is what `fleet.payloads.build_updates` pushes to a site's group whenever the
+`site_payload` is what `fleet.read.payloads.build_updates` pushes to a site's group whenever the
 site's facility data changes, so the alert and agent counts, which move with other
 entities, are refreshed with every facility push. `site_payloads` builds the same for
 many sites with one query per figure (the overview page renders every site at once).
@@ -17,7 +17,7 @@ from typing import Any
 from django.db import connection
 
 from fleet import health
-from fleet.source_cadence import node_intervals
+from fleet.read.source_cadence import node_intervals
 
 Payload = dict[str, Any]
 
@@ -37,7 +37,7 @@ def site_payloads(
     """The strip figures of each site in `site_ids`: three queries whatever their number.
     `agents`: the counts `agent_counts` gives, when the caller already knows each node's
     newest data (the overview: its node summaries), so the latest state is not read again."""
-    from fleet.state import latest_readings  # state imports this module
+    from fleet.read.state import latest_readings  # state imports this module
 
     ids = sorted(set(site_ids))
     readings = latest_readings("facility", ids)

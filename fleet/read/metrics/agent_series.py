@@ -15,7 +15,7 @@ from fleet.agent_versions import Support, protocol_label, reported_support
 from fleet.models import Node, SourceToken
 
 if TYPE_CHECKING:
-    from fleet.prometheus.export import Families
+    from fleet.read.metrics.export import Families
 
 INFO_LABELS = ("site", "rack", "node", "version", "protocol", "support")
 
