@@ -10,13 +10,13 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.support import services
+from tests.support import services, speeds
 from tests.support.browser import CHROMIUM_ARGS, chromium_path
 from tests.support.server import FleetServer
 
@@ -42,6 +42,7 @@ SERVICES_SKIP = (
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    speeds.classify(items)
     if _services_available():
         return
     skip = pytest.mark.skip(reason=SERVICES_SKIP)
@@ -53,12 +54,23 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", speeds.PROCESS_MARK)
+    speeds.watch_process_starts()
     if os.environ.get("REQUIRE_SERVICES") == "1" and not _services_available():
         raise pytest.UsageError(
             "REQUIRE_SERVICES=1 but PostgreSQL "
             f"({services.services_database_url()}) or Redis ({services.services_redis_url()})"
             " does not answer"
         )
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report: pytest.TestReport = yield
+    speeds.fail_if_a_process_started(report)
+    return report
 
 
 EXIT_GRACE_S = 60.0

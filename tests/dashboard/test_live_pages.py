@@ -5,11 +5,19 @@ a failed render never ends the page's updates, and a page nobody watches is let 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 from dashboard.live_pages import PageHub, Payload
 
 WAIT_S = 10.0  # generous: a bound on a hang, not a timing assertion
+
+
+async def until(condition: Callable[[], bool]) -> None:
+    """Poll on the loop (the hub renders on it) until `condition` holds, at most WAIT_S."""
+    async with asyncio.timeout(WAIT_S):
+        while not condition():
+            await asyncio.sleep(0.01)
 
 
 class Renders:
@@ -67,13 +75,15 @@ async def test_a_browser_joining_gets_the_page_at_once_without_waiting_for_a_cha
 async def test_pokes_during_a_render_make_one_more_render_not_one_each() -> None:
     hub, render = PageHub(quiet_refresh_s=60), Renders()
     browser = Browser()
-    hub.join("cooling", render, browser.send, every_s=0.2)
+    every_s = 0.2
+    hub.join("cooling", render, browser.send, every_s=every_s)
     hub.poke("cooling")
     await browser.next()
     for _ in range(5):  # five publishes while the page is held back by every_s
         hub.poke("cooling")
     assert await browser.next() == {"render": 2}
-    await asyncio.sleep(0.5)  # room for any extra render to show itself
+    # An extra render would come at most every_s after the last: wait past that bound.
+    await asyncio.sleep(2 * every_s)
     assert render.calls == 2
 
 
@@ -90,7 +100,7 @@ async def test_a_failed_render_is_counted_and_the_next_update_still_arrives() ->
     browser = Browser()
     hub.join("rack-1", render, browser.send, every_s=0.01)
     hub.poke("rack-1")
-    await asyncio.sleep(0.2)
+    await until(lambda: hub.failures == 1)  # the first render has failed
     hub.poke("rack-1")
     assert await browser.next() == {"render": 2}
     assert hub.failures == 1
