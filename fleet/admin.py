@@ -7,15 +7,22 @@ info) are shown read-only; token hashes are never shown whole nor editable.
 from __future__ import annotations
 
 import datetime as dt
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.contrib import admin, messages
 from django.core.exceptions import ValidationError
-from django.db.models import Count, QuerySet
+from django.db.models import QuerySet
 from django.forms import BaseInlineFormSet
 from django.http import HttpRequest
 
 from fleet import admin_access  # noqa: F401  (site roles; Fleetwatch's name on the admin)
+from fleet.admin_base import (
+    CountingAdmin,
+    ModelAdmin,
+    RecordAdmin,
+    TabularInline,
+    children_column,
+)
 from fleet.admin_display import epoch_text, pretty_json
 from fleet.agent_versions import node_agent_support
 from fleet.choices import PowerFeedTypeChoices
@@ -37,14 +44,6 @@ from fleet.models import (
     pue_category_for_roles,
 )
 from fleet.words import clock_offset_text
-
-if TYPE_CHECKING:
-    # django-stubs makes these generic; at run time they are not subscriptable.
-    ModelAdmin = admin.ModelAdmin[Any]
-    TabularInline = admin.TabularInline[Any, Any]
-else:
-    ModelAdmin = admin.ModelAdmin
-    TabularInline = admin.TabularInline
 
 # Helpers ----------------------------------------------------------------------------------
 
@@ -92,18 +91,15 @@ class FacilityMeterInline(TabularInline):
 
 
 @admin.register(Site)
-class SiteAdmin(ModelAdmin):
+class SiteAdmin(CountingAdmin):
     list_display = ("slug", "name", "timezone", "hall_count", "pue_category")
     search_fields = ("slug", "name")
     inlines = (HallInline, CoolingLoopInline, FacilityMeterInline)
+    counted = "halls"
+    hall_count = children_column("halls")
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Site]:
-        qs: QuerySet[Site] = super().get_queryset(request)
-        return qs.annotate(_halls=Count("halls")).prefetch_related("meters")
-
-    @admin.display(description="halls", ordering="_halls")
-    def hall_count(self, site: Site) -> int:
-        return site._halls  # type: ignore[attr-defined, no-any-return]
+        return super().get_queryset(request).prefetch_related("meters")
 
     @admin.display(description="PUE category")
     def pue_category(self, site: Site) -> str:
@@ -119,20 +115,14 @@ class RackInline(TabularInline):
 
 
 @admin.register(Hall)
-class HallAdmin(ModelAdmin):
+class HallAdmin(CountingAdmin):
     list_display = ("name", "site", "rack_count")
     list_filter = ("site",)
     search_fields = ("name", "site__slug", "site__name")
     list_select_related = ("site",)
     inlines = (RackInline,)
-
-    def get_queryset(self, request: HttpRequest) -> QuerySet[Hall]:
-        qs: QuerySet[Hall] = super().get_queryset(request)
-        return qs.annotate(_racks=Count("racks"))
-
-    @admin.display(description="racks", ordering="_racks")
-    def rack_count(self, hall: Hall) -> int:
-        return hall._racks  # type: ignore[attr-defined, no-any-return]
+    counted = "racks"
+    rack_count = children_column("racks")
 
 
 # Racks and power --------------------------------------------------------------------------
@@ -186,7 +176,7 @@ class NodeInline(TabularInline):
 
 
 @admin.register(Rack)
-class RackAdmin(ModelAdmin):
+class RackAdmin(CountingAdmin):
     list_display = (
         "name",
         "hall",
@@ -200,11 +190,12 @@ class RackAdmin(ModelAdmin):
     search_fields = ("name", "hall__name", "hall__site__slug")
     list_select_related = ("hall__site", "loop__site")
     inlines = (PowerFeedInline, NodeInline)
+    counted = "nodes"
+    node_count = children_column("nodes")
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Rack]:
-        qs: QuerySet[Rack] = super().get_queryset(request)
         # Prefetched so each row's feed capacity costs no query of its own.
-        return qs.prefetch_related("feeds").annotate(_nodes=Count("nodes"))
+        return super().get_queryset(request).prefetch_related("feeds")
 
     @admin.display(description="Budget", ordering="power_budget_kw")
     def budget(self, rack: Rack) -> str:
@@ -213,10 +204,6 @@ class RackAdmin(ModelAdmin):
     @admin.display(description="Primary feeds can carry")
     def feed_capacity(self, rack: Rack) -> str:
         return _kw(rack.feed_capacity_kw())
-
-    @admin.display(description="nodes", ordering="_nodes")
-    def node_count(self, rack: Rack) -> int:
-        return rack._nodes  # type: ignore[attr-defined, no-any-return]
 
 
 @admin.register(PowerFeed)
@@ -257,7 +244,7 @@ class PowerFeedAdmin(ModelAdmin):
 
 
 @admin.register(CoolingLoop)
-class CoolingLoopAdmin(ModelAdmin):
+class CoolingLoopAdmin(CountingAdmin):
     list_display = (
         "name",
         "site",
@@ -270,10 +257,8 @@ class CoolingLoopAdmin(ModelAdmin):
     list_filter = ("site", "liquid_class")
     search_fields = ("name", "site__slug")
     list_select_related = ("site",)
-
-    def get_queryset(self, request: HttpRequest) -> QuerySet[CoolingLoop]:
-        qs: QuerySet[CoolingLoop] = super().get_queryset(request)
-        return qs.annotate(_racks=Count("racks"))
+    counted = "racks"
+    rack_count = children_column("racks")
 
     @admin.display(description="Supply limit")
     def supply_limit(self, loop: CoolingLoop) -> str:
@@ -287,10 +272,6 @@ class CoolingLoopAdmin(ModelAdmin):
     @admin.display(description="Rated flow (L/min)", ordering="rated_flow_lpm")
     def rated_flow(self, loop: CoolingLoop) -> str:
         return _number(loop.rated_flow_lpm)
-
-    @admin.display(description="racks", ordering="_racks")
-    def rack_count(self, loop: CoolingLoop) -> int:
-        return loop._racks  # type: ignore[attr-defined, no-any-return]
 
 
 @admin.register(FacilityMeter)
@@ -312,7 +293,7 @@ class GPUInline(TabularInline):
 
 
 @admin.register(Node)
-class NodeAdmin(ModelAdmin):
+class NodeAdmin(CountingAdmin):
     list_display = ("name", "rack", "position", "model", "gpu_count", "agent")
     list_filter = ("rack__hall__site", "rack__hall", "model")
     search_fields = ("name", "model", "rack__name")
@@ -321,14 +302,8 @@ class NodeAdmin(ModelAdmin):
     readonly_fields = ("reported_info",)
     exclude = ("info",)
     inlines = (GPUInline,)
-
-    def get_queryset(self, request: HttpRequest) -> QuerySet[Node]:
-        qs: QuerySet[Node] = super().get_queryset(request)
-        return qs.annotate(_gpus=Count("gpus"))
-
-    @admin.display(description="GPUs", ordering="_gpus")
-    def gpu_count(self, node: Node) -> int:
-        return node._gpus  # type: ignore[attr-defined, no-any-return]
+    counted = "gpus"
+    gpu_count = children_column("GPUs")
 
     @admin.display(description="agent")
     def agent(self, node: Node) -> str:
@@ -408,7 +383,7 @@ class GPUAdmin(ModelAdmin):
 
 
 @admin.register(RejectionTally)
-class RejectionTallyAdmin(ModelAdmin):
+class RejectionTallyAdmin(RecordAdmin):
     """What each source had refused (counted by server processes, fleet/ingest/tally.py):
     a misconfigured agent shows as one source with one reason, an attack as many."""
 
@@ -429,12 +404,6 @@ class RejectionTallyAdmin(ModelAdmin):
     @admin.display(description="Source (as claimed)", ordering="source")
     def shown_source(self, tally: RejectionTally) -> str:
         return tally.source or "unknown"
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False  # written by the servers only
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
 
 # Tokens and events ------------------------------------------------------------------------
@@ -543,19 +512,13 @@ class SourceTokenAdmin(ModelAdmin):
 
 
 @admin.register(Event)
-class EventAdmin(ModelAdmin):
+class EventAdmin(RecordAdmin):
     """Agents' events are a record: viewable, not editable."""
 
     list_display = ("when", "source", "node", "gpu_index", "kind", "code")
     list_filter = ("kind",)
     search_fields = ("source", "detail", "node__name")
     list_select_related = ("node",)
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Event | None = None) -> bool:
-        return False
 
     @admin.display(description="time", ordering="ts")
     def when(self, event: Event) -> str:

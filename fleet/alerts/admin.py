@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import datetime as dt
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
@@ -13,6 +12,8 @@ from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
+from fleet.admin_base import ModelAdmin
+from fleet.admin_display import epoch_text
 from fleet.alerts import signals
 from fleet.alerts.acks import acknowledge
 from fleet.alerts.choices import SEVERITY_COLORS
@@ -27,10 +28,22 @@ from fleet.alerts.models import (
 )
 from fleet.alerts.muting import matchers_text
 
-if TYPE_CHECKING:
-    ModelAdmin = admin.ModelAdmin[Any]
-else:
-    ModelAdmin = admin.ModelAdmin
+
+class EngineRecordAdmin(ModelAdmin):
+    """Rows the alert engine writes: nobody adds or deletes one here."""
+
+    def has_add_permission(self, request: Any) -> bool:
+        return False
+
+    def has_delete_permission(self, request: Any, obj: Any = None) -> bool:
+        return False
+
+
+class EngineLogAdmin(EngineRecordAdmin):
+    """An engine record shown whole and read-only: what happened, not for editing."""
+
+    def get_readonly_fields(self, request: Any, obj: Any = None) -> list[str]:
+        return [f.name for f in self.model._meta.fields]
 
 
 @admin.register(AlertRule)
@@ -124,7 +137,7 @@ class AlertInstanceEventInline(admin.TabularInline):  # type: ignore[type-arg]
 
 
 @admin.register(AlertInstance)
-class AlertInstanceAdmin(ModelAdmin):
+class AlertInstanceAdmin(EngineRecordAdmin):
     """Written by the engine; people only acknowledge (the action, or a comment on the
     change page: saving one records who and when)."""
 
@@ -189,29 +202,14 @@ class AlertInstanceAdmin(ModelAdmin):
         done = acknowledge(queryset.values_list("pk", flat=True), user, f"acknowledged by {user}")
         self.message_user(request, f"{done} alert(s) acknowledged.", messages.SUCCESS)
 
-    def has_add_permission(self, request: Any) -> bool:
-        return False
-
-    def has_delete_permission(self, request: Any, obj: Any = None) -> bool:
-        return False
-
 
 @admin.register(AlertGroup)
-class AlertGroupAdmin(ModelAdmin):
+class AlertGroupAdmin(EngineLogAdmin):
     """The notifications: what each group said, and when. Read-only."""
 
     list_display = ("title", "key", "opened_at", "closed_at", "messages", "last_sent_at")
     list_filter = (("closed_at", admin.EmptyFieldListFilter),)
     search_fields = ("key", "title")
-
-    def get_readonly_fields(self, request: Any, obj: Any = None) -> list[str]:
-        return [f.name for f in AlertGroup._meta.fields]
-
-    def has_add_permission(self, request: Any) -> bool:
-        return False
-
-    def has_delete_permission(self, request: Any, obj: Any = None) -> bool:
-        return False
 
 
 class SilenceForm(forms.ModelForm):  # type: ignore[type-arg]
@@ -267,26 +265,15 @@ class MaintenanceWindowAdmin(ModelAdmin):
 
 
 @admin.register(AlertEvaluation)
-class AlertEvaluationAdmin(ModelAdmin):
+class AlertEvaluationAdmin(EngineLogAdmin):
     """The engine's heartbeat: when it last ran, how long that took, what the watchdog said."""
 
     list_display = ("last_pass", "last_took", "watchdog_problem", "watchdog_seen")
 
     @admin.display(description="last pass")
     def last_pass(self, row: AlertEvaluation) -> str:
-        if not row.tick:
-            return "never"
-        return f"{dt.datetime.fromtimestamp(row.tick, dt.UTC):%Y-%m-%d %H:%M:%S} UTC"
+        return epoch_text(row.tick or None)  # 0.0: the engine has not run yet
 
     @admin.display(description="Last pass took (s)", ordering="last_duration_s")
     def last_took(self, row: AlertEvaluation) -> str:
         return f"{row.last_duration_s:.3f}"
-
-    def get_readonly_fields(self, request: Any, obj: Any = None) -> list[str]:
-        return [f.name for f in AlertEvaluation._meta.fields]
-
-    def has_add_permission(self, request: Any) -> bool:
-        return False
-
-    def has_delete_permission(self, request: Any, obj: Any = None) -> bool:
-        return False

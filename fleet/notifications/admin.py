@@ -4,25 +4,17 @@ them shortened, the form never shows one back (a new one replaces it)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
+from fleet.admin_base import ModelAdmin, RecordAdmin, TabularInline
 from fleet.admin_secrets import SecretsForm
 from fleet.notifications.models import Delivery, DeliveryAttempt, Route
 from fleet.notifications.tasks import send_test
-
-if TYPE_CHECKING:
-    # django-stubs makes these generic; at run time they are not subscriptable.
-    RouteModelAdmin = admin.ModelAdmin[Route]
-    DeliveryModelAdmin = admin.ModelAdmin[Delivery]
-    AttemptInline = admin.TabularInline[DeliveryAttempt, Delivery]
-else:
-    RouteModelAdmin = DeliveryModelAdmin = admin.ModelAdmin
-    AttemptInline = admin.TabularInline
 
 
 class RouteForm(SecretsForm):
@@ -44,7 +36,7 @@ class RouteForm(SecretsForm):
 
 
 @admin.register(Route)
-class RouteAdmin(RouteModelAdmin):
+class RouteAdmin(ModelAdmin):
     form = RouteForm
     list_display = (
         "name",
@@ -91,7 +83,7 @@ class RouteAdmin(RouteModelAdmin):
             )
 
 
-class DeliveryAttemptInline(AttemptInline):
+class DeliveryAttemptInline(TabularInline):
     model = DeliveryAttempt
     fields = ("started_at", "http_status", "error", "duration_ms", "outcome")
     readonly_fields = fields
@@ -103,7 +95,7 @@ class DeliveryAttemptInline(AttemptInline):
 
 
 @admin.register(Delivery)
-class DeliveryAdmin(DeliveryModelAdmin):
+class DeliveryAdmin(RecordAdmin):
     list_display = (
         "created_at",
         "kind",
@@ -119,9 +111,3 @@ class DeliveryAdmin(DeliveryModelAdmin):
     search_fields = ("title",)
     inlines = (DeliveryAttemptInline,)
     exclude = ("message",)  # the JSON is long; the title and tries say what happened
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Delivery | None = None) -> bool:
-        return False

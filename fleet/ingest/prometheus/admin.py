@@ -5,24 +5,17 @@ empty keeps the one stored (fleet/admin_secrets.py)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django import forms
 from django.contrib import admin
-from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.html import format_html
 
+from fleet.admin_base import ModelAdmin, RecordAdmin
 from fleet.admin_display import epoch_text, pretty_json
 from fleet.admin_secrets import SecretsForm
 from fleet.models import PrometheusSource, PulledGPU, UnmatchedSeries
-
-if TYPE_CHECKING:
-    ModelAdmin = admin.ModelAdmin[Any]
-    TabularInline = admin.TabularInline[Any, Any]
-else:
-    ModelAdmin = admin.ModelAdmin
-    TabularInline = admin.TabularInline
 
 
 class PrometheusSourceForm(SecretsForm):
@@ -62,7 +55,7 @@ class PrometheusSourceForm(SecretsForm):
 
 
 @admin.register(PulledGPU)
-class PulledGPUAdmin(ModelAdmin):
+class PulledGPUAdmin(RecordAdmin):
     """Which GPUs' figures come from which Prometheus source (written by the pull)."""
 
     list_display = ("gpu", "source", "first", "last", "last_xid")
@@ -71,12 +64,6 @@ class PulledGPUAdmin(ModelAdmin):
     list_select_related = ("gpu__node", "source")
     fields = list_display
     readonly_fields = fields
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     @admin.display(description="first pulled", ordering="first_pulled")
     def first(self, row: PulledGPU) -> str:
@@ -140,7 +127,7 @@ class PrometheusSourceAdmin(ModelAdmin):
 
 
 @admin.register(UnmatchedSeries)
-class UnmatchedSeriesAdmin(ModelAdmin):
+class UnmatchedSeriesAdmin(RecordAdmin):
     """Series a pull could not place on a GPU of its site: add the node (or its GPU, or an
     `instance` mapping on the source) and the next pull stores them."""
 
@@ -150,12 +137,6 @@ class UnmatchedSeriesAdmin(ModelAdmin):
     list_select_related = ("source",)
     fields = ("source", "identity", "reason", "metrics", "seen_first", "seen_last", "label_set")
     readonly_fields = fields
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     @admin.display(description="first seen", ordering="first_seen")
     def seen_first(self, row: UnmatchedSeries) -> str:
