@@ -3,9 +3,9 @@ H100 in hall B). A01 and A02 are direct-liquid racks on CDU-1, A03 an immersion 
 CDU-2, the rest air-cooled; meters for a category-2 PUE. Seeding is idempotent.
 
 Physically plausible, so a fault reads as it would on a real floor:
-- an HGX 8-GPU server is 8U and ~10.2 kW (shared/reference/domain.md §4: "DGX/HGX H100 is
-  ~10.2 kW per 8-GPU 8U system, so 4 per rack ≈ 41 kW"): 4 per 42U rack at U1, U9, U17, U25,
-  the top 10U left for the leaf switches and the management network;
+- an HGX 8-GPU server is 8U and ~10.2 kW (NVIDIA's DGX H100 specifications, in
+  docs/reference/facility.md "Server and rack power"; 4 per rack ≈ 41 kW): 4 per 42U rack
+  at U1, U9, U17, U25, the top 10U left for the leaf switches and the management network;
 - each rack's budget is its servers' nameplate plus its switches (45 kW), and each of its
   two feeds A and B alone carries that budget (2N: either side can fail); a plan whose
   feeds do not is listed by `feed_warnings`, and the rack page says so;
@@ -39,14 +39,15 @@ from fleet.models import (
 )
 
 # GPU model names as NVML reports them (the H200 capture's "Product Name"; the H100's as
-# in shared/reference/domain.md). Their memory and limits: fleetsim/physics.py GpuSpec.
+# `nvidia-smi -q` prints it, docs/reference/gpu.md). Their memory and limits:
+# fleetsim/physics.py GpuSpec.
 H200 = "NVIDIA H200"
 H100 = "NVIDIA H100 80GB HBM3"
 
 RACK_UNITS = 42  # a standard 42U rack
-NODE_UNITS = 8  # an HGX 8-GPU server (domain.md §4)
+NODE_UNITS = 8  # an HGX 8-GPU server (docs/reference/facility.md)
 NODES_PER_RACK = 4  # 32U of servers, 10U for switches and management
-RACK_BUDGET_KW = 45.0  # 4 × ~10.2 kW nameplate + ~4 kW of switches (domain.md §4)
+RACK_BUDGET_KW = 45.0  # 4 × ~10.2 kW nameplate + ~4 kW of switches (docs/reference/facility.md)
 FEED_AMPS = 80  # 415 V three-phase at 80 %: 46.0 kW, so one feed carries the 45 kW budget
 LIQUID_DESIGN_RISE_K = 10.0  # a CDU's rated flow gives this rise at its capacity
 WATER_CP_KJ_PER_KG_K = 4.186

@@ -18,7 +18,7 @@ the hardware do:
   only once the die is 2 K below it (the hardware's hysteresis), so it does not flap;
 - at the shutdown threshold the GPU trips: it falls off the bus (XID 79) and is lost.
 The thresholds are each model's own (`GpuSpec`): the H200's from the capture's
-`nvml_inventory.json`, the H100's from shared/reference/domain.md §2.
+`nvml_inventory.json`, the H100's from public `nvidia-smi -q` output (docs/reference/gpu.md).
 """
 
 from __future__ import annotations
@@ -48,8 +48,8 @@ class GpuSpec:
 # H200 SXM 141 GB: the capture's nvml_inventory.json (memory_info.total 150754820096 B =
 # 143771 MiB; power 700 W, min 200 W; shutdown 95, slowdown 89, GPU max 87, memory max 95 °C).
 H200 = GpuSpec("NVIDIA H200", 143771.0, 700.0, 200.0, 89.0, 95.0, 87.0, 95.0)
-# H100 80GB HBM3 SXM: limits from shared/reference/domain.md §2 (public `nvidia-smi -q`
-# captures: 700/200 W, shutdown 92, slowdown 89, GPU max 87, memory max 95 °C); memory is
+# H100 80GB HBM3 SXM: limits from public `nvidia-smi -q` output (docs/reference/gpu.md:
+# 700/200 W, shutdown 92, slowdown 89, GPU max 87, memory max 95 °C); memory is
 # the 81559 MiB `nvidia-smi` prints for this model (80 GiB less the driver's reserve).
 H100 = GpuSpec("NVIDIA H100 80GB HBM3", 81559.0, 700.0, 200.0, 89.0, 92.0, 87.0, 95.0)
 GPU_SPECS = (H200, H100)

@@ -3,7 +3,7 @@
 One or more per server process (`FLEETWATCH_INGEST_WRITERS`). It owns the durable
 write path so that parsing, validation and the database commit run on their own
 core and GIL, while the server's event loop only moves bytes (the design that met
-the throughput bar in reference/ingest-feasibility.md).
+the throughput bar in docs/reference/ingest-feasibility.md).
 
 Natural group commit: it takes everything readable, commits once, answers every
 batch in one RESULTS frame, and repeats; no linger timer. After a commit, and on a tick

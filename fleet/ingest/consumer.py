@@ -3,7 +3,7 @@
 Deliberately dumb and lean: it authenticates once, hands each frame's bytes to the
 ingest child unparsed, and sends back what the child answers. `dispatch` skips
 Channels' per-message `aclose_old_connections()` thread hop, which halves
-throughput (ingest-feasibility.md); the only ORM call, the token lookup, goes
+throughput (docs/reference/ingest-feasibility.md); the only ORM call, the token lookup, goes
 through `database_sync_to_async`, which closes stale connections itself.
 
 Backpressure: at most `MAX_IN_FLIGHT` batches of one connection are with the

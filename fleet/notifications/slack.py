@@ -1,5 +1,7 @@
 """Slack: the Block Kit message for a `Notice` (pure), the webhook transport, and how
-Slack's answers are classified. Limits and error codes: reference/alerting.md §3.
+Slack's answers are classified. Limits and error codes: Slack's rate limits
+(https://api.slack.com/docs/rate-limits) and incoming-webhook errors
+(https://api.slack.com/changelog/2016-05-17-changes-to-errors-for-incoming-webhooks).
 
 The webhook URL is a secret: it is never logged (slack_sdk's own logger, which
 prints it at DEBUG, is given a silent logger) and only ever shown redacted.
@@ -242,7 +244,8 @@ class SendResult:
 
 
 def classify(result: SendResult) -> Outcome:
-    """Slack's answers: reference/alerting.md §3 (docs/notifications.md has the table)."""
+    """Slack's answers, as its webhook error list and rate limits (module docstring) define
+    them; docs/notifications.md has the table."""
     if result.status is None or result.status >= 500:
         return Outcome.TRANSIENT
     if result.status == 429:

@@ -4,7 +4,7 @@ Migrations call these functions with a *frozen* column list, so a later change
 to the catalogue arrives as a new migration (add column), never by rewriting
 history.
 
-Key order is chosen per engine (measured in ingest-feasibility.md): on SQLite a
+Key order is chosen per engine (measured: docs/reference/ingest-feasibility.md): on SQLite a
 ts-first WITHOUT ROWID key keeps inserts append-only (node-first made it
 I/O-bound at a fifth of the rate); PostgreSQL is fine node-first, which also
 serves per-entity history reads.

@@ -41,7 +41,7 @@ from fleet.health import (
 NOW = 1_800_000_000.0
 OK, UNKNOWN, WARN, CRIT = Level.OK, Level.UNKNOWN, Level.WARN, Level.CRIT
 
-# H100 80GB HBM3 SXM, absolute form (shared/reference/domain.md §2).
+# H100 80GB HBM3 SXM, absolute form (docs/reference/gpu.md, "Limits").
 H100 = GpuLimits(slowdown_c=89, shutdown_c=92, gpu_max_c=87, mem_max_c=95, power_limit_max_w=700)
 # The same GPU on a 565.x driver: T.Limit offsets from max-operating.
 H100_TLIMIT = GpuLimits(
