@@ -52,10 +52,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-os.environ.setdefault("FLEETWATCH_TESTING", "1")
-# Settings need a key outside the demo; the benches serve plain http on loopback.
-os.environ.setdefault("SECRET_KEY", "bench-only-not-secret")
-os.environ.setdefault("FLEETWATCH_PLAIN_HTTP", "1")
+from bench.environment import use_bench_settings  # noqa: E402
+
+use_bench_settings()
 
 from bench.freshness_agents import BASE_W, GPUS_PER_NODE, STEP_W  # noqa: E402
 from tests.support.agent import enroll  # noqa: E402
@@ -442,22 +441,18 @@ def large_inventory(db_kind: str, gpus: int) -> Iterator[int]:
     racks = max(2, round(gpus / 20))
     rules.RACKS, rules.LOOPS = racks, max(1, math.ceil(racks / rules.RACKS_PER_LOOP))
     rules.NODES = sum(rules.nodes_in_rack(i) for i in range(racks))
-    with tempfile.TemporaryDirectory(prefix="fw-bench-page-") as tmp:
-        db = rules.make_database(db_kind, Path(tmp), 10.0, 12)
-        try:
-            rules.setup_django(db)
-            started = time.perf_counter()
-            inv = rules.build_inventory()
-            rules.fill_latest(inv, time.time())
-            took = time.perf_counter() - started
-            print(
-                f"inventory: {rules.NODES * rules.GPUS_PER_NODE} GPUs, {racks} racks,"
-                f" latest state filled ({took:.1f} s)",
-                flush=True,
-            )
-            yield rules.NODES * rules.GPUS_PER_NODE
-        finally:
-            rules.drop_database(db)
+    with rules.bench_database(db_kind, "fw-bench-page-") as db:
+        rules.setup_django(db)
+        started = time.perf_counter()
+        inv = rules.build_inventory()
+        rules.fill_latest(inv, time.time())
+        took = time.perf_counter() - started
+        print(
+            f"inventory: {rules.NODES * rules.GPUS_PER_NODE} GPUs, {racks} racks,"
+            f" latest state filled ({took:.1f} s)",
+            flush=True,
+        )
+        yield rules.NODES * rules.GPUS_PER_NODE
 
 
 def time_fleet_page(args: argparse.Namespace) -> PageTiming:

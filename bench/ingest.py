@@ -27,10 +27,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-os.environ.setdefault("FLEETWATCH_TESTING", "1")
-# Settings need a key outside the demo; the benches serve plain http on loopback.
-os.environ.setdefault("SECRET_KEY", "bench-only-not-secret")
-os.environ.setdefault("FLEETWATCH_PLAIN_HTTP", "1")
+from bench.environment import use_bench_settings  # noqa: E402
+
+use_bench_settings()
 
 from tests.support.agent import post_json  # noqa: E402
 from tests.support.server import FleetServer  # noqa: E402
@@ -87,7 +86,8 @@ def load(server: FleetServer, route: str, tokens: Path, args: argparse.Namespace
     out = subprocess.run(
         [
             sys.executable,
-            str(ROOT / "bench" / "ingest_client.py"),
+            "-m",
+            "bench.ingest_client",  # a module, so it imports bench.environment
             "--url",
             f"{server.ws_url}/ws/ingest/{route}",
             "--tokens",
@@ -101,6 +101,7 @@ def load(server: FleetServer, route: str, tokens: Path, args: argparse.Namespace
             "--window",
             str(args.window),
         ],
+        cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=args.warmup + args.window + 120,

@@ -14,6 +14,8 @@ from typing import Any
 import orjson
 import websockets
 
+from bench.environment import install_uvloop
+
 FIELDS = {
     "util_gpu_pct": 97.0,
     "util_mem_pct": 41.0,
@@ -88,12 +90,7 @@ async def one_connection(
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
-    try:
-        import uvloop
-
-        uvloop.install()
-    except ImportError:
-        pass
+    install_uvloop()
     with open(args.tokens) as f:
         creds = json.load(f)[: args.connections]
     begin = time.perf_counter()

@@ -26,10 +26,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-os.environ.setdefault("FLEETWATCH_TESTING", "1")
-# Settings need a key outside the demo; the benches serve plain http on loopback.
-os.environ.setdefault("SECRET_KEY", "bench-only-not-secret")
-os.environ.setdefault("FLEETWATCH_PLAIN_HTTP", "1")
+from bench.environment import use_bench_settings  # noqa: E402
+
+use_bench_settings()
 
 from fleet.storage.db import Database, open_db  # noqa: E402
 from fleet.storage.latest import LatestDelta, merge_latest  # noqa: E402

@@ -16,7 +16,6 @@ import io
 import pstats
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -25,10 +24,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.rules import (
     GPUS_PER_NODE,
     NODES,
+    bench_database,
     build_inventory,
-    drop_database,
     fill_latest,
-    make_database,
     setup_django,
 )
 
@@ -41,12 +39,8 @@ def main() -> int:
     parser.add_argument("--renders", type=int, default=5)
     parser.add_argument("--profile", action="store_true")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="fw-bench-metrics-") as tmp:
-        db = make_database(args.db, Path(tmp), 10.0, 12)
-        try:
-            return run(args, db)
-        finally:
-            drop_database(db)
+    with bench_database(args.db, "fw-bench-metrics-") as db:
+        return run(args, db)
 
 
 def run(args: argparse.Namespace, db: object) -> int:

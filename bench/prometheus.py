@@ -29,7 +29,6 @@ import os
 import pstats
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -38,10 +37,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.rules import (
     GPUS_PER_NODE,
     NODES,
+    bench_database,
     build_inventory,
-    drop_database,
     fill_latest,
-    make_database,
     setup_django,
 )
 from tests.prometheus_pull.support import Exporter, Prometheus, labels_text
@@ -91,13 +89,9 @@ def main() -> int:
     parser.add_argument("--pulls", type=int, default=3)
     parser.add_argument("--profile", action="store_true")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="fw-bench-prom-") as tmp:
-        db = make_database(args.db, Path(tmp), 10.0, 12)
-        try:
-            setup_django(db)
-            return run(args, Path(tmp))
-        finally:
-            drop_database(db)
+    with bench_database(args.db, "fw-bench-prom-") as db:
+        setup_django(db)
+        return run(args, db.var_dir)
 
 
 def run(args: argparse.Namespace, tmp: Path) -> int:

@@ -47,12 +47,12 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-os.environ.setdefault("FLEETWATCH_TESTING", "1")
-# Settings need a key outside the demo; the benches serve plain http on loopback.
-os.environ.setdefault("SECRET_KEY", "bench-only-not-secret")
-os.environ.setdefault("FLEETWATCH_PLAIN_HTTP", "1")
+from bench.environment import use_bench_settings  # noqa: E402
+
+use_bench_settings()
 
 from tests.support import services  # noqa: E402
+from tests.support.processes import stop_process  # noqa: E402
 from tests.support.server import FleetServer  # noqa: E402
 from tests.support.slack_receiver import SlackReceiver  # noqa: E402
 
@@ -102,6 +102,20 @@ def make_database(kind: str, var_dir: Path, eval_interval: float, redis_db: int)
     redis_url = f"{services.services_redis_url().rsplit('/', 1)[0]}/{redis_db}"
     env = FleetServer(var_dir, database_url=url, redis_url=redis_url, extra_env=extra).env()
     return BenchDb(kind, var_dir, env, name, redis_url, admin)
+
+
+@contextlib.contextmanager
+def bench_database(
+    kind: str, prefix: str, eval_interval: float = 10.0, redis_db: int = 12
+) -> Iterator[BenchDb]:
+    """`make_database`'s database in a temporary folder named `prefix`…: dropped (its
+    Redis keys deleted) and the folder removed however we leave."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        db = make_database(kind, Path(tmp), eval_interval, redis_db)
+        try:
+            yield db
+        finally:
+            drop_database(db)
 
 
 def setup_django(db: BenchDb) -> None:
@@ -611,12 +625,7 @@ def celery_process(db: BenchDb, name: str, args: list[str]) -> Iterator[Path]:
     try:
         yield log
     finally:
-        proc.terminate()
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc, 20)
 
 
 class Refresher(threading.Thread):
@@ -815,15 +824,13 @@ def main() -> int:
     parser.add_argument("--redis-db", type=int, default=11, help="Redis index (postgres only)")
     parser.add_argument("--keep-logs", type=Path, help="copy the worker and beat logs here")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="fw-bench-rules-") as tmp:
-        db = make_database(args.db, Path(tmp), args.eval_interval, args.redis_db)
+    with bench_database(args.db, "fw-bench-rules-", args.eval_interval, args.redis_db) as db:
         try:
             return run(args, db)
         finally:
-            drop_database(db)
             if args.keep_logs:
                 args.keep_logs.mkdir(parents=True, exist_ok=True)
-                for log in Path(tmp).glob("*.log"):
+                for log in db.var_dir.glob("*.log"):
                     shutil.copy(log, args.keep_logs / f"{args.db}-{log.name}")
 
 

@@ -44,16 +44,16 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-os.environ.setdefault("FLEETWATCH_TESTING", "1")
-# Settings need a key outside the demo; the benches serve plain http on loopback.
-os.environ.setdefault("SECRET_KEY", "bench-only-not-secret")
-os.environ.setdefault("FLEETWATCH_PLAIN_HTTP", "1")
+from bench.environment import use_bench_settings  # noqa: E402
+
+use_bench_settings()
 
 from bench import scale_history as history  # noqa: E402
 from bench import scale_procs as procs  # noqa: E402
 from bench.scale_agents import GPUS_PER_NODE  # noqa: E402
 from bench.scale_report import Run, fmt, machine, report, task_ticks  # noqa: E402
 from tests.support import services  # noqa: E402
+from tests.support.processes import stop_process  # noqa: E402
 from tests.support.server import FleetServer  # noqa: E402
 
 REDIS_DB = 15  # an index of our own on the shared Redis (bench/rules.py uses 12–14)
@@ -146,12 +146,7 @@ def celery(
     try:
         yield log, proc.pid
     finally:
-        proc.terminate()
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc, 60)
 
 
 class PgSampler(threading.Thread):
@@ -187,22 +182,25 @@ class PgSampler(threading.Thread):
         self.join(10)
 
 
-def pg_value(bench: Bench, sql: str) -> Any:
+def pg_rows(bench: Bench, sql: str) -> list[tuple[Any, ...]]:
+    """The rows of one query on the bench database, on a connection of its own."""
     import psycopg
 
     with psycopg.connect(bench.conninfo, autocommit=True) as conn:
-        row = conn.execute(sql).fetchone()  # type: ignore[arg-type]
-        return None if row is None else row[0]
+        return conn.execute(sql).fetchall()  # type: ignore[arg-type]
+
+
+def pg_value(bench: Bench, sql: str) -> Any:
+    rows = pg_rows(bench, sql)
+    return rows[0][0] if rows else None
 
 
 def backend_pids(bench: Bench) -> list[int]:
-    import psycopg
-
-    with psycopg.connect(bench.conninfo, autocommit=True) as conn:
-        rows = conn.execute(
-            "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
-            " AND pid <> pg_backend_pid()"
-        ).fetchall()
+    rows = pg_rows(
+        bench,
+        "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
+        " AND pid <> pg_backend_pid()",
+    )
     return [int(r[0]) for r in rows]
 
 
@@ -347,13 +345,11 @@ def expired_hours(hist: history.History, args: argparse.Namespace) -> str:
 
 def ingest_writers(bench: Bench) -> list[str]:
     """Each ingest child's own counters (fleet_ingestwriter, saved every 10 s)."""
-    import psycopg
-
-    with psycopg.connect(bench.conninfo, autocommit=True) as conn:
-        rows = conn.execute(
-            "SELECT writer, batches, samples, refused, retried, saves, save_failures"
-            " FROM fleet_ingestwriter ORDER BY started_at"
-        ).fetchall()
+    rows = pg_rows(
+        bench,
+        "SELECT writer, batches, samples, refused, retried, saves, save_failures"
+        " FROM fleet_ingestwriter ORDER BY started_at",
+    )
     return [
         f"ingest writer {w}: {b:,} batches, {n:,} samples, {r} refused, {t} answered 503,"
         f" {v:,} latest-state saves ({f} failed)"

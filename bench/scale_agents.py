@@ -32,6 +32,7 @@ from urllib.parse import SplitResult, urlsplit
 
 import orjson
 
+from bench.environment import install_uvloop
 from bench.scale_wire import WireClient, connect
 
 GPUS_PER_NODE = 8
@@ -273,12 +274,7 @@ def summary(rec: Record, nodes: int) -> dict[str, Any]:
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
-    try:
-        import uvloop
-
-        uvloop.install()
-    except ImportError:
-        pass
+    install_uvloop()
     with open(args.creds) as f:
         creds: list[dict[str, str]] = json.load(f)
     rec = Record(args.window_start, args.window_end)

@@ -11,6 +11,8 @@ import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from tests.support.processes import stop_process
+
 NGINX = "/usr/sbin/nginx"
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -96,12 +98,7 @@ def nginx(tmp: Path, upstreams: list[int]) -> Iterator[tuple[int, str, int]]:
             time.sleep(0.05)
         yield port, which, proc.pid
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc, 10)
 
 
 def _answers(port: int) -> bool:
