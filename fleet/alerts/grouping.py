@@ -20,6 +20,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from django.db.models import Count
 
@@ -68,52 +69,36 @@ NOWHERE = Place()
 class Places:
     """The inventory's names and links, read lazily, once per evaluation."""
 
-    def __init__(self) -> None:
-        self._sites: dict[int, str] | None = None
-        self._racks: dict[int, tuple[str, str, int, int | None]] | None = None
-        self._nodes: dict[int, tuple[str, int]] | None = None
-        self._loops: dict[int, tuple[str, int]] | None = None
-        self._feeds: dict[int, tuple[str, int]] | None = None
-        self._gpus_per_rack: dict[int, int] | None = None
-
-    @property
+    @cached_property
     def sites(self) -> dict[int, str]:
-        if self._sites is None:
-            self._sites = dict(Site.objects.values_list("id", "name"))
-        return self._sites
+        return dict(Site.objects.values_list("id", "name"))
 
-    @property
+    @cached_property
     def racks(self) -> dict[int, tuple[str, str, int, int | None]]:
-        if self._racks is None:
-            rows = Rack.objects.values_list("id", "name", "hall__name", "hall__site_id", "loop_id")
-            self._racks = {r[0]: (r[1], r[2], r[3], r[4]) for r in rows}
-        return self._racks
+        rows = Rack.objects.values_list("id", "name", "hall__name", "hall__site_id", "loop_id")
+        return {r[0]: (r[1], r[2], r[3], r[4]) for r in rows}
 
-    @property
+    @cached_property
     def nodes(self) -> dict[int, tuple[str, int]]:
-        if self._nodes is None:
-            rows = Node.objects.values_list("id", "name", "rack_id")
-            self._nodes = {n: (name, rack) for n, name, rack in rows}
-        return self._nodes
+        rows = Node.objects.values_list("id", "name", "rack_id")
+        return {n: (name, rack) for n, name, rack in rows}
 
-    @property
+    @cached_property
     def loops(self) -> dict[int, tuple[str, int]]:
-        if self._loops is None:
-            rows = CoolingLoop.objects.values_list("id", "name", "site_id")
-            self._loops = {lid: (name, site) for lid, name, site in rows}
-        return self._loops
+        rows = CoolingLoop.objects.values_list("id", "name", "site_id")
+        return {lid: (name, site) for lid, name, site in rows}
 
-    @property
+    @cached_property
     def feeds(self) -> dict[int, tuple[str, int]]:
-        if self._feeds is None:
-            rows = PowerFeed.objects.values_list("id", "name", "rack_id")
-            self._feeds = {f: (name, rack) for f, name, rack in rows}
-        return self._feeds
+        rows = PowerFeed.objects.values_list("id", "name", "rack_id")
+        return {f: (name, rack) for f, name, rack in rows}
+
+    @cached_property
+    def _gpus_per_rack(self) -> dict[int, int]:
+        rows = GPU.objects.values("node__rack_id").annotate(n=Count("id"))
+        return {r["node__rack_id"]: r["n"] for r in rows}
 
     def gpus_in_rack(self, rack_id: int) -> int:
-        if self._gpus_per_rack is None:
-            rows = GPU.objects.values("node__rack_id").annotate(n=Count("id"))
-            self._gpus_per_rack = {r["node__rack_id"]: r["n"] for r in rows}
         return self._gpus_per_rack.get(rack_id, 0)
 
     def racks_of_loop(self, loop_id: int) -> list[str]:
