@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import re
 import time
 import uuid
 from collections.abc import Iterator
@@ -32,6 +33,7 @@ from tests.support.slack_receiver import (
     held,
     rate_limited,
 )
+from tests.support.waiting import wait_until
 
 
 @dataclass
@@ -51,8 +53,29 @@ class Workers:
             message=build_message(notice),
         )  # fmt: skip
 
-    def send(self, delivery: Delivery) -> None:
-        self.producer.send_task("notifications.deliver", args=[delivery.pk], queue=self.queue)
+    def send(self, delivery: Delivery) -> str:
+        """Queue a `notifications.deliver` task for it; the task's id."""
+        task = self.producer.send_task(
+            "notifications.deliver", args=[delivery.pk], queue=self.queue
+        )
+        return str(task.id)
+
+    def settle(self, task_ids: list[str] | None = None) -> None:
+        """Wait until every task (`task_ids`, else every one the workers received) has
+        finished for good: a task re-queues itself until it is done, so one that has
+        said "succeeded" can send nothing more. This is how an "exactly once" check
+        waits past the latest a duplicate could come: a duplicate task finding the
+        delivery taken looks again when the holder's lease ends (LEASE_S + 1 s here)."""
+
+        def finished() -> bool:
+            text = "\n".join(log.read_text() for log in self.logs)
+            received = set(RECEIVED.findall(text)) if task_ids is None else set(task_ids)
+            return received <= set(SUCCEEDED.findall(text))
+
+        wait_until(finished, 60, "the deliver tasks finish", detail=self.tails)
+
+    def tails(self) -> str:
+        return "\n".join(log.read_text()[-2000:] for log in self.logs)
 
     def get(self, delivery: Delivery) -> Delivery:
         return Delivery.objects.using(self.db.alias).get(pk=delivery.pk)
@@ -61,14 +84,21 @@ class Workers:
         deadline = time.monotonic() + timeout
         while (row := self.get(delivery)).state != state:
             if time.monotonic() > deadline:
-                logs = "\n".join(log.read_text()[-2000:] for log in self.logs)
-                pytest.fail(f"delivery {delivery.pk} is {row.state}, not {state}:\n{logs}")
+                pytest.fail(f"delivery {delivery.pk} is {row.state}, not {state}:\n{self.tails()}")
             time.sleep(0.1)
         return row
 
     def tries(self, delivery: Delivery) -> list[tuple[int | None, str]]:
         rows = self.get(delivery).tries.using(self.db.alias).order_by("started_at")  # type: ignore[attr-defined]
         return [(t.http_status, t.outcome) for t in rows]
+
+
+RECEIVED = re.compile(r"Task notifications\.deliver\[([0-9a-f-]+)\] received")
+SUCCEEDED = re.compile(r"Task notifications\.deliver\[([0-9a-f-]+)\] succeeded")
+# FLEETWATCH_DELIVERY_LEASE_S for these tests' workers (production: 30 s, past the 10 s send
+# timeout). The receiver answers at once, so 2 s still outlasts every send; it bounds how
+# long a duplicate task waits before it looks again and finds the delivery done.
+LEASE_S = 2
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +115,8 @@ def workers(
     queue = f"fwnotify-{uuid.uuid4().hex[:8]}"
     with fresh_db(tier, var_dir, tmp_path_factory, django_db_blocker) as db:
         redis_url = services.services_redis_url() if tier == "services" else None
-        env = FleetServer(var_dir, database_url=db.url, redis_url=redis_url).env()
+        extra = {"FLEETWATCH_DELIVERY_LEASE_S": str(LEASE_S)}
+        env = FleetServer(var_dir, database_url=db.url, redis_url=redis_url, extra_env=extra).env()
         env.pop("SLACK_WEBHOOK_URL", None)
         logs = [var_dir / f"worker-{n}.log" for n in (1, 2)]
         procs = [
@@ -110,13 +141,13 @@ def test_a_429_is_retried_after_retry_after_and_delivered_once(
     path = f"/{workers.db.tier}/ratelimited"
     slack.script(path, rate_limited(2), OK)
     delivery = workers.delivery(workers.route("rate", slack.url(path)), "429 then ok")
-    workers.send(delivery)
+    task = workers.send(delivery)
 
     workers.wait_for_state(delivery, Delivery.DELIVERED)
     first, second = slack.received(path)
     assert second.at - first.at >= 2.0
     assert workers.tries(delivery) == [(429, "rate_limited"), (200, "delivered")]
-    time.sleep(1)
+    workers.settle([task])
     assert len(slack.received(path)) == 2  # exactly once delivered
 
 
@@ -141,7 +172,7 @@ def test_500_twice_then_200_is_delivered_exactly_once(
     path = f"/{workers.db.tier}/flaky-twice"
     slack.script(path, SERVER_ERROR, SERVER_ERROR, OK)
     delivery = workers.delivery(workers.route("flaky-twice", slack.url(path)), "500, 500, ok")
-    workers.send(delivery)
+    task = workers.send(delivery)
 
     delivered = workers.wait_for_state(delivery, Delivery.DELIVERED)
     first, second, third = slack.received(path)
@@ -150,7 +181,7 @@ def test_500_twice_then_200_is_delivered_exactly_once(
     assert third.at - second.at >= 4.0  # then 4–6 s after the second
     assert workers.tries(delivery) == [(500, "transient"), (500, "transient"), (200, "delivered")]
     assert (delivered.attempts, delivered.transient_failures) == (3, 2)
-    time.sleep(1.5)
+    workers.settle([task])
     assert [r.status for r in slack.received(path)] == [500, 500, 200]  # delivered once
 
 
@@ -163,7 +194,7 @@ def test_channel_not_found_fails_the_route_and_is_not_retried(
     broken = workers.route("gone", slack.url(path))
     workers.route("ops", slack.url(ops))
     delivery = workers.delivery(broken, "to a deleted channel")
-    workers.send(delivery)
+    task = workers.send(delivery)
 
     failed = workers.wait_for_state(delivery, Delivery.FAILED)
     assert failed.last_error == "404 channel_not_found"
@@ -171,11 +202,12 @@ def test_channel_not_found_fails_the_route_and_is_not_retried(
     assert (broken.state, broken.failing_reason) == (Route.FAILING, "404 channel_not_found")
     # Another working route is told (on the workers' own queue); which one is up to the
     # routes earlier tests left in this database, so look at every channel.
-    deadline = time.monotonic() + 15
-    while not [r for r in slack.received() if "“gone” is failing" in r.body["text"]]:
-        assert time.monotonic() < deadline, "no route was told that “gone” is failing"
-        time.sleep(0.1)
-    time.sleep(1.5)
+    wait_until(
+        lambda: [r for r in slack.received() if "“gone” is failing" in r.body["text"]],
+        15,
+        "a route is told that “gone” is failing",
+    )
+    workers.settle([task])
     assert len(slack.received(path)) == 1
     assert workers.tries(delivery) == [(404, "permanent")]
 
@@ -186,12 +218,12 @@ def test_two_workers_send_each_delivery_once_a_second_apart(
     path = f"/{workers.db.tier}/busy"
     busy = workers.route("busy", slack.url(path))
     deliveries = [workers.delivery(busy, f"alert {n}") for n in range(4)]
-    for delivery in deliveries * 2:  # every task twice: duplicates must not double-send
-        workers.send(delivery)
+    # every task twice: duplicates must not double-send
+    tasks = [workers.send(delivery) for delivery in deliveries * 2]
 
     for delivery in deliveries:
         workers.wait_for_state(delivery, Delivery.DELIVERED)
-    time.sleep(1.5)
+    workers.settle(tasks)
     arrived = slack.received(path)
     assert sorted(r.body["text"] for r in arrived) == sorted(
         f"CRITICAL: alert {n} (the whole fleet)" for n in range(4)
@@ -209,9 +241,6 @@ def test_worker_logs_never_contain_a_webhook_url(workers: Workers, slack: SlackR
     assert any("notifications.deliver" in text for text in texts)  # they did send
     for text in texts:
         assert f"127.0.0.1:{port}" not in text
-
-
-LEASE_S = 2  # FLEETWATCH_DELIVERY_LEASE_S for the next test's workers (production: 30)
 
 
 def test_a_worker_killed_mid_delivery_delivers_once_after_restart(
@@ -247,13 +276,17 @@ def test_a_worker_killed_mid_delivery_delivers_once_after_restart(
             second.start()
 
             # The killed sender's lease runs out; the sweep (beat: every 60 s) re-queues it.
+            # Letting the lease run out is the behaviour under test, hence a sleep.
             lease_until = ours.get(delivery).lease_until
             assert lease_until is not None
             time.sleep(max(0.0, lease_until.timestamp() - time.time()) + 0.2)
             sender.send_task("notifications.sweep", queue="celery")
 
             delivered = ours.wait_for_state(delivery, Delivery.DELIVERED)
-            time.sleep(1.5)
+            # every task the live worker took (the sweep's hand-on) has finished; the
+            # killed worker's own task comes back only after the broker's visibility
+            # timeout (an hour), and would find the delivery done
+            Workers(db, sender, "celery", [second.log]).settle()
             in_flight, resent = slack.received(path)  # the message reached the receiver twice
             assert not in_flight.answered  # the killed worker never heard an answer
             assert (resent.answered, resent.status) == (True, 200)
