@@ -21,14 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.rules import (
-    GPUS_PER_NODE,
-    NODES,
-    bench_database,
-    build_inventory,
-    fill_latest,
-    setup_django,
-)
+from bench import rules
 
 TARGET_S = 1.0
 
@@ -39,15 +32,15 @@ def main() -> int:
     parser.add_argument("--renders", type=int, default=5)
     parser.add_argument("--profile", action="store_true")
     args = parser.parse_args()
-    with bench_database(args.db, "fw-bench-metrics-") as db:
+    with rules.bench_database(args.db, "fw-bench-metrics-") as db:
         return run(args, db)
 
 
-def run(args: argparse.Namespace, db: object) -> int:
-    setup_django(db)  # type: ignore[arg-type]
-    inv = build_inventory()
+def run(args: argparse.Namespace, db: rules.BenchDb) -> int:
+    rules.setup_django(db)
+    inv = rules.build_inventory()
     now = time.time()
-    fill_latest(inv, now - 1.0)
+    rules.fill_latest(inv, now - 1.0)
     from fleet.read.metrics.export import render
 
     text = render(now)  # warm-up (imports, caches)
@@ -68,7 +61,7 @@ def run(args: argparse.Namespace, db: object) -> int:
         pstats.Stats(profiler, stream=out).sort_stats("cumulative").print_stats(25)
         print(out.getvalue())
     print(
-        f"gpus={NODES * GPUS_PER_NODE} metrics_render_s={median:.3f}"
+        f"gpus={rules.NODES * rules.GPUS_PER_NODE} metrics_render_s={median:.3f}"
         f" metrics_kb={len(text) / 1024:.0f} series={series}"
     )
     return 0
