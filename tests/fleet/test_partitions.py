@@ -33,6 +33,7 @@ from fleet.storage.samples import SampleWrite, write_samples
 from fleetwatch.env import database_from_url
 from tests.fleet.test_rollups import TierDb, fresh_db
 from tests.support import services
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.services
 
@@ -206,11 +207,11 @@ def test_ingest_commits_keep_flowing_while_retention_drops_a_backlog_of_partitio
     thread = threading.Thread(target=ingest)
     thread.start()
     try:
-        time.sleep(0.3)
+        wait_until(lambda: len(commits) >= 3 or errors, 30, "ingest commits flowing")
         started = time.monotonic()
         apply_retention(now, using=pg.alias)
         finished = time.monotonic()
-        time.sleep(0.3)
+        wait_until(lambda: commits[-1] > finished or errors, 30, "a commit after the pass")
     finally:
         stop.set()
         thread.join()
@@ -245,7 +246,14 @@ def test_dropping_partitions_holds_no_lock_an_ingest_commit_waits_for(
 
         retention = threading.Thread(target=retain)
         retention.start()
-        time.sleep(0.5)  # the pass is now waiting for the reader
+        wait_until(
+            lambda: pg.execute(
+                "SELECT count(*) FROM pg_stat_activity"
+                " WHERE wait_event_type = 'Lock' AND datname = current_database()"
+            )[0][0],
+            30,
+            "the retention pass waiting for the reader's lock",
+        )
         started = time.monotonic()
         write_samples(writer, gpu_write(time.time()))
         took = time.monotonic() - started

@@ -138,7 +138,7 @@ def test_ingest_is_acked_while_redis_is_away_and_live_pushes_resume_when_it_retu
             assert stored(s, node) == 26 * 8
             # a page that reconnects gets pushes again
             with reconnecting_live_socket(s, login_cookie(s)) as live:
-                time.sleep(0.3)
+                # open means subscribed: Channels joins a socket's groups before accepting it
                 assert post(s, gpu_batch(node, 27), token)[0] == 200
                 update = json.loads(live.recv(timeout=10))
                 assert update["racks"]
@@ -282,7 +282,7 @@ def test_hostile_batches_are_refused_alone_while_a_pipelining_neighbour_keeps_be
 
     wait_for(lambda: last_seq() == 6, what="the neighbour's last_seq")
     with live_socket(fleet_server, ops_cookie) as live:
-        time.sleep(0.3)
+        # open means subscribed: Channels joins a socket's groups before accepting it
         assert post(fleet_server, gpu_batch(good_node, 7), good_token)[0] == 200
         assert json.loads(live.recv(timeout=10))["racks"]  # live pushes keep going
 
