@@ -22,8 +22,8 @@ from django.conf import settings
 from fleet.alerts.models import AlertEvaluation, AlertInstance, AlertRule
 from fleet.notifications.models import Delivery, Route
 from tests.fleet import test_celery_worker
-from tests.fleet.test_rollups import TierDb, fresh_db
 from tests.support.celery_proc import CeleryProc, private_broker, producer, stop_all
+from tests.support.databases import TierDb, fresh_db
 from tests.support.server import FleetServer
 from tests.support.slack_receiver import Received, SlackReceiver
 

@@ -8,8 +8,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Iterator, Sequence
-from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -21,7 +20,8 @@ from fleet.demo import seed_demo_site
 from fleet.models import Site
 from fleet.read.pue import DAY_S, rolling_pue
 from tests.dashboard.test_rack_and_cooling_pages import fold, store
-from tests.fleet.test_rollups import TierDb, fresh_db
+from tests.support import databases
+from tests.support.databases import TierDb
 from tests.support.people import viewer
 
 T = 1_800_000_000  # an hour boundary: "now" in the maths tests
@@ -46,12 +46,7 @@ def hours_back(
     return [(T - (skip + k + 1) * HOUR, total_w, it_w, cat) for k in range(count)]
 
 
-@pytest.fixture
-def tier_db(
-    tier: str, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, django_db_blocker: Any
-) -> Iterator[TierDb]:
-    with fresh_db(tier, tmp_path, tmp_path_factory, django_db_blocker) as fresh:
-        yield fresh
+tier_db = databases.fresh_tier_db  # each test's own database, both tiers
 
 
 # ---------------------------------------------------------------------------

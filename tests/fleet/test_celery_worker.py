@@ -17,9 +17,9 @@ from celery import Celery
 
 from fleet.storage.partitions import ensure_partitions
 from fleetwatch.celery import app as fleet_app
-from tests.fleet.test_rollups import TierDb, fresh_db
 from tests.support import services
 from tests.support.celery_proc import CeleryProc, producer
+from tests.support.databases import TierDb, fresh_db
 from tests.support.server import FleetServer
 
 

@@ -4,8 +4,6 @@ reasons kept as masks, and clear refusals of what it cannot answer."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,19 +12,15 @@ from agents.protocol import reasons as nvml
 from fleet.read.history import HistoryError, choose_tier, history, reason_spans
 from fleet.storage.rollups import rollup
 from fleet.storage.schema import raw_table
-from tests.fleet.test_rollups import T, TierDb, fresh_db
+from tests.support import databases
+from tests.support.databases import T, TierDb
 
 HOUR = 3600.0
 START = T - 2 * 3600  # two hours of samples, every 5 s, before T
 COLUMNS = ("ts", "node_id", "gpu", "temp_gpu_c", "power_w", "clock_event_reasons")
 
 
-@pytest.fixture
-def db(
-    tier: str, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, django_db_blocker: Any
-) -> Iterator[TierDb]:
-    with fresh_db(tier, tmp_path, tmp_path_factory, django_db_blocker) as fresh:
-        yield fresh
+db = databases.fresh_tier_db  # each test's own database, both tiers
 
 
 def temp_at(t: int) -> float:

@@ -2,7 +2,8 @@
 costs a recompute of its own minutes only, a node whose clock is days behind cannot
 pin retention, and (PostgreSQL) an ingest commit never waits on a rollup.
 
-The rollup tables are compared with the oracle of test_rollups.py (`expected`)."""
+The rollup tables are compared with the oracle of tests/support/rollup_oracle.py
+(`expected`)."""
 
 from __future__ import annotations
 
@@ -29,23 +30,21 @@ from fleet.storage.retention import apply_retention
 from fleet.storage.rollups import claim, read_state, rollup
 from fleet.storage.samples import SampleWrite, write_samples
 from fleetwatch.env import database_from_url
-from tests.fleet import test_rollups
-from tests.fleet.test_rollups import (
+from tests.support import databases
+from tests.support.agent import enroll, gpu_batch, post_json
+from tests.support.databases import T, TierDb, register_alias
+from tests.support.rollup_oracle import (
     GPU_METRICS,
     GPUS,
-    T,
-    TierDb,
-    _register,
     expected,
     gpu_row,
     roll,
     store_raw,
     stored,
 )
-from tests.support.agent import enroll, gpu_batch, post_json
 from tests.support.server import FleetServer
 
-db = test_rollups.db  # the fixture: a fresh migrated database per test, both tiers
+db = databases.fresh_db_at_test_clock  # each test's own database, both tiers
 
 RAW_KEEP = int(settings.RETENTION_RAW_HOURS * 3600)
 MARKER = -1.0  # put in a column no sample carries: a rewritten rollup row loses it
@@ -333,7 +332,7 @@ def test_acks_keep_flowing_while_a_rollup_holds_its_locks_on_postgresql(
         assert post_json(url, gpu_batch("gpu-a01-01", 1, ts=time.time() - 600), token)[0] == 200
         server.manage("rollup")  # the state rows exist, the seal is a minute or so back
         alias = "acks_" + uuid.uuid4().hex[:8]
-        _register(alias, database_from_url(server.database_url))
+        register_alias(alias, database_from_url(server.database_url))
         holding, release = threading.Event(), threading.Event()
         held: list[bool] = []
         with django_db_blocker.unblock():

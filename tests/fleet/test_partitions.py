@@ -31,8 +31,8 @@ from fleet.storage.retention import apply_retention, kept_s
 from fleet.storage.rollups import rollup
 from fleet.storage.samples import SampleWrite, write_samples
 from fleetwatch.env import database_from_url
-from tests.fleet.test_rollups import TierDb, fresh_db
 from tests.support import services
+from tests.support.databases import TierDb, fresh_db
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.services

@@ -25,8 +25,8 @@ from fleet.storage.rollups import GRACE_S
 from fleetwatch.celery import DEFAULT, MAINTENANCE, NOTIFICATIONS, PULL, QUEUES, RULES
 from fleetwatch.celery import app as fleet_app
 from fleetwatch.demo import ALERT_WORKER_QUEUES, celery_workers
-from tests.fleet.test_rollups import TierDb, fresh_db
 from tests.support.celery_proc import CeleryProc, private_broker, producer, stopping
+from tests.support.databases import TierDb, fresh_db
 from tests.support.server import FleetServer
 from tests.support.slack_receiver import SlackReceiver
 from tests.support.stalling import StallingListener

@@ -20,7 +20,7 @@ from fleet.storage.partitions import (
     slot,
 )
 from fleet.storage.retention import apply_retention
-from tests.fleet.test_rollups import T, TierDb, fresh_db
+from tests.support.databases import T, TierDb, fresh_db
 
 HOUR = 3600
 DAY = 86400

@@ -2,276 +2,28 @@
 
 A known series goes straight into the raw tables (several GPUs and nodes, a
 slow field present in only some samples, a counter, an integer gauge); the
-expected min/mean/max/last per bucket is computed here in Python from the same
+expected min/mean/max/last per bucket is computed in Python from the same
 rows, and the rollup tables must equal it exactly.
 
-`fresh_db` (also used by the retention and worker tests) gives each test its
-own migrated database, SQLite file or PostgreSQL database, cloned from a
-template migrated once per session, reachable in-process through a Django
-connection alias.
+Each test gets its own migrated database (tests/support/databases.py); the known
+series and the oracle are tests/support/rollup_oracle.py.
 """
 
 from __future__ import annotations
 
-import atexit
-import contextlib
-import os
-import shutil
-import subprocess
-import sys
-import time
-import uuid
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
-from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
-import pytest
-from django.db import connections, transaction
+from django.db import connections
 
 from fleet.storage.late import late_table
-from fleet.storage.partitions import django_runner, ensure_between, families
 from fleet.storage.rollups import claim, read_state, rollup
-from fleet.storage.schema import ENTITY_COLUMNS, raw_table, rollup_table
-from fleetwatch.env import database_from_url, sqlite_database
-from tests.support import services
+from fleet.storage.schema import ENTITY_COLUMNS
+from tests.support import databases
+from tests.support.databases import T, TierDb
+from tests.support.rollup_oracle import GPUS, expected, gpu_row, roll, series, store_raw, stored
 
-ROOT = Path(__file__).resolve().parents[2]
-T = 1_800_000_000  # an hour boundary: buckets line up with round numbers
-DB_FILE = "fleetwatch.sqlite3"
-
-# ---------------------------------------------------------------------------
-# a fresh migrated database per test
-
-
-@dataclass
-class TierDb:
-    tier: str
-    alias: str
-    var_dir: Path
-    url: str | None  # PostgreSQL URL (services tier); None for SQLite
-
-    @property
-    def vendor(self) -> str:
-        return connections[self.alias].vendor
-
-    def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        with connections[self.alias].cursor() as cur:
-            cur.execute(sql, params)
-            return list(cur.fetchall()) if cur.description else []
-
-    def insert(self, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-        marks = ", ".join(["%s"] * len(columns))
-        # one transaction: SQLite autocommit would fsync every row
-        with transaction.atomic(using=self.alias), connections[self.alias].cursor() as cur:
-            cur.executemany(
-                f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({marks})", list(rows)
-            )
-
-
-_templates: dict[str, str] = {}
-
-
-def _migrate(var_dir: Path, database_url: str | None) -> None:
-    env = dict(os.environ, FLEETWATCH_TESTING="1", FLEETWATCH_VAR_DIR=str(var_dir))
-    env.pop("DATABASE_URL", None)
-    env.pop("REDIS_URL", None)
-    if database_url:
-        env["DATABASE_URL"] = database_url
-    subprocess.run(
-        [sys.executable, str(ROOT / "manage.py"), "migrate", "-v0"],
-        env=env,
-        cwd=ROOT,
-        check=True,
-        timeout=120,
-    )
-    if database_url:
-        # PostgreSQL tables are partitioned by time and the migration made partitions around
-        # the real now: add them around the fixed test clock T, and a day behind now (tests
-        # that store expired rows). Once per session, in the template every test clones.
-        now, day = int(time.time()), 86400
-        spans = [
-            ("raw", T - 2 * day, T + day),
-            ("1m", T - 10 * day, T + 2 * day),
-            ("1h", T - 460 * day, T + 62 * day),
-            ("raw", now - day, now),
-        ]
-        cover = [arg for tier, lo, hi in spans for arg in ("--cover", tier, str(lo), str(hi))]
-        subprocess.run(
-            [sys.executable, str(ROOT / "manage.py"), "partitions", "--quiet", *cover],
-            env=env,
-            cwd=ROOT,
-            check=True,
-            timeout=300,
-        )
-
-
-def _template(tier: str, factory: pytest.TempPathFactory) -> str:
-    """Migrate once per session and tier: a SQLite file path, or a PostgreSQL db name."""
-    if tier not in _templates:
-        if tier == "embedded":
-            var_dir = factory.mktemp("template")
-            _migrate(var_dir, None)
-            _templates[tier] = str(var_dir / DB_FILE)
-        else:
-            name = f"fwtpl_{uuid.uuid4().hex[:10]}"
-            admin = services.services_database_url()
-            _migrate(factory.mktemp("template"), services.create_database(admin, name))
-            atexit.register(services.drop_database, admin, name)
-            _templates[tier] = name
-    return _templates[tier]
-
-
-def _register(alias: str, db: dict[str, Any]) -> None:
-    # configure_settings insists on a "default"; only our alias's entry is kept.
-    configured = connections.configure_settings({"default": dict(db), alias: dict(db)})
-    connections.settings[alias] = configured[alias]
-
-
-@contextlib.contextmanager
-def fresh_db(
-    tier: str, var_dir: Path, factory: pytest.TempPathFactory, blocker: Any
-) -> Iterator[TierDb]:
-    template = _template(tier, factory)
-    alias = f"t_{uuid.uuid4().hex[:8]}"
-    var_dir.mkdir(parents=True, exist_ok=True)
-    url: str | None = None
-    if tier == "embedded":
-        shutil.copyfile(template, var_dir / DB_FILE)
-        settings = sqlite_database(str(var_dir / DB_FILE))
-    else:
-        import psycopg
-
-        admin = services.services_database_url()
-        name = f"fwtest_{uuid.uuid4().hex[:10]}"
-        with psycopg.connect(services._conninfo(admin), autocommit=True) as conn:
-            conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
-        url = admin.rsplit("/", 1)[0] + f"/{name}"
-        settings = database_from_url(url)
-    _register(alias, settings)
-    try:
-        with blocker.unblock():
-            yield TierDb(tier, alias, var_dir, url)
-    finally:
-        connections[alias].close()
-        del connections[alias]
-        del connections.settings[alias]
-        if url:
-            services.drop_database(services.services_database_url(), url.rsplit("/", 1)[1])
-
-
-def cover_test_clock(db: TierDb, kinds: tuple[str, ...] = ("gpu", "node")) -> None:
-    """PostgreSQL: partitions around the test clock T (the migration made them around the
-    real now): six hours before it to one after, for the kinds these tests write."""
-    if db.vendor != "postgresql":
-        return
-    spans = {f: (T - 6 * 3600, T + 3600) for f in families() if f.kind in kinds}
-    ensure_between(django_runner(db.alias), spans)
-
-
-@pytest.fixture
-def db(
-    tier: str, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, django_db_blocker: Any
-) -> Iterator[TierDb]:
-    with fresh_db(tier, tmp_path, tmp_path_factory, django_db_blocker) as fresh:
-        cover_test_clock(fresh)
-        yield fresh
-
-
-# ---------------------------------------------------------------------------
-# the known series and what the rollups must say about it
-
-GPUS = [(1, 0), (1, 1), (2, 0)]
-NODES = [(1,), (2,)]
-GPU_METRICS = ("util_gpu_pct", "mem_total_mib", "energy_j", "pstate")
-NODE_METRICS = ("cpu_pct", "temp_inlet_c")
-METRICS_OF = {"gpu": GPU_METRICS, "node": NODE_METRICS}
-
-
-def gpu_row(t: int, node: int, gpu: int) -> tuple[Any, ...]:
-    entity = node * 10 + gpu
-    util = float((t * 7 + 13 * entity) % 101)  # jumps around: min/max/last all differ
-    slow = float(1000 + (t // 30) % 5 * 10 + entity) if t % 30 == 0 else None  # every 30 s
-    energy = 1e6 + t % 100_000 * 300.0 + entity  # a counter, rising
-    pstate = (t // 10 + entity) % 3  # an integer gauge
-    return (float(t), node, gpu, util, slow, energy, pstate)
-
-
-def node_row(t: int, node: int) -> tuple[Any, ...]:
-    cpu = float((t * 3 + node) % 89) + 0.5
-    inlet = 20.0 + (t // 20) % 7 + node if t % 20 == 0 else None  # every 20 s
-    return (float(t), node, cpu, inlet)
-
-
-def series(start: int, stop: int, every: int = 5) -> dict[str, list[tuple[Any, ...]]]:
-    times = range(start, stop, every)
-    return {
-        "gpu": [gpu_row(t, n, g) for t in times for n, g in GPUS],
-        "node": [node_row(t, n) for t in times for (n,) in NODES],
-    }
-
-
-def store_raw(db: TierDb, rows: dict[str, list[tuple[Any, ...]]]) -> None:
-    for kind, kind_rows in rows.items():
-        columns = ("ts", *ENTITY_COLUMNS[kind], *METRICS_OF[kind])
-        db.insert(raw_table(kind), columns, kind_rows)
-
-
-Stats = tuple[int, tuple[Any, ...]]  # n, then (min, mean, max, last) per metric
-
-
-def expected(kind: str, rows: list[tuple[Any, ...]], step: int, before: int) -> dict[Any, Stats]:
-    """What a rollup of `step` seconds must hold for buckets starting before `before`.
-
-    Hour means are the minute means weighted by each minute's row count: exact
-    for fields every sample carries, an approximation for slow fields.
-    """
-    nkeys = len(ENTITY_COLUMNS[kind])
-    groups: dict[tuple[Any, ...], list[tuple[Any, ...]]] = {}
-    for row in rows:
-        bucket = int(row[0]) // step * step
-        if bucket < before:
-            groups.setdefault((*row[1 : 1 + nkeys], bucket), []).append(row)
-    out: dict[Any, Stats] = {}
-    for key, members in groups.items():
-        members.sort(key=lambda r: r[0])
-        stats: list[Any] = []
-        for i in range(len(METRICS_OF[kind])):
-            values = [r[1 + nkeys + i] for r in members if r[1 + nkeys + i] is not None]
-            mean = sum(values) / len(values) if step == 60 else _hour_mean(members, nkeys + 1 + i)
-            stats += [min(values), pytest.approx(mean), max(values)]
-            stats.append(values[-1])  # the newest sample that carries the field
-        out[key] = (len(members), tuple(stats))
-    return out
-
-
-def _hour_mean(rows: list[tuple[Any, ...]], col: int) -> float:
-    minutes: dict[int, list[tuple[Any, ...]]] = {}
-    for row in rows:
-        minutes.setdefault(int(row[0]) // 60, []).append(row)
-    weighted = weight = 0.0
-    for members in minutes.values():
-        values = [r[col] for r in members if r[col] is not None]
-        if values:
-            weighted += sum(values) / len(values) * len(members)
-            weight += len(members)
-    return weighted / weight
-
-
-def stored(db: TierDb, kind: str, tier: str) -> dict[Any, Stats]:
-    keys = ENTITY_COLUMNS[kind]
-    stats = [f"{m}_{s}" for m in METRICS_OF[kind] for s in ("min", "mean", "max", "last")]
-    rows = db.execute(
-        f"SELECT {', '.join((*keys, 'bucket', 'n', *stats))} FROM {rollup_table(kind, tier)}"
-    )
-    width = len(keys) + 1
-    return {tuple(r[:width]): (r[width], tuple(r[width + 1 :])) for r in rows}
-
-
-def roll(db: TierDb, now: float) -> None:
-    for tier in ("1m", "1h"):
-        for kind in METRICS_OF:
-            rollup(tier, kind, now, using=db.alias)
+db = databases.fresh_db_at_test_clock  # each test's own database, both tiers
 
 
 def state(db: TierDb, tier: str, kind: str) -> tuple[int, int]:

@@ -7,14 +7,12 @@ exactly the rack payloads that reading and judging every GPU in Python gives —
 
 `fleet.read.state.rack_summaries` (GPUs folded per node by `fleet.read.summaries_sql`) against
 `fleet.read.state.rack_states` (every GPU's reading through `fleet.health`), in a database of
-its own per test (tests/fleet/test_rollups.py's `fresh_db`).
+its own per test (tests/support/databases.py).
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,7 +22,8 @@ from fleet import health
 from fleet.models import GPU, CoolingLoop, Hall, Node, Rack, Site
 from fleet.read import site_summary, state
 from fleet.storage.latest import latest_columns, metric_names
-from tests.fleet.test_rollups import TierDb, fresh_db
+from tests.support import databases
+from tests.support.databases import TierDb
 
 NOW = 1_800_000_000.25
 STALE = health.STALE_AFTER_S
@@ -32,12 +31,7 @@ CALM = ("calm", "warm")  # rack modes: fresh, nothing past warn
 MASK_BITS = [bit for bit, _, _ in nvml.REASONS] + [0x200, 1 << 40]
 
 
-@pytest.fixture
-def tdb(
-    tier: str, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, django_db_blocker: Any
-) -> Iterator[TierDb]:
-    with fresh_db(tier, tmp_path, tmp_path_factory, django_db_blocker) as fresh:
-        yield fresh
+tdb = databases.fresh_tier_db  # each test's own database, both tiers
 
 
 def sample_time(rng: random.Random, mode: str = "mixed") -> float:

@@ -21,9 +21,9 @@ from celery import Celery
 from fleet.notifications.models import Delivery, Route
 from fleet.notifications.notice import Notice
 from fleet.notifications.slack import build_message
-from tests.fleet.test_rollups import TierDb, fresh_db
 from tests.support import services
 from tests.support.celery_proc import CeleryProc, private_broker, producer, stopping
+from tests.support.databases import TierDb, fresh_db
 from tests.support.server import FleetServer
 from tests.support.slack_receiver import (
     CHANNEL_NOT_FOUND,
