@@ -70,7 +70,7 @@ def test_host_collector_reads_gauges_then_rates_from_proc_and_sys(tmp_path: Path
     assert (first["temp_inlet_c"], first["temp_outlet_c"]) == (23.5, 41.0)
     assert "cpu_pct" not in first and "net_rx_bytes_s" not in first  # rates need two reads
     _host_tree(tmp_path, (400, 1600), disk_sectors=3000, rx=20_000)
-    time.sleep(0.05)
+    time.sleep(0.05)  # rates divide by the monotonic time between two reads: let some pass
     second = host.collect(time.time())
     sample = second.samples["node"][0]
     assert sample["cpu_pct"] == 30.0  # 300 busy of 1000 jiffies
