@@ -59,11 +59,16 @@ def server_pids(server: FleetServer) -> dict[str, int]:
 
 
 def seed_nodes(server: FleetServer, count: int) -> None:
+    """The bench's nodes and their GPUs: ingest stores samples only for GPUs a node's
+    inventory has (docs/protocol.md "Unknown GPUs")."""
     script = (
-        "from fleet.models import Node, Rack\n"
+        "from fleet.models import GPU, Node, Rack\n"
         "rack = Rack.objects.get(name='A01')\n"
         f"nodes = [Node(name=f'bench-{{i:04d}}', rack=rack) for i in range({count})]\n"
         "Node.objects.bulk_create(nodes, ignore_conflicts=True)\n"
+        "nodes = Node.objects.filter(name__startswith='bench-')\n"
+        f"gpus = [GPU(node=n, index=i) for n in nodes for i in range({GPU_PER_BATCH})]\n"
+        "GPU.objects.bulk_create(gpus, ignore_conflicts=True)\n"
     )
     server.manage("shell", "-c", script)
 
