@@ -14,8 +14,7 @@ from fleet.alerts.engine import evaluate
 from fleet.alerts.models import AlertInstance, AlertInstanceEvent, AlertRule
 from fleet.demo import DEMO_RACKS, seed_demo_site
 from fleet.models import GPU, Node
-from fleet.storage.latest import LatestDelta, merge_latest
-from tests.fleet.test_state import DjangoTx
+from tests.support.latest import store_latest as store
 
 pytestmark = pytest.mark.django_db
 
@@ -26,12 +25,6 @@ NODE = 7
 @pytest.fixture(autouse=True)
 def only_our_rules() -> None:
     AlertRule.objects.update(enabled=False)  # the built-in pack is installed by migration
-
-
-def store(kind: str, key: tuple[int, ...], at: float, **values: Any) -> None:
-    delta = LatestDelta()
-    delta.add(kind, key, {"ts": at, **values}, at)
-    merge_latest(DjangoTx(), delta)  # type: ignore[arg-type]
 
 
 def inlet_rule(for_s: float = 0, clear: float | None = None) -> AlertRule:

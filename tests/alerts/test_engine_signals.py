@@ -16,8 +16,7 @@ from fleet.alerts.models import AlertInstance, AlertRule
 from fleet.alerts.signals import get
 from fleet.demo import DEMO_RACKS, seed_demo_site
 from fleet.models import Event, Node, PowerFeed, Site, SourceToken, hash_token
-from fleet.storage.latest import LatestDelta, merge_latest
-from tests.fleet.test_state import DjangoTx
+from tests.support.latest import store_latest as store
 
 pytestmark = pytest.mark.django_db
 
@@ -33,12 +32,6 @@ def only_our_rules() -> None:
 def node() -> Node:
     seed_demo_site("demo", (replace(DEMO_RACKS[0], nodes=2),), gpus_per_node=2)
     return Node.objects.order_by("id").first()  # type: ignore[return-value]
-
-
-def store(kind: str, key: tuple[int, ...], at: float, **values: Any) -> None:
-    delta = LatestDelta()
-    delta.add(kind, key, {"ts": at, **values}, at)
-    merge_latest(DjangoTx(), delta)  # type: ignore[arg-type]
 
 
 def rule(scope: str, signal: str, threshold: float, cmp: str = "ge", **params: Any) -> AlertRule:

@@ -16,8 +16,7 @@ from fleet.alerts.engine import evaluate
 from fleet.alerts.models import AlertInstance, AlertRule
 from fleet.demo import DEMO_RACKS, seed_demo_site
 from fleet.models import Node, Site, SourceToken, hash_token
-from fleet.storage.latest import LatestDelta, merge_latest
-from tests.fleet.test_state import DjangoTx
+from tests.support.latest import store_latest
 
 pytestmark = pytest.mark.django_db
 
@@ -138,9 +137,7 @@ def test_a_rules_interval_s_overrides_every_sources_own(nodes: list[Node]) -> No
 
 
 def store(key: tuple[int, ...], at: float, **values: Any) -> None:
-    delta = LatestDelta()
-    delta.add("node", key, {"ts": at, **values}, at)
-    merge_latest(DjangoTx(), delta)  # type: ignore[arg-type]
+    store_latest("node", key, at, **values)
 
 
 def test_a_field_lagging_within_its_sources_pace_has_not_stopped(nodes: list[Node]) -> None:

@@ -16,8 +16,7 @@ from django.test import Client
 from agents.protocol import reasons as nvml
 from fleet.demo import DEMO_RACKS, seed_demo_site
 from fleet.models import GPU, CoolingLoop, Node, PowerFeed, Rack
-from fleet.storage.latest import LatestDelta, merge_latest
-from tests.fleet.test_state import DjangoTx
+from tests.support.latest import store_latest as store
 from tests.support.people import viewer
 
 pytestmark = pytest.mark.django_db
@@ -46,12 +45,6 @@ def client(site: None) -> Client:
     c = Client()
     c.login(username="ops", password="pw")
     return c
-
-
-def store(kind: str, key: tuple[int, ...], at: float, **values: Any) -> None:
-    delta = LatestDelta()
-    delta.add(kind, key, {"ts": at, **values}, at)
-    merge_latest(DjangoTx(), delta)  # type: ignore[arg-type]
 
 
 def rack(name: str) -> Rack:

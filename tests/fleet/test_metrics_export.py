@@ -21,7 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from agents.protocol import reasons as nvml
 from fleet.demo import DEMO_RACKS, seed_demo_site
 from fleet.models import GPU, CoolingLoop, Node, Rack, Site
-from tests.fleet.test_state import store
+from tests.support.latest import store
 
 pytestmark = pytest.mark.django_db
 

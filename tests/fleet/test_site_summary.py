@@ -15,7 +15,7 @@ from fleet.demo import DEMO_RACKS, seed_demo_site
 from fleet.health import STALE_AFTER_S
 from fleet.models import CoolingLoop, Node, Rack, Site
 from fleet.read.site_summary import site_payload, site_payloads
-from tests.fleet.test_state import store
+from tests.support.latest import store
 
 pytestmark = pytest.mark.django_db
 

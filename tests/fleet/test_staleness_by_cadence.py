@@ -16,7 +16,7 @@ from fleet import health
 from fleet.demo import DEMO_RACKS, seed_demo_site
 from fleet.models import GPU, Node, PrometheusSource, PulledGPU, Site, SourceToken, hash_token
 from fleet.read.site_summary import site_payload
-from tests.fleet.test_state import store
+from tests.support.latest import store
 
 pytestmark = pytest.mark.django_db
 

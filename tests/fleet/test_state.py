@@ -8,7 +8,6 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from django.db import connection
 
 from agents.protocol import reasons as nvml
 from fleet.demo import DEMO_RACKS, seed_demo_site
@@ -16,25 +15,9 @@ from fleet.models import GPU, CoolingLoop, Node, PowerFeed, Rack, Site
 from fleet.read.live import fleet_group, rack_group, site_group
 from fleet.read.payloads import build_updates, plan_updates
 from fleet.read.state import rack_payload, rack_states
-from fleet.storage.db import Row, Upsert
-from fleet.storage.latest import LatestDelta, merge_latest
+from tests.support.latest import store
 
 pytestmark = pytest.mark.django_db
-
-
-class DjangoTx:
-    """merge_latest over the test database's Django connection."""
-
-    vendor = connection.vendor
-
-    def upsert(self, spec: Upsert, rows: list[Row]) -> None:
-        cols, marks = ",".join(spec.columns), ",".join(["%s"] * len(spec.columns))
-        sql = (
-            f"INSERT INTO {spec.table} ({cols}) VALUES ({marks})"
-            f" ON CONFLICT ({','.join(spec.keys)}) DO UPDATE SET {spec.set_clause}"
-        )
-        with connection.cursor() as cur:
-            cur.executemany(sql, rows)
 
 
 @pytest.fixture
@@ -45,12 +28,6 @@ def site() -> Site:
     GPU.objects.update(slowdown_c=87.0, shutdown_c=92.0)
     CoolingLoop.objects.update(capacity_kw=300, rated_flow_lpm=600, liquid_class="W32")
     return site
-
-
-def store(kind: str, key: tuple[int, ...], now: float, **values: Any) -> None:
-    delta = LatestDelta()
-    delta.add(kind, key, {"ts": now - 1, **values}, now)
-    merge_latest(DjangoTx(), delta)  # type: ignore[arg-type]
 
 
 def a01(now: float, **gpu: Any) -> dict[str, Any]:

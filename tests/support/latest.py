@@ -27,6 +27,18 @@ class DjangoTx:
 
 def store_latest(kind: str, key: tuple[int, ...], at: float, **values: Any) -> None:
     """One sample of `kind` for `key` at `at`, merged into the latest state."""
+    _merge(kind, key, sampled=at, received=at, values=values)
+
+
+def store(kind: str, key: tuple[int, ...], now: float, **values: Any) -> None:
+    """One sample of `kind` for `key` taken a second before `now` and received at `now`
+    (an agent's usual lag), merged into the latest state."""
+    _merge(kind, key, sampled=now - 1, received=now, values=values)
+
+
+def _merge(
+    kind: str, key: tuple[int, ...], *, sampled: float, received: float, values: dict[str, Any]
+) -> None:
     delta = LatestDelta()
-    delta.add(kind, key, {"ts": at, **values}, at)
+    delta.add(kind, key, {"ts": sampled, **values}, received)
     merge_latest(DjangoTx(), delta)  # type: ignore[arg-type]
