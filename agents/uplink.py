@@ -70,8 +70,38 @@ class UplinkStats:
     sent: int = 0
     acked: int = 0
     nacked: int = 0
+    partly_refused: int = 0  # acked, but the server refused part (e.g. a GPU not in inventory)
     connects: int = 0
     http_posts: int = 0
+
+
+REFUSAL_LOG_EVERY_S = 600.0
+
+
+class PartRefusals:
+    """An ack that carries `refused` (docs/protocol.md "Unknown GPUs"): the batch was stored
+    but for the part named. Logged as a warning once per field and reason every 10 min —
+    the same refusal comes with every batch until someone accepts the GPU."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._logged: dict[tuple[str, str], float] = {}
+
+    def note(self, source: str, refused: Any) -> None:
+        if not isinstance(refused, dict):
+            return
+        key = (str(refused.get("field")), str(refused.get("reason")))
+        now = self._clock()
+        last = self._logged.get(key)
+        if last is not None and now - last < REFUSAL_LOG_EVERY_S:
+            return
+        self._logged[key] = now
+        log.warning(
+            "server stored the batch but refused part of it",
+            source=source,
+            field=key[0],
+            reason=key[1],
+        )
 
 
 def websocket_url(server: str) -> str:
@@ -88,11 +118,15 @@ def http_url(server: str, path: str) -> str:
 
 def _server_time(body: str) -> Any:
     """The server's `t` in an HTTP answer's JSON body, or None."""
+    return _answer_field(body, "t")
+
+
+def _answer_field(body: str, name: str) -> Any:
     try:
         answer = json.loads(body)
     except ValueError:
         return None
-    return answer.get("t") if isinstance(answer, dict) else None
+    return answer.get(name) if isinstance(answer, dict) else None
 
 
 def backoff_delay(attempt: int, base_s: float, cap_s: float) -> float:
@@ -112,6 +146,7 @@ class Uplink:
         self.settings = settings
         self.spool = spool
         self.stats = UplinkStats()
+        self.part_refusals = PartRefusals()
         # Passed in so that it outlives this uplink (the outbox replaces it after a pause).
         self.clock_offset = clock_offset if clock_offset is not None else ClockOffset()
         self._wall = wall  # the wall clock, not the agent's slewed one: the offset is its error
@@ -262,6 +297,8 @@ class Uplink:
             self._measure_offset(self._sent_at.get(answer["ack"]), received, answer.get("t"))
             self._settle(answer["ack"])
             self.stats.acked += 1
+            if "refused" in answer:
+                self._note_part_refused(answer["refused"])
         elif "nack" in answer:
             seq = answer["nack"]
             log.error(
@@ -274,6 +311,10 @@ class Uplink:
                 self._measure_offset(self._sent_at.get(seq), received, answer.get("t"))
                 self._settle(seq)
                 self.stats.nacked += 1
+
+    def _note_part_refused(self, refused: Any) -> None:
+        self.stats.partly_refused += 1
+        self.part_refusals.note(self.settings.source, refused)
 
     def _settle(self, seq: int) -> None:
         self.spool.remove(seq)
@@ -317,6 +358,9 @@ class Uplink:
             if status == 200:
                 self.spool.remove(seq)
                 self.stats.acked += 1
+                refused = _answer_field(body, "refused")
+                if refused is not None:
+                    self._note_part_refused(refused)
             elif status in (400, 413):
                 log.error("server refused a batch; dropping it", seq=seq, status=status, error=body)
                 self.spool.remove(seq)
