@@ -58,10 +58,13 @@ def lean_gpu_totals(now: float) -> dict[int, Any]:
 
     stale = health.STALE_AFTER_S
     rank = {lvl.rank: lvl for lvl in health.Level}
+    # The limits in force: entered, else reported (fleet/health/limits.py).
     limits = {
         (n, i): (slow, mem, tlim)
         for n, i, slow, mem, tlim in select_rows(
-            'SELECT node_id, "index", slowdown_c, mem_max_c, tlimit_slowdown_c FROM fleet_gpu'
+            'SELECT node_id, "index", COALESCE(slowdown_c, reported_slowdown_c),'
+            " COALESCE(mem_max_c, reported_mem_max_c),"
+            " COALESCE(tlimit_slowdown_c, reported_tlimit_slowdown_c) FROM fleet_gpu"
         )
     }
     rows = select_rows(

@@ -24,6 +24,7 @@ from django.views.decorators.http import require_GET
 from dashboard.rack import GpuTile, gpu_tile
 from fleet import health
 from fleet.access import can_view_site
+from fleet.health.limits import LIMIT_LABELS, STORED_LIMITS, limit_in_force, reported_column
 from fleet.models import GPU, Event
 from fleet.read.history import RANGES, HistoryError, reason_spans
 from fleet.read.state import gpu_limits, latest_readings, throttle_words
@@ -49,6 +50,14 @@ class Figure:
 class LimitLine:
     name: str  # "slowdown", "shutdown", "max operating", "HBM max"
     value_c: float
+
+
+@dataclass
+class LimitRow:
+    label: str  # "slowdown"
+    value: str  # "87 °C"
+    origin: str  # "inventory" or "reported by the agent" (fleet.health.limits.Origin)
+    note: str = ""  # "the agent reports 90 °C" where the inventory's differs
 
 
 @dataclass
@@ -97,6 +106,7 @@ class GpuPage:
     range: str
     as_of: str
     origin: str = ""  # where its figures come from: its agent, or a Prometheus source
+    limit_rows: list[LimitRow] = field(default_factory=list)  # each in force, with its origin
     timeline_tier: str = ""
     timeline: list[ReasonRow] = field(default_factory=list)
     events: list[EventRow] = field(default_factory=list)
@@ -227,6 +237,23 @@ def limit_lines(limits: health.GpuLimits | None) -> list[LimitLine]:
     return [LimitLine(name, float(v)) for name, v in named if v is not None]
 
 
+def limit_rows(gpu: GPU) -> list[LimitRow]:
+    """Each limit in force (`fleet.health.limits`) with where it came from; an entered
+    limit the agent reports otherwise says what the agent reports."""
+    rows = []
+    for name in STORED_LIMITS:
+        entered, reported = getattr(gpu, name), getattr(gpu, reported_column(name))
+        limit = limit_in_force(entered, reported)
+        if limit.value is None or limit.origin is None:
+            continue
+        label, unit = LIMIT_LABELS[name]
+        note = ""
+        if entered is not None and reported is not None and entered != reported:
+            note = f"the agent reports {reported:g} {unit}"
+        rows.append(LimitRow(label, f"{limit.value:g} {unit}", limit.origin.value, note))
+    return rows
+
+
 def timeline(gpu: GPU, range_name: str, now: float) -> tuple[str, list[ReasonRow]]:
     """The decoded clock-event reasons over the range, newest first."""
     try:
@@ -302,6 +329,7 @@ def gpu_page(gpu: GPU, range_name: str, now: float, figures_only: bool = False) 
         range=range_name,
         as_of=as_of(now),
         origin=figures_origin(gpu, now),
+        limit_rows=limit_rows(gpu),
     )
     if not figures_only:
         page.timeline_tier, page.timeline = timeline(gpu, range_name, now)

@@ -24,6 +24,13 @@ from fleet.admin_base import (
     children_column,
 )
 from fleet.admin_display import epoch_text, pretty_json
+from fleet.admin_limits import (
+    LimitsDiffer,
+    differences_text,
+    in_force_ordering,
+    limit_with_origin,
+    reported_limits_text,
+)
 from fleet.agent_versions import node_agent_support
 from fleet.choices import PowerFeedTypeChoices
 from fleet.models import (
@@ -348,12 +355,19 @@ class GPUAdmin(ModelAdmin):
         "slowdown",
         "shutdown",
         "power_limit",
+        "limits_differ",
         "inventory_status",
     )
-    list_filter = (AwaitingAcceptance, "model", "node__rack__hall__site")
+    list_filter = (AwaitingAcceptance, LimitsDiffer, "model", "node__rack__hall__site")
     search_fields = ("node__name", "uuid", "model")
     list_select_related = ("node",)
-    readonly_fields = ("reported_info", "discovered_at", "accepted_at", "accepted_by")
+    readonly_fields = (
+        "reported_limits",
+        "reported_info",
+        "discovered_at",
+        "accepted_at",
+        "accepted_by",
+    )
     exclude = ("info",)
     actions = (accept_gpus,)
 
@@ -369,17 +383,27 @@ class GPUAdmin(ModelAdmin):
     def reported_info(self, gpu: GPU) -> str:
         return pretty_json(gpu.info)
 
-    @admin.display(description="Slowdown at (°C)", ordering="slowdown_c")
+    # Each limit in force with its origin (fleet/admin_limits.py); blank entered limits
+    # on the change page fall back to the agent's, shown read-only beside them.
+    @admin.display(description="Slowdown at (°C)", ordering=in_force_ordering("slowdown_c"))
     def slowdown(self, gpu: GPU) -> str:
-        return _number(gpu.slowdown_c)
+        return limit_with_origin(gpu, "slowdown_c")
 
-    @admin.display(description="Shutdown at (°C)", ordering="shutdown_c")
+    @admin.display(description="Shutdown at (°C)", ordering=in_force_ordering("shutdown_c"))
     def shutdown(self, gpu: GPU) -> str:
-        return _number(gpu.shutdown_c)
+        return limit_with_origin(gpu, "shutdown_c")
 
-    @admin.display(description="Power limit (W)", ordering="power_limit_max_w")
+    @admin.display(description="Power limit (W)", ordering=in_force_ordering("power_limit_max_w"))
     def power_limit(self, gpu: GPU) -> str:
-        return _number(gpu.power_limit_max_w)
+        return limit_with_origin(gpu, "power_limit_max_w")
+
+    @admin.display(description="Entered limits that differ from the agent's")
+    def limits_differ(self, gpu: GPU) -> str:
+        return differences_text(gpu)
+
+    @admin.display(description="limits reported by the agent")
+    def reported_limits(self, gpu: GPU) -> str:
+        return reported_limits_text(gpu)
 
 
 @admin.register(RejectionTally)

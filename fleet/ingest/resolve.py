@@ -17,6 +17,7 @@ import orjson
 
 from agents.protocol import MAX_GPUS_PER_NODE
 from agents.protocol.validate import Batch, ProtocolError
+from fleet.health.limits import STORED_LIMITS, reported_column
 from fleet.ingest.inventory import Inventory
 from fleet.ingest.tally import UNKNOWN_GPU_FIELD, writer_statement
 from fleet.storage.db import Database, Row
@@ -213,11 +214,29 @@ class Resolver:
         self.round_new_gpus.setdefault(node_id, set()).update(new)
 
 
-_GPU_UPDATE = (
-    "uuid = excluded.uuid, model = excluded.model, slowdown_c = excluded.slowdown_c,"
-    " shutdown_c = excluded.shutdown_c, gpu_max_c = excluded.gpu_max_c,"
-    " mem_max_c = excluded.mem_max_c, tlimit_slowdown_c = excluded.tlimit_slowdown_c,"
-    " power_limit_max_w = excluded.power_limit_max_w, info = excluded.info"
+# What an agent's gpu_info writes: its own description and the limits it reported, never the
+# limits entered in the inventory (fleet/health/limits.py: those are in force where set).
+_REPORTED_LIMITS = tuple(reported_column(name) for name in STORED_LIMITS)
+
+
+def _kept_reported(column: str) -> str:
+    """A limit left out of gpu_info keeps the value the agent reported before (an agent
+    never erases a limit), unless the GPU is another device now: a new UUID's limits are
+    its own."""
+    swapped = "excluded.uuid <> '' AND fleet_gpu.uuid <> '' AND excluded.uuid <> fleet_gpu.uuid"
+    return (
+        f"{column} = CASE WHEN {swapped} THEN excluded.{column}"
+        f" ELSE COALESCE(excluded.{column}, fleet_gpu.{column}) END"
+    )
+
+
+_GPU_UPDATE = ", ".join(
+    [
+        "uuid = excluded.uuid",
+        "model = excluded.model",
+        *(_kept_reported(column) for column in _REPORTED_LIMITS),
+        "info = excluded.info",
+    ]
 )
 
 
@@ -241,19 +260,15 @@ def _gpu_upsert(
     values = (
         str(info.get("uuid", ""))[:64],
         str(info.get("model", ""))[:100],
-        _num(limits.get("slowdown_c")),
-        _num(limits.get("shutdown_c")),
-        _num(limits.get("gpu_max_c")),
-        _num(limits.get("mem_max_c")),
-        _num(limits.get("tlimit_slowdown_c")),
-        _num(limits.get("power_limit_max_w")),
+        *(_num(limits.get(name)) for name in STORED_LIMITS),
         to_json(info, where),
     )
+    reported = ", ".join(_REPORTED_LIMITS)
+    marks = ", ".join(["%s"] * len(_REPORTED_LIMITS))
     sql = (
-        "INSERT INTO fleet_gpu (uuid, model, slowdown_c, shutdown_c, gpu_max_c,"
-        ' mem_max_c, tlimit_slowdown_c, power_limit_max_w, info, node_id, "index",'
+        f'INSERT INTO fleet_gpu (uuid, model, {reported}, info, node_id, "index",'
         " discovered_at, accepted_by)"
-        f" VALUES (%s, %s, %s, %s, %s, %s, %s, %s, {jp}, %s, %s, %s, '')"
+        f" VALUES (%s, %s, {marks}, {jp}, %s, %s, %s, '')"
         f' ON CONFLICT (node_id, "index") DO UPDATE SET {_GPU_UPDATE}'
     )
     return sql, (*values, node_id, info["gpu"], discovered)

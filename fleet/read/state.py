@@ -39,6 +39,7 @@ from django.db import connection
 from agents.protocol import reasons as nvml
 from fleet import health
 from fleet.choices import LiquidClassChoices
+from fleet.health.limits import STORED_LIMITS, limits_in_force, reported_column
 from fleet.read import summaries_sql
 from fleet.storage.latest import merge_columns, rows_to_latest, select_latest_sql
 from fleet.storage.schema import ENTITY_COLUMNS, latest_table
@@ -129,12 +130,12 @@ def latest_readings(kind: str, ids: Iterable[int]) -> dict[tuple[int, ...], heal
 
 
 def gpu_limits(node_ids: Iterable[int] | None) -> dict[tuple[int, int], health.GpuLimits]:
-    """Each GPU's own limits, for the given nodes (every GPU when None: one plain scan,
-    cheaper than a 1,000-value IN list when the caller wants the whole fleet)."""
-    sql = (
-        'SELECT node_id, "index", slowdown_c, shutdown_c, gpu_max_c, mem_max_c,'
-        " tlimit_slowdown_c, power_limit_max_w FROM fleet_gpu"
-    )
+    """Each GPU's limits in force (entered, else reported: `fleet.health.limits`), for the
+    given nodes (every GPU when None: one plain scan, cheaper than a 1,000-value IN list
+    when the caller wants the whole fleet)."""
+    entered = ", ".join(STORED_LIMITS)
+    reported = ", ".join(reported_column(name) for name in STORED_LIMITS)
+    sql = f'SELECT node_id, "index", {entered}, {reported} FROM fleet_gpu'
     if node_ids is None:
         rows = select_rows(sql, [])
     else:
@@ -142,14 +143,11 @@ def gpu_limits(node_ids: Iterable[int] | None) -> dict[tuple[int, int], health.G
         if not params:
             return {}
         rows = select_rows(f"{sql} WHERE node_id IN ({marks})", params)
+    n = len(STORED_LIMITS)
     return {
-        (r[0], r[1]): health.GpuLimits(
-            slowdown_c=r[2],
-            shutdown_c=r[3],
-            gpu_max_c=r[4],
-            mem_max_c=r[5],
-            tlimit_slowdown_c=r[6],
-            power_limit_max_w=r[7],
+        (r[0], r[1]): limits_in_force(
+            health.GpuLimits(**dict(zip(STORED_LIMITS, r[2 : 2 + n], strict=True))),
+            health.GpuLimits(**dict(zip(STORED_LIMITS, r[2 + n :], strict=True))),
         )
         for r in rows
     }

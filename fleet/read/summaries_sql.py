@@ -11,6 +11,8 @@ The rules mirrored (fleet/health/gpus.py, levels.py, thresholds.py):
 
 - a field is fresh when it has a value and a sample time `t` with `now − t < stale_after_s`
   (`Reading.fresh`); a GPU is fresh when its row's `ts` (its newest sample) is;
+- each limit is the one in force: the entered value when set, else the reported one
+  (`fleet.health.limits.limit_in_force`: `COALESCE(slowdown_c, reported_slowdown_c)`);
 - headroom to slowdown: `slowdown_c − temp_gpu_c` when both are known, else
   `temp_margin_c − tlimit_slowdown_c`; to HBM max: `mem_max_c − temp_mem_c` (the limits
   `fleet.read.state.gpu_limits` reads: no T.Limit offset for HBM); a GPU without a `fleet_gpu`
@@ -44,6 +46,7 @@ from fleet.health import (
     GpuTotals,
     Level,
 )
+from fleet.health.limits import reported_column
 from fleet.storage.schema import field_ts_column
 
 OK, UNKNOWN, WARN, CRIT = (lvl.rank for lvl in (Level.OK, Level.UNKNOWN, Level.WARN, Level.CRIT))
@@ -74,6 +77,11 @@ def _mask_level(mask: str) -> str:
     )
 
 
+def _in_force(limit: str) -> str:
+    """`fleet.health.limits.limit_in_force` of the GPU row `g`: entered, else reported."""
+    return f"COALESCE(g.{limit}, g.{reported_column(limit)}) AS {limit}"
+
+
 def _materialized(vendor: str) -> str:
     """The CTE hint where the engine knows it (PostgreSQL 12+, SQLite 3.35+)."""
     if vendor == "sqlite" and sqlite3.sqlite_version_info < (3, 35):
@@ -98,7 +106,8 @@ def totals_sql(where: str = "", vendor: str = "sqlite") -> str:
     fresh = ", ".join(f"{_fresh(col)} AS {name}" for name, col in fields.items())
     inner = (
         "SELECT l.node_id, l.gpu, l.ts, CASE WHEN %s - l.ts < %s THEN 1 ELSE 0 END AS fresh,"
-        f" {fresh}, g.slowdown_c, g.mem_max_c, g.tlimit_slowdown_c"
+        f" {fresh}, {_in_force('slowdown_c')}, {_in_force('mem_max_c')},"
+        f" {_in_force('tlimit_slowdown_c')}"
         " FROM fw_gpu_latest l LEFT JOIN fleet_gpu g"
         ' ON g.node_id = l.node_id AND g."index" = l.gpu' + (f" WHERE {where}" if where else "")
     )

@@ -270,7 +270,7 @@ def test_gpu_limits_are_upserted_even_when_another_writer_created_the_row(
     [result] = pipeline.process([(1, frame(batch))], time.time())
     assert result.code == 0
     stored = pipeline.db.query(
-        'SELECT uuid, slowdown_c FROM fleet_gpu WHERE node_id = %s AND "index" = 0', (nid,)
+        'SELECT uuid, reported_slowdown_c FROM fleet_gpu WHERE node_id = %s AND "index" = 0', (nid,)
     )
     assert stored == [("GPU-stale", 88.0)]
 

@@ -1,9 +1,10 @@
 """The oracle for the fleet overview's SQL path: on both engines, random latest states
 (fields fresh, stale, on the staleness boundary or missing; GPUs without limits, with the
-T.Limit form only, without an inventory row; clock-event masks with every reason bit and
-unknown ones; headroom on and past its thresholds; power that rounds on a .x5) must give
-exactly the rack payloads that reading and judging every GPU in Python gives — lost GPUs
-(their node fresh, they stale) counted and critical on both.
+T.Limit form only, without an inventory row; each limit entered, reported, or both with the
+agent reporting another value, the entered one in force on both paths; clock-event masks with
+every reason bit and unknown ones; headroom on and past its thresholds; power that rounds on
+a .x5) must give exactly the rack payloads that reading and judging every GPU in Python gives
+— lost GPUs (their node fresh, they stale) counted and critical on both.
 
 `fleet.read.state.rack_summaries` (GPUs folded per node by `fleet.read.summaries_sql`) against
 `fleet.read.state.rack_states` (every GPU's reading through `fleet.health`), in a database of
@@ -16,6 +17,7 @@ import random
 from typing import Any
 
 import pytest
+from django.db.models import F
 
 from agents.protocol import reasons as nvml
 from fleet import health
@@ -109,8 +111,22 @@ def gpu_values(rng: random.Random, limit: float | None, mode: str) -> dict[str, 
     return values
 
 
+def limit_sources(rng: random.Random, value: float | None) -> tuple[float | None, float | None]:
+    """(entered, reported) whose limit in force is `value`: entered only, reported only, or
+    both with the agent reporting another value (the entered one must win on both paths)."""
+    if value is None:
+        return None, None
+    shape = rng.choice(["entered", "reported", "both"])
+    if shape == "entered":
+        return value, None
+    if shape == "reported":
+        return None, value
+    return value, value + rng.choice([-6.0, 4.0, 30.0])
+
+
 def build(tdb: TierDb, seed: int) -> None:
     rng = random.Random(seed)
+    split_rng = random.Random(-seed)  # its own stream: the states drawn stay as they were
     using = tdb.alias
     site = Site.objects.using(using).create(slug=f"s{seed}", name="Oracle")
     halls = [Hall.objects.using(using).create(site=site, name=n) for n in ("H1", "H2")]
@@ -159,17 +175,19 @@ def build(tdb: TierDb, seed: int) -> None:
                 limits[index] = slowdown
                 if shape < 0.1:
                     continue  # no inventory row: no limits at all
-                inventory.append(
-                    GPU(
-                        node=node,
-                        index=index,
-                        slowdown_c=slowdown,
-                        shutdown_c=None if slowdown is None else slowdown + 5,
-                        mem_max_c=rng.choice([None, 95.0, 90.0]),
-                        tlimit_slowdown_c=rng.choice([None, 2.0, 5.0]),
-                        power_limit_max_w=rng.choice([None, 700.0]),
-                    )
-                )
+                gpu = GPU(node=node, index=index)
+                in_force = {
+                    "slowdown_c": slowdown,
+                    "shutdown_c": None if slowdown is None else slowdown + 5,
+                    "mem_max_c": rng.choice([None, 95.0, 90.0]),
+                    "tlimit_slowdown_c": rng.choice([None, 2.0, 5.0]),
+                    "power_limit_max_w": rng.choice([None, 700.0]),
+                }
+                for name, value in in_force.items():
+                    entered, reported = limit_sources(split_rng, value)
+                    setattr(gpu, name, entered)
+                    setattr(gpu, f"reported_{name}", reported)
+                inventory.append(gpu)
             GPU.objects.using(using).bulk_create(inventory)
             extra = 0 if calm else rng.choice([0, 0, 1])  # a GPU the inventory lacks
             for index in range(gpus + extra):
@@ -228,7 +246,12 @@ def test_the_sql_path_gives_exactly_the_payloads_of_the_python_path(
     assert counts[site_ids[0]]["stale"]
     some = sorted(expected)[::3]
     assert payloads(state.rack_summaries(some, NOW)) == payloads(state.rack_states(some, NOW))
-    # The data reaches every level and figure the comparison is about.
+    # The data reaches every level and figure the comparison is about, and limits in
+    # force from each source (the inventory's where both exist and differ).
+    sources = GPU.objects.using(tdb.alias)
+    assert sources.filter(slowdown_c__isnull=True, reported_slowdown_c__isnull=False).exists()
+    assert sources.filter(slowdown_c__lt=F("reported_slowdown_c")).exists()
+    assert sources.filter(slowdown_c__gt=F("reported_slowdown_c")).exists()
     levels = {p["level"] for p in expected.values()}
     assert levels >= {"crit", "warn", "unknown", "ok"}
     assert any(p["throttling_thermal"] for p in expected.values())
