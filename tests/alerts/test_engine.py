@@ -4,7 +4,6 @@ hysteresis, no data, history — latest state written through `merge_latest`."""
 from __future__ import annotations
 
 import datetime as dt
-import time
 from dataclasses import replace
 from typing import Any
 
@@ -14,11 +13,11 @@ from fleet.alerts.engine import evaluate
 from fleet.alerts.models import AlertInstance, AlertInstanceEvent, AlertRule
 from fleet.demo import DEMO_RACKS, seed_demo_site
 from fleet.models import GPU, Node
+from tests.support.alert_engine import T0
 from tests.support.latest import store_latest as store
 
 pytestmark = pytest.mark.django_db
 
-T0 = time.time() - 3600  # evaluations run at explicit, increasing times
 NODE = 7
 
 

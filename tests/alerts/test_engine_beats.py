@@ -12,11 +12,12 @@ import pytest
 
 from fleet.alerts.models import AlertInstance
 from fleet.notifications.models import Delivery
-from tests.alerts import test_engine_worker
-from tests.alerts.test_engine_worker import EVAL_S, Cluster, firing
+from tests.support import celery_workers
+from tests.support.alert_engine import firing
+from tests.support.celery_workers import EVAL_S, Cluster
 from tests.support.slack_receiver import SlackReceiver
 
-cluster = test_engine_worker.cluster  # the same fixture: a database and broker of its own
+cluster = celery_workers.celery_cluster  # a database and broker of the test's own
 
 
 @pytest.fixture

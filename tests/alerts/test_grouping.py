@@ -8,7 +8,6 @@ like Slack (as in tests/alerts/test_notify.py)."""
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -16,92 +15,33 @@ from django.core.exceptions import ValidationError
 
 from fleet.alerts.engine import evaluate
 from fleet.alerts.models import AlertInstance, AlertRule, MaintenanceWindow, Silence
-from fleet.demo import DEMO_RACKS, seed_demo_site
 from fleet.models import CoolingLoop, Node, Rack
-from tests.alerts.test_engine import T0, store
-from tests.alerts.test_notify import sent, text_of
-from tests.support.slack_receiver import Received, SlackReceiver
+from tests.support import alert_engine
+from tests.support.alert_engine import (
+    T0,
+    flow_rule,
+    gpus_of,
+    pump_rule,
+    pumps_at,
+    sent,
+    slowdown_rule,
+    text_of,
+    texts,
+)
+from tests.support.latest import store_latest as store
+from tests.support.slack_receiver import SlackReceiver
 
 pytestmark = pytest.mark.django_db
 
 HW_SLOWDOWN = 0x40
 
-
-@pytest.fixture(autouse=True)
-def only_our_rules(settings: Any) -> None:
-    AlertRule.objects.update(enabled=False)  # the built-in pack is installed by migration
-    settings.ALERT_GROUP_INTERVAL_S = 60
-    settings.ALERT_REPEAT_S = 4 * 3600
-
-
-@pytest.fixture
-def site() -> None:
-    """A01, A02 on CDU-1 (2 nodes × 4 GPUs each); A04 air-cooled, 9 nodes × 8 GPUs."""
-    a01, a02, _, a04 = DEMO_RACKS[:4]
-    seed_demo_site("lon1", (replace(a01, nodes=2), replace(a02, nodes=2)), gpus_per_node=4)
-    seed_demo_site("lon1", (replace(a04, nodes=9),), gpus_per_node=8)
-
-
-def slowdown_rule(for_s: float = 0, **fields: Any) -> AlertRule:
-    return AlertRule.objects.create(
-        **{
-            "key": "hw-slowdown",
-            "name": "HW thermal slowdown",
-            "scope": "gpu",
-            "signal": "hw_thermal_slowdown",
-            "comparison": "ge",
-            "threshold": 1,
-            "for_duration": dt.timedelta(seconds=for_s),
-            "severity": "critical",
-            "summary": "{node} GPU {gpu} in HW thermal slowdown",
-            **fields,
-        }
-    )
-
-
-def pump_rule() -> AlertRule:
-    return AlertRule.objects.create(
-        key="no-pump",
-        name="No CDU pump running",
-        scope="loop",
-        signal="pumps_running",
-        comparison="lt",
-        threshold=1,
-        severity="critical",
-        summary="{loop}: no pump running",
-    )
-
-
-def flow_rule() -> AlertRule:
-    return AlertRule.objects.create(
-        key="flow-stopped",
-        name="CDU flow stopped",
-        scope="loop",
-        signal="flow_lpm",
-        comparison="le",
-        threshold=5,
-        severity="critical",
-        summary="{loop} flow {value:.0f} L/min",
-    )
-
-
-def gpus_of(*racks: str) -> list[tuple[int, int]]:
-    nodes = Node.objects.filter(rack__name__in=racks).prefetch_related("gpus")
-    return [(n.pk, g.index) for n in nodes for g in n.gpus.all()]
+only_our_rules = alert_engine.grouping_rules_only  # autouse
+site = alert_engine.grouping_site
 
 
 def gpus_at(at: float, hot: list[tuple[int, int]]) -> None:
     for key in gpus_of("A01", "A02", "A04"):
         store("gpu", key, T0 + at, clock_event_reasons=HW_SLOWDOWN if key in hot else 0)
-
-
-def pumps_at(at: float, running: int) -> None:
-    loop = CoolingLoop.objects.get(name="CDU-1")
-    store("loop", (loop.pk,), T0 + at, pumps_running=running, flow_lpm=215.0 * running)
-
-
-def texts(messages: list[Received]) -> list[str]:
-    return [m.body["text"] for m in messages]
 
 
 def test_72_gpu_alerts_of_one_rack_starting_together_are_one_message(

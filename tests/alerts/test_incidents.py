@@ -9,8 +9,6 @@ in-process against a local receiver that answers like Slack (as test_grouping.py
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import replace
-from typing import Any
 
 import pytest
 
@@ -19,21 +17,23 @@ from fleet.alerts.grouping import Places
 from fleet.alerts.messages import gpu_hours_words, incident_summary
 from fleet.alerts.models import AlertGroup, AlertInstance, AlertInstanceEvent, AlertRule
 from fleet.alerts.notify import notify_groups
-from fleet.demo import DEMO_RACKS, seed_demo_site
 from fleet.models import CoolingLoop, Event, Node, Rack, SourceToken, hash_token
 from fleet.notifications.models import Delivery
 from fleet.notifications.notice import Notice, duration_words
 from fleet.notifications.slack import build_message
-from tests.alerts.test_engine import T0, store
-from tests.alerts.test_grouping import (
+from tests.support import alert_engine
+from tests.support.alert_engine import (
+    T0,
     flow_rule,
     gpus_of,
     pump_rule,
     pumps_at,
+    sent,
     slowdown_rule,
+    text_of,
     texts,
 )
-from tests.alerts.test_notify import sent, text_of
+from tests.support.latest import store_latest as store
 from tests.support.slack_receiver import SlackReceiver
 
 pytestmark = pytest.mark.django_db
@@ -41,19 +41,8 @@ pytestmark = pytest.mark.django_db
 HW_SLOWDOWN = 0x40
 
 
-@pytest.fixture(autouse=True)
-def only_our_rules(settings: Any) -> None:
-    AlertRule.objects.update(enabled=False)  # the built-in pack is installed by migration
-    settings.ALERT_GROUP_INTERVAL_S = 60
-    settings.ALERT_REPEAT_S = 4 * 3600
-
-
-@pytest.fixture
-def site() -> None:
-    """A01, A02 on CDU-1 (2 nodes × 4 GPUs each); A04 air-cooled, 9 nodes × 8 GPUs."""
-    a01, a02, _, a04 = DEMO_RACKS[:4]
-    seed_demo_site("lon1", (replace(a01, nodes=2), replace(a02, nodes=2)), gpus_per_node=4)
-    seed_demo_site("lon1", (replace(a04, nodes=9),), gpus_per_node=8)
+only_our_rules = alert_engine.grouping_rules_only  # autouse
+site = alert_engine.grouping_site
 
 
 def off_the_bus_rules() -> None:

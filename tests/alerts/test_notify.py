@@ -5,13 +5,10 @@ tests/notifications/test_delivery.py) against a local receiver that answers like
 from __future__ import annotations
 
 import datetime as dt
-import itertools
-import json
 from dataclasses import replace
 from typing import Any
 
 import pytest
-from django.utils import timezone
 
 from fleet.alerts.engine import evaluate
 from fleet.alerts.grouping import Places
@@ -19,15 +16,12 @@ from fleet.alerts.models import AlertInstance, AlertRule
 from fleet.alerts.notify import notify_groups
 from fleet.demo import DEMO_RACKS, seed_demo_site
 from fleet.models import GPU, Node
-from fleet.notifications.delivery import attempt
 from fleet.notifications.models import Delivery, Route
-from fleet.notifications.slack import SlackWebhook
-from tests.alerts.test_engine import T0, store
-from tests.support.slack_receiver import Received, SlackReceiver
+from tests.support.alert_engine import T0, sent, text_of
+from tests.support.latest import store_latest as store
+from tests.support.slack_receiver import SlackReceiver
 
 pytestmark = pytest.mark.django_db
-
-_tries = itertools.count(1)
 
 
 @pytest.fixture(autouse=True)
@@ -65,23 +59,6 @@ def gpu_at(node: Node, offset: float, temp: float) -> dict[str, int]:
     store("gpu", (node.id, 0), T0 + offset, temp_gpu_c=temp)
     store("gpu", (node.id, 1), T0 + offset, temp_gpu_c=60.0)
     return evaluate(T0 + offset)
-
-
-def deliver_all() -> None:
-    """Try every pending delivery once, each in its own send slot (≥ 1 s apart)."""
-    for pk in (
-        Delivery.objects.filter(state=Delivery.PENDING).order_by("pk").values_list("pk", flat=True)
-    ):
-        attempt(pk, SlackWebhook(), now=timezone.now() + dt.timedelta(seconds=2 * next(_tries)))
-
-
-def sent(slack: SlackReceiver) -> list[Received]:
-    deliver_all()
-    return slack.received("/alerts")
-
-
-def text_of(message: Received) -> str:
-    return json.dumps(message.body, ensure_ascii=False)
 
 
 def test_a_rule_firing_sends_one_message_naming_the_gpu_its_value_and_threshold(

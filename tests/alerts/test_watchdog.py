@@ -11,8 +11,7 @@ import pytest
 from fleet.alerts import watchdog
 from fleet.alerts.engine import evaluate
 from fleet.alerts.models import AlertEvaluation, AlertRule
-from tests.alerts.test_engine import T0
-from tests.alerts.test_notify import sent
+from tests.support.alert_engine import T0, sent
 from tests.support.slack_receiver import SlackReceiver
 
 pytestmark = pytest.mark.django_db

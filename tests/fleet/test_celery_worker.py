@@ -6,64 +6,14 @@ tier. No eager mode: the message crosses a real broker to another process."""
 from __future__ import annotations
 
 import time
-import uuid
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
-
-import pytest
-from celery import Celery
 
 from fleet.storage.partitions import ensure_partitions
 from fleetwatch.celery import app as fleet_app
-from tests.support import services
-from tests.support.celery_proc import CeleryProc, producer
-from tests.support.databases import TierDb, fresh_db
-from tests.support.server import FleetServer
+from tests.support import celery_workers
+from tests.support.celery_workers import Worker
 
-
-@dataclass
-class Worker:
-    db: TierDb
-    producer: Celery
-    queue: str
-    log: Path
-
-    def send(self, name: str) -> None:
-        self.producer.send_task(name, queue=self.queue)
-
-    def wait_for(self, what: str, check: Callable[[], bool], timeout: float = 30) -> None:
-        deadline = time.monotonic() + timeout
-        while not check():
-            if time.monotonic() > deadline:
-                pytest.fail(
-                    f"worker did not {what} in {timeout} s:\n{self.log.read_text()[-3000:]}"
-                )
-            time.sleep(0.2)
-
-
-@pytest.fixture(scope="module")
-def worker(
-    tier: str, tmp_path_factory: pytest.TempPathFactory, django_db_blocker: Any
-) -> Iterator[Worker]:
-    var_dir = tmp_path_factory.mktemp(f"worker-{tier}")
-    queue = f"fwtest-{uuid.uuid4().hex[:8]}"  # a queue of our own on a shared Redis
-    with fresh_db(tier, var_dir, tmp_path_factory, django_db_blocker) as db:
-        redis_url = services.services_redis_url() if tier == "services" else None
-        env = FleetServer(var_dir, database_url=db.url, redis_url=redis_url).env()
-        log = var_dir / "worker.log"
-        proc = CeleryProc.worker(env, log, queues=[queue], name=queue).start()
-        sender = producer(tier, var_dir)
-        try:
-            yield Worker(db, sender, queue, log)
-        finally:
-            proc.stop()
-            sender.close()
-            if redis_url:
-                import redis
-
-                redis.Redis.from_url(redis_url).delete(f"_kombu.binding.{queue}", queue)
+worker = celery_workers.worker_on_own_queue  # shared by the module's tests
 
 
 def test_worker_rolls_up_raw_samples_when_sent_fleet_rollup(worker: Worker) -> None:

@@ -1,0 +1,138 @@
+"""The alert engine run in-process at explicit times, against latest state written through
+`merge_latest`, with its deliveries tried in-process against a local receiver that answers
+like Slack: the clock, what reached Slack, and the rules and places of the grouping tests
+(A01, A02 on CDU-1; A04 air-cooled)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+import json
+import time
+from dataclasses import replace
+from typing import Any
+
+import pytest
+from django.utils import timezone
+
+from fleet.alerts.models import AlertRule
+from fleet.demo import DEMO_RACKS, seed_demo_site
+from fleet.models import CoolingLoop, Node
+from fleet.notifications.delivery import attempt
+from fleet.notifications.models import Delivery
+from fleet.notifications.slack import SlackWebhook
+from tests.support.latest import store_latest
+from tests.support.slack_receiver import Received, SlackReceiver
+
+T0 = time.time() - 3600  # evaluations run at explicit, increasing times
+
+_tries = itertools.count(1)
+
+
+def deliver_all() -> None:
+    """Try every pending delivery once, each in its own send slot (≥ 1 s apart)."""
+    for pk in (
+        Delivery.objects.filter(state=Delivery.PENDING).order_by("pk").values_list("pk", flat=True)
+    ):
+        attempt(pk, SlackWebhook(), now=timezone.now() + dt.timedelta(seconds=2 * next(_tries)))
+
+
+def sent(slack: SlackReceiver) -> list[Received]:
+    """What reached the default route once every pending delivery was tried."""
+    deliver_all()
+    return slack.received("/alerts")
+
+
+def text_of(message: Received) -> str:
+    return json.dumps(message.body, ensure_ascii=False)
+
+
+def texts(messages: list[Received]) -> list[str]:
+    return [m.body["text"] for m in messages]
+
+
+def firing(messages: list[Received]) -> list[str]:
+    return [m.body["text"] for m in messages if m.body["text"].startswith("CRITICAL: ")]
+
+
+# ---------------------------------------------------------------------------
+# the grouping tests' site and rules
+
+
+def seed_grouping_site() -> None:
+    """A01, A02 on CDU-1 (2 nodes × 4 GPUs each); A04 air-cooled, 9 nodes × 8 GPUs."""
+    a01, a02, _, a04 = DEMO_RACKS[:4]
+    seed_demo_site("lon1", (replace(a01, nodes=2), replace(a02, nodes=2)), gpus_per_node=4)
+    seed_demo_site("lon1", (replace(a04, nodes=9),), gpus_per_node=8)
+
+
+def slowdown_rule(for_s: float = 0, **fields: Any) -> AlertRule:
+    return AlertRule.objects.create(
+        **{
+            "key": "hw-slowdown",
+            "name": "HW thermal slowdown",
+            "scope": "gpu",
+            "signal": "hw_thermal_slowdown",
+            "comparison": "ge",
+            "threshold": 1,
+            "for_duration": dt.timedelta(seconds=for_s),
+            "severity": "critical",
+            "summary": "{node} GPU {gpu} in HW thermal slowdown",
+            **fields,
+        }
+    )
+
+
+def pump_rule() -> AlertRule:
+    return AlertRule.objects.create(
+        key="no-pump",
+        name="No CDU pump running",
+        scope="loop",
+        signal="pumps_running",
+        comparison="lt",
+        threshold=1,
+        severity="critical",
+        summary="{loop}: no pump running",
+    )
+
+
+def flow_rule() -> AlertRule:
+    return AlertRule.objects.create(
+        key="flow-stopped",
+        name="CDU flow stopped",
+        scope="loop",
+        signal="flow_lpm",
+        comparison="le",
+        threshold=5,
+        severity="critical",
+        summary="{loop} flow {value:.0f} L/min",
+    )
+
+
+def gpus_of(*racks: str) -> list[tuple[int, int]]:
+    nodes = Node.objects.filter(rack__name__in=racks).prefetch_related("gpus")
+    return [(n.pk, g.index) for n in nodes for g in n.gpus.all()]
+
+
+def pumps_at(at: float, running: int) -> None:
+    """CDU-1 with `running` pumps (215 L/min each) at T0 + at."""
+    loop = CoolingLoop.objects.get(name="CDU-1")
+    store_latest("loop", (loop.pk,), T0 + at, pumps_running=running, flow_lpm=215.0 * running)
+
+
+# Fixtures: a grouping test module binds them to the names its tests take, e.g.
+# `site = alert_engine.grouping_site`.
+
+
+@pytest.fixture(autouse=True)
+def grouping_rules_only(settings: Any) -> None:
+    """Only the test's own rules (the built-in pack is installed by migration); groups
+    flushed after a minute, repeats after four hours."""
+    AlertRule.objects.update(enabled=False)
+    settings.ALERT_GROUP_INTERVAL_S = 60
+    settings.ALERT_REPEAT_S = 4 * 3600
+
+
+@pytest.fixture
+def grouping_site() -> None:
+    seed_grouping_site()
