@@ -19,6 +19,7 @@ from django.urls import reverse
 
 from dashboard.incidents import incidents_of
 from dashboard.muting import silence_sites
+from fleet import health
 from fleet.access import can_operate
 from fleet.alerts.models import (
     ACTIVE_STATES,
@@ -158,7 +159,8 @@ def _silences(now: dt.datetime, sites: Collection[int] | None) -> list[dict[str,
 
 
 def _rank(severity: str) -> int:
-    return {"critical": 0, "warning": 1, "info": 2}.get(severity, 3)
+    """Worst first, by the one order of severities (fleet/health/severity.py)."""
+    return -health.severity_rank(severity)
 
 
 def _gpu_pks(instances: Iterable[AlertInstance]) -> dict[str, int]:

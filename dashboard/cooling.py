@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from fleet import health
 from fleet.models import CoolingLoop, Rack
 from fleet.read.state import loop_reasons, loop_views, rack_states
-from fleet.words import age_words, as_of, level_word, no_data_words
+from fleet.words import age_words, as_of, level_word, no_data_words, power_words, say
 
 
 @dataclass
@@ -66,7 +66,7 @@ def loop_figures(
         if value is not None:
             return text
         age = reading.age_s(metric, now)
-        return "not reported" if age is None else f"no data for {age_words(age)}"
+        return "not reported" if age is None else say("no_data_for", age=age_words(age))
 
     s = summary
     limit = "" if limit_c is None else f" (limit {limit_c:.0f} °C)"
@@ -127,7 +127,9 @@ def cooling_page(now: float, site_ids: Collection[int] | None = None) -> Cooling
                 level_word=level_word(state.level),
                 throttling=s.throttling_thermal + s.throttling_power,
                 throttling_thermal=s.throttling_thermal,
-                power=no_data_words(s.ts, now) if s.power_kw is None else f"{s.power_kw:.1f} kW",
+                power=no_data_words(s.ts, now)
+                if s.power_kw is None
+                else power_words(s.power_kw * 1e3),
             )
         )
     cards = []

@@ -20,6 +20,7 @@ from django.urls import reverse
 from django.utils.http import urlencode
 from django.utils.text import slugify
 
+from fleet import health
 from fleet.alerts.consequences import is_consequence
 from fleet.alerts.grouping import INCIDENT_LABEL, is_cause, rack_span
 from fleet.alerts.models import AlertGroup, AlertInstance
@@ -34,7 +35,6 @@ ROLE_WORDS = {
     "consequences": "Consequences",
     "alerts": "Alerts",
 }
-SEVERITY_RANK = {"critical": 0, "warning": 1, "info": 2}
 # Outside an incident, a fold this small shows its rows at once (folding one or two
 # alerts hides nothing); an incident's folds stay closed, its card says what they hold.
 OPEN_UP_TO = 3
@@ -122,7 +122,12 @@ class Incident:
 
 
 def worst_severity(severities: Iterable[str]) -> str:
-    return min(severities, key=lambda s: SEVERITY_RANK.get(s, 3), default="info")
+    return health.worst_severity(severities)
+
+
+def _urgency(severity: str) -> int:
+    """Sorts worst first, by the one order of severities (fleet/health/severity.py)."""
+    return -health.severity_rank(severity)
 
 
 def fold_members(rows: Iterable[Any], role_of: Mapping[int, str] | None = None) -> list[Fold]:
@@ -134,7 +139,7 @@ def fold_members(rows: Iterable[Any], role_of: Mapping[int, str] | None = None) 
         fold.members.append(row)
     return sorted(
         folds.values(),
-        key=lambda f: (ROLES.index(f.role), SEVERITY_RANK.get(f.severity, 3), -f.count, f.rule),
+        key=lambda f: (ROLES.index(f.role), _urgency(f.severity), -f.count, f.rule),
     )
 
 
@@ -163,7 +168,7 @@ def incidents_of(
             grouped.setdefault(inst.group_id, []).append(inst)
     groups = AlertGroup.objects.filter(pk__in=grouped).select_related("site")
     out = [_incident(g, grouped[g.pk], rows, operated) for g in groups]
-    out.sort(key=lambda i: (SEVERITY_RANK.get(i.severity, 3), -i.size, i.opened_at))
+    out.sort(key=lambda i: (_urgency(i.severity), -i.size, i.opened_at))
     return out, fold_members(loose)
 
 

@@ -22,7 +22,7 @@ from fleet.access import can_view_site
 from fleet.agent_versions import agent_line, node_agent_support
 from fleet.models import GPU, Node, SourceToken
 from fleet.read.state import gpu_limits, latest_readings
-from fleet.words import as_of, clock_offset_text, level_word, no_data_words
+from fleet.words import age_words, as_of, clock_offset_text, level_word, no_data_words
 
 STALE = health.STALE_AFTER_S
 MIB_PER_GIB = 1024.0
@@ -149,7 +149,7 @@ def last_data_words(ts: float | None, now: float) -> str:
     if ts is None:
         return "never"
     age = max(0.0, now - ts)
-    return "just now" if age < 1 else no_data_words(ts, now).replace("no data for ", "") + " ago"
+    return "just now" if age < 1 else f"{age_words(age)} ago"
 
 
 def linked_tiles(

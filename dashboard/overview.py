@@ -23,7 +23,7 @@ from fleet.health import STALE_AFTER_S
 from fleet.models import Rack, Site
 from fleet.read.site_summary import agent_counts, site_payloads
 from fleet.read.state import RackState, rack_payload, rack_summaries
-from fleet.words import level_word
+from fleet.words import level_word, say, throttling_words
 
 COOLING_LABELS = dict(Rack._meta.get_field("cooling").choices or [])
 
@@ -67,19 +67,19 @@ class SiteStrip:
 
     @property
     def total_power(self) -> str:
-        return power_words(self.figures["total_power_w"])
+        return str(self.figures["total_power_words"])
 
     @property
     def it_power(self) -> str:
-        return power_words(self.figures["it_power_w"])
+        return str(self.figures["it_power_words"])
 
     @property
     def pue(self) -> str:
-        value = self.figures["pue"]
-        if value is None:
-            return "no data"
-        category, words = self.figures["pue_category"], self.figures["pue_category_words"]
-        return f"{value:.2f} (category {category}: {words})"
+        return str(self.figures["pue_words"])
+
+    @property
+    def alerts_critical(self) -> str:
+        return say("alerts_critical", critical=self.figures["alerts"]["critical"])
 
 
 class Halls(dict[str, list[RackTile]]):
@@ -88,25 +88,6 @@ class Halls(dict[str, list[RackTile]]):
 
     site_strips: list[SiteStrip]
     modes = MODES
-
-
-def overall_figure(rack: dict[str, Any]) -> str:
-    """The reasons for the rack's level; a loop that went quiet is not among them, though
-    it makes the rack's level "no data", so it is said here."""
-    if rack["reasons"]:
-        return " · ".join(rack["reasons"])
-    if rack.get("loop_level") == health.Level.UNKNOWN:
-        return f"no fresh data from its cooling loop {rack['loop']}"
-    return "every signal OK" if rack["level"] == health.Level.OK else ""
-
-
-def power_words(watts: float | None) -> str:
-    """Power as an operator reads it: kW, or MW from 1 MW up (static/dashboard/fleet.js too)."""
-    if watts is None:
-        return "no data"
-    if watts >= 1e6:
-        return f"{watts / 1e6:.2f} MW"
-    return f"{watts / 1e3:.1f} kW"
 
 
 def fleet_overview(now: float, sites: set[int] | None = None) -> tuple[Halls, dict[str, Any]]:
@@ -171,7 +152,7 @@ def rack_tile(state: RackState, links: Links) -> RackTile:
         href=links.rack.format(info.id),
         loop_href=f"{links.cooling}#loop-{info.loop_id}",
         word=level_word(health.Level(data["level"])),
-        figure=overall_figure(data),
+        figure=data["modes"]["overall"]["figure"],
         loop_word="" if loop_level is None else level_word(health.Level(loop_level)),
         power="–" if data["power_kw"] is None else f"{data['power_kw']:.1f}",
         budget=f"{info.budget_kw:.0f}",
@@ -203,6 +184,9 @@ def site_strips(
         site["lost_gpus"] += rack["lost_gpus"]
     for payload in figures.values():
         payload["throttling_level"] = health.throttling_level(payload["throttling_thermal"]).value
+        payload["throttling_words"] = throttling_words(
+            payload["throttling_thermal"], payload["throttling_power"]
+        )
         lost = payload["lost_gpus"]
         payload["lost_level"] = health.LOST_LEVEL.value if lost else health.Level.OK.value
     return [SiteStrip(site_id, name, figures[site_id]) for site_id, name in names.items()]

@@ -15,12 +15,12 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from dashboard.overview import power_words
 from fleet import access
 from fleet.health import STALE_AFTER_S
 from fleet.models import Site
 from fleet.read.pue import DAY_S, RollingPue, kept_s, power_series, rolling_pues
 from fleet.read.site_summary import site_payloads
+from fleet.words import pue_words
 
 # The chart's spans: (key, label, seconds, tier). The first is drawn first and extended
 # by live pushes; the rest are a click away.
@@ -40,7 +40,7 @@ class RollingRow:
     def value(self) -> str:
         if self.pue.value is None:
             return "no data" if not self.pue.covered_s else "no PUE category reported"
-        return f"{self.pue.value:.2f} (category {self.pue.category}: {self.pue.category_words})"
+        return pue_words(self.pue.value, self.pue.category, self.pue.category_words)
 
     @property
     def energy(self) -> str:
@@ -72,34 +72,26 @@ class SitePower:
     rolling: list[RollingRow]
     chart: dict[str, dict[str, Any]]  # per span key: power_series
 
+    # The site payload's own words (fleet/read/site_summary.py), as the live push says them.
     @property
     def total_power(self) -> str:
-        return power_words(self.now["total_power_w"])
+        return str(self.now["total_power_words"])
 
     @property
     def it_power(self) -> str:
-        return power_words(self.now["it_power_w"])
+        return str(self.now["it_power_words"])
 
     @property
     def cooling_power(self) -> str:
-        return power_words(self.now["cooling_power_w"])
+        return str(self.now["cooling_power_words"])
 
     @property
     def cooling_source(self) -> str:
-        return COOLING_SOURCES.get(self.now["cooling_source"], "")
+        return str(self.now["cooling_source_words"])
 
     @property
     def pue(self) -> str:
-        if self.now["pue"] is None:
-            return "no data"
-        category, words = self.now["pue_category"], self.now["pue_category_words"]
-        return f"{self.now['pue']:.2f} (category {category}: {words})"
-
-
-COOLING_SOURCES = {
-    "meter": "the cooling plant's own meter",
-    "derived": "facility − IT (no cooling meter): every overhead, cooling the most of it",
-}
+        return str(self.now["pue_words"])
 
 
 def mwh(kwh: float) -> str:

@@ -23,7 +23,14 @@ from fleet.read.state import (  # REASON_WORDS and throttle_words: imported from
     rack_states,
     throttle_words,
 )
-from fleet.words import SOURCE_WORDS, as_of, level_word, no_data_words
+from fleet.words import (
+    SOURCE_WORDS,
+    as_of,
+    headroom_words,
+    level_word,
+    no_data_words,
+    power_words,
+)
 
 COOLING_WORDS = dict(Rack._meta.get_field("cooling").choices or [])
 FEED_TYPE_WORDS = dict(PowerFeed._meta.get_field("type").choices or [])
@@ -107,16 +114,7 @@ class RackPage:
 
 
 def kw_words(kw: float | None, ts: float | None, now: float) -> str:
-    return no_data_words(ts, now) if kw is None else f"{kw:.1f} kW"
-
-
-def headroom_words(headroom_c: float | None) -> str:
-    """Headroom to the GPU's own slowdown limit, never a fleet-wide temperature."""
-    if headroom_c is None:
-        return "headroom unknown"
-    if headroom_c < 0:
-        return f"{-headroom_c:.0f} °C past slowdown"
-    return f"{headroom_c:.0f} °C to slowdown"
+    return no_data_words(ts, now) if kw is None else power_words(kw * 1000)
 
 
 def gpu_tile(
@@ -205,11 +203,11 @@ def node_row(node: Node, summary: health.NodeSummary | None, now: float) -> Node
             node.name,
             node.position,
             node.model,
-            "unknown",
-            "No data",
+            health.Level.UNKNOWN.value,
+            level_word(health.Level.UNKNOWN),
             "",
             None,
-            "no data yet",
+            no_data_words(None, 0.0),
         )
     if summary.power_w is not None:
         power = f"{summary.power_w / 1000:.2f} kW (node meter)"

@@ -1,13 +1,18 @@
-"""How the server-rendered pages say a level, an age and a power source in words.
+"""How Fleetwatch says a level, an age, a power figure, a PUE and a headroom in words.
 
-Colour is never the only signal: every level the pages show is also one of these
-words. The words match static/dashboard/fleet.js so a rack reads the same on the
-overview and on its own page.
+The one owner of these words. Colour is never the only signal: every level the pages
+show is also one of these words. Server-rendered pages, the live payloads and Slack call
+the functions here; the browser's scripts get the words they fill in from
+`browser_words()` (embedded in each live page, read by static/dashboard/live.js), so no
+script holds a word or a rule of its own. tests/dashboard/test_one_owner_per_word.py
+checks that.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import math
+from typing import Any
 
 from fleet import health
 
@@ -18,6 +23,7 @@ LEVEL_WORDS: dict[str, str] = {
     health.Level.UNKNOWN: "No data",
 }
 
+# Where a rack's power figure comes from (`health.PowerSource`).
 SOURCE_WORDS: dict[str, str] = {
     "pdu": "measured at the PDU",
     "nodes": "sum of node meters",
@@ -25,25 +31,105 @@ SOURCE_WORDS: dict[str, str] = {
     "none": "no live data",
 }
 
+# Where a site's cooling power comes from (fleet/read/site_summary.py `cooling_source`).
+COOLING_SOURCE_WORDS: dict[str, str] = {
+    "meter": "the cooling plant's own meter",
+    "derived": "facility − IT (no cooling meter): every overhead, cooling the most of it",
+}
+
+# An age in the unit an operator reads at a glance: (below this many seconds, count in
+# units of this many seconds, the unit's word); the last row has no upper bound. The
+# browser ticks ages between pushes with this same table (FleetLive.ageWords).
+AGE_UNITS: tuple[tuple[float | None, float, str], ...] = (
+    (90, 1, "s"),
+    (90 * 60, 60, "min"),
+    (36 * 3600, 3600, "h"),
+    (None, 86400, "d"),
+)
+
+# Phrases the browser completes with figures it holds ({name} is filled in); the server
+# says them through the same templates (`say`).
+PHRASES: dict[str, str] = {
+    "no_data_yet": "no data yet",
+    "no_data_for": "no data for {age}",
+    "last_data": "last data {age} ago",
+    "throttling": "{thermal} in thermal slowdown · {power} at their power limit",
+    "gpus_thermal": "{n} GPU(s) in thermal slowdown",
+    "at_power_limit": "{n} at their power limit",
+    "alerts_on_rack": "{n} firing on the rack (worst {severity})",
+    "alerts_on_loop": "{n} on its loop {loop} (worst {severity})",
+    "no_alerts": "no alerts firing",
+    "alerts_critical": " ({critical} critical)",
+    "counts_as_of": "Alert and agent counts as of {age} ago (no facility data since)",
+    "rack_label": "Rack {name}: {word}, {figure}",
+    "cooled_by": ", cooled by {loop}",
+}
+
+
+def say(phrase: str, **values: object) -> str:
+    return PHRASES[phrase].format(**values)
+
 
 def level_word(level: health.Level) -> str:
     return LEVEL_WORDS.get(level, str(level))
 
 
 def age_words(seconds: float) -> str:
-    """An age an operator reads at a glance: seconds up to 90 s, then minutes, then hours."""
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    if seconds < 90 * 60:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.0f} h"
+    """An age an operator reads at a glance: "45 s", "12 min", "3 h", "2 d" (`AGE_UNITS`).
+    Halves round up, as the browser's Math.round does, so both say the same."""
+    for below, unit, word in AGE_UNITS:
+        if below is None or seconds < below:
+            return f"{math.floor(seconds / unit + 0.5)} {word}"
+    raise AssertionError("AGE_UNITS ends without a bound")  # pragma: no cover
 
 
 def no_data_words(ts: float | None, now: float) -> str:
     """What a stale figure says instead of a frozen number: how long it has been quiet."""
     if ts is None:
-        return "no data yet"
-    return f"no data for {age_words(max(0.0, now - ts))}"
+        return say("no_data_yet")
+    return say("no_data_for", age=age_words(max(0.0, now - ts)))
+
+
+def power_words(watts: float | None) -> str:
+    """Power as an operator reads it: kW, or MW from 1 MW up."""
+    if watts is None:
+        return "no data"
+    if watts >= 1e6:
+        return f"{watts / 1e6:.2f} MW"
+    return f"{watts / 1e3:.1f} kW"
+
+
+def pue_words(pue: float | None, category: int | None, category_words: str | None) -> str:
+    """ "1.32 (category 2: …)": a PUE is never shown without what its meters allow."""
+    if pue is None:
+        return "no data"
+    return f"{pue:.2f} (category {category}: {category_words})"
+
+
+def headroom_words(headroom_c: float | None) -> str:
+    """Headroom to the GPU's own slowdown limit, never a fleet-wide temperature."""
+    if headroom_c is None:
+        return "headroom unknown"
+    if headroom_c < 0:
+        return f"{-headroom_c:.0f} °C past slowdown"
+    return f"{headroom_c:.0f} °C to slowdown"
+
+
+def throttling_words(thermal: int, power: int) -> str:
+    return say("throttling", thermal=thermal, power=power)
+
+
+def browser_words() -> dict[str, Any]:
+    """Everything a live page's script says or judges by, as data: level words and their
+    order (worst last), the level a figure takes once stale, the age table and phrases."""
+    order = sorted(health.Level, key=lambda level: level.rank)
+    return {
+        "levels": {level.value: level_word(level) for level in order},
+        "level_order": [level.value for level in order],
+        "stale_level": health.Level.UNKNOWN.value,
+        "ages": [[below, unit, word] for below, unit, word in AGE_UNITS],
+        "phrases": PHRASES,
+    }
 
 
 def as_of(now: float) -> str:

@@ -18,6 +18,7 @@ from fleet.health.cadence import (
     DEFAULT_INTERVAL_S,
     STALE_INTERVALS,
     Pace,
+    agents_stale_level,
     batch_interval_s,
     lag_beyond_cadence,
     silent_intervals,
@@ -83,6 +84,14 @@ from fleet.health.rules import (
     power_fraction,
     supply_over_limit_c,
 )
+from fleet.health.severity import (
+    SEVERITIES,
+    SEVERITY_LEVELS,
+    Severity,
+    severity_level,
+    severity_rank,
+    worst_severity,
+)
 from fleet.health.thresholds import (
     BENIGN_REASONS,
     CRIT_REASONS,
@@ -128,6 +137,8 @@ __all__ = [
     "PUE_CATEGORIES",
     "RACK_POWER_CRIT_FRACTION",
     "RACK_POWER_WARN_FRACTION",
+    "SEVERITIES",
+    "SEVERITY_LEVELS",
     "STALE_AFTER_S",
     "STALE_INTERVALS",
     "SUPPLY_WARN_MARGIN_C",
@@ -145,7 +156,9 @@ __all__ = [
     "PowerSource",
     "RackSummary",
     "Reading",
+    "Severity",
     "Throttle",
+    "agents_stale_level",
     "batch_interval_s",
     "facility_pue",
     "feed_load_fraction",
@@ -179,6 +192,8 @@ __all__ = [
     "rack_power",
     "rack_power_level",
     "rack_summary",
+    "severity_level",
+    "severity_rank",
     "silent_intervals",
     "slow_field_lag",
     "source_stale",
@@ -189,4 +204,5 @@ __all__ = [
     "throttle_state",
     "throttling_level",
     "worst",
+    "worst_severity",
 ]

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import NamedTuple
 
-from fleet.health.levels import Reading, newest_ts
+from fleet.health.levels import Level, Reading, newest_ts
 from fleet.health.thresholds import STALE_AFTER_S
 
 # What an agent that declares no cadence (one older than the field) is judged by: the
@@ -60,10 +60,16 @@ def stale_after_s(interval_s: float) -> float:
 
 
 def source_stale(newest: float | None, now: float, interval_s: float) -> bool:
-    """True when the source's newest data (or last batch) is older than `stale_after_s`
-    of its interval. A source never heard from is not stale here (callers count it as
-    "never")."""
-    return newest is not None and now - newest > stale_after_s(interval_s)
+    """True when the source's newest data (or last batch) is `stale_after_s` of its
+    interval old or older: at that age `Reading.fresh` and `stale` no longer count a value
+    as fresh, so the site strip, `/metrics` and the pages agree to the second. A source
+    never heard from is not stale here (callers count it as "never")."""
+    return newest is not None and now - newest >= stale_after_s(interval_s)
+
+
+def agents_stale_level(stale: int) -> Level:
+    """A site's agents: any gone stale is a warning (their racks read "No data" too)."""
+    return Level.WARN if stale else Level.OK
 
 
 def lag_beyond_cadence(lag_s: float, interval_s: float) -> float:

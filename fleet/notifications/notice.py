@@ -12,6 +12,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Literal
 
+# The order of severities has one owner (fleet/health/severity.py); routes compare by it.
+from fleet.health.severity import SEVERITIES, Severity, severity_rank
+
 __all__ = (
     "SEVERITIES",
     "Kind",
@@ -29,14 +32,6 @@ __all__ = (
 # caused is still open, and the end of it.
 MessageKind = Literal["firing", "update", "repeat", "recovered", "resolved"]
 Kind = Literal["firing", "update", "repeat", "recovered", "resolved", "test"]
-Severity = Literal["info", "warning", "critical"]
-
-# Ordered least to most urgent: a route's minimum severity compares by rank.
-SEVERITIES: tuple[Severity, ...] = ("info", "warning", "critical")
-
-
-def severity_rank(severity: str) -> int:
-    return SEVERITIES.index(severity)  # type: ignore[arg-type]
 
 
 def duration_words(duration: timedelta) -> str:

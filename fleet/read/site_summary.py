@@ -18,11 +18,12 @@ from django.db import connection
 
 from fleet import health
 from fleet.read.source_cadence import node_intervals
+from fleet.words import COOLING_SOURCE_WORDS, power_words, pue_words
 
 Payload = dict[str, Any]
 
-# Worst first: a rack's alert-mode level is that of its worst firing alert.
-SEVERITY_RANK = {"critical": 2, "warning": 1, "info": 0}
+# The order of severities (fleet/health/severity.py), as SQL ranks them.
+SEVERITY_RANK: dict[str, int] = {sev: rank for rank, sev in enumerate(health.SEVERITIES)}
 
 
 def site_payload(site_id: int, now: float) -> Payload:
@@ -49,7 +50,7 @@ def site_payloads(
             "site_id": site_id,  # a site group's message does not otherwise say whose it is
             **facility_figures(readings.get((site_id,), health.EMPTY), now),
             "alerts": alerts.get(site_id, empty_alerts()),
-            "agents": agents.get(site_id, {"nodes": 0, "stale": 0, "never": 0}),
+            "agents": agents_figures(agents.get(site_id, {"nodes": 0, "stale": 0, "never": 0})),
             "computed_at": now,
         }
         for site_id in ids
@@ -67,20 +68,34 @@ def facility_figures(reading: health.Reading, now: float) -> Payload:
     cooling_source = "meter" if cooling is not None else None
     if cooling is None and total is not None and it is not None:
         cooling, cooling_source = max(0.0, float(total) - float(it)), "derived"
+    category_words = health.pue_category(category)
     return {
         "pue": value,
         "pue_category": category,
-        "pue_category_words": health.pue_category(category),
+        "pue_category_words": category_words,
+        "pue_words": pue_words(value, category, category_words),
         "total_power_w": total,
+        "total_power_words": power_words(total),
         "it_power_w": it,
+        "it_power_words": power_words(it),
         "cooling_power_w": cooling,
+        "cooling_power_words": power_words(cooling),
         "cooling_source": cooling_source,
+        "cooling_source_words": COOLING_SOURCE_WORDS.get(cooling_source or "", ""),
         "ts": health.newest_ts(reading),
     }
 
 
-# An incident's level on the strip, from its worst member's severity.
-SEVERITY_LEVEL = {"critical": "crit", "warning": "warn", "info": "ok"}
+def agents_figures(counts: Payload) -> Payload:
+    """The strip's node agents: the counts, their level and the words it shows."""
+    never = f" · {counts['never']} never sent data" if counts["never"] else ""
+    return {
+        **counts,
+        "level": health.agents_stale_level(counts["stale"]).value,
+        "words": f"{counts['stale']} of {counts['nodes']} nodes{never}",
+    }
+
+
 INCIDENTS_NAMED = 2  # the strip names this many incidents, then counts the rest
 INCIDENTS_SENT = 10  # and a push carries at most this many
 
@@ -89,12 +104,13 @@ def empty_alerts() -> Payload:
     return {
         "firing": 0,
         "critical": 0,
+        "level": health.Level.OK.value,  # the worst firing alert's (`health.severity_level`)
         "racks": {},
         "loops": {},
         "incidents": [],
         "incident_count": 0,
         "incident_words": incidents_words([], 0),
-        "incident_level": "ok",
+        "incident_level": health.Level.OK.value,
     }
 
 
@@ -131,6 +147,9 @@ def firing_alerts(site_ids: list[int]) -> dict[int, Payload]:
         site = out.setdefault(site_id, empty_alerts())
         site["firing"] += count
         site["critical"] += count if severity == "critical" else 0
+        site["level"] = health.worst(
+            health.Level(site["level"]), health.severity_level(severity)
+        ).value
         if rack_id is not None:
             _add_alerts(site["racks"], rack_id, severity, count)
         elif loop_id is not None:
@@ -140,7 +159,7 @@ def firing_alerts(site_ids: list[int]) -> dict[int, Payload]:
         site["incidents"] = incidents[:INCIDENTS_SENT]
         site["incident_count"] = len(incidents)
         site["incident_words"] = incidents_words(incidents, len(incidents))
-        site["incident_level"] = SEVERITY_LEVEL.get(incidents[0]["severity"], "ok")
+        site["incident_level"] = health.severity_level(incidents[0]["severity"]).value
     return out
 
 
@@ -174,6 +193,7 @@ def _add_alerts(place: dict[str, Payload], entity_id: int, severity: str, count:
     entry["n"] += count
     if SEVERITY_RANK.get(severity, 0) > SEVERITY_RANK.get(entry["severity"], 0):
         entry["severity"] = severity
+    entry["level"] = health.severity_level(entry["severity"]).value
 
 
 def agent_freshness(site_ids: list[int], now: float) -> dict[int, Payload]:

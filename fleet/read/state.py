@@ -23,7 +23,10 @@ The live contract, in short (details in `fleet.read.payloads`):
   "return_kpa", "dp_kpa", "pumps_running", "pumps_failed", "leak", "reservoir_low",
   "heat_removed_kw", "capacity_kw", "reported"}}, "site": facility figures}`.
 - a rack payload (`rack_payload`) carries `lost_gpus` (GPUs lost in the rack),
-  `lost_words` ("16 GPUs lost", or "") and `lost_level` (critical) beside its summary.
+  `lost_words` ("16 GPUs lost", or "") and `lost_level` (critical when any, else ok)
+  beside its summary, and the words the overview shows (fleet/words.py): `source_words`,
+  `headroom_words`, `throttle_words`, and `modes` (`rack_modes`: per heat-map mode, its
+  `level` and `figure`).
 - `live.fleet`: compact, `{"ts", "racks": {"<rack id>": {"level", "throttling"}}, "sites"}`.
 """
 
@@ -43,7 +46,14 @@ from fleet.health.limits import STORED_LIMITS, limits_in_force, reported_column
 from fleet.read import summaries_sql
 from fleet.storage.latest import merge_columns, rows_to_latest, select_latest_sql
 from fleet.storage.schema import ENTITY_COLUMNS, latest_table
-from fleet.words import level_word, no_data_words
+from fleet.words import (
+    SOURCE_WORDS,
+    headroom_words,
+    level_word,
+    no_data_words,
+    say,
+    throttling_words,
+)
 
 Payload = dict[str, Any]
 GpuKey = tuple[int, int]  # (node id, GPU index)
@@ -335,8 +345,12 @@ def plain(value: Any) -> Any:
 
 
 def rack_payload(state: RackState) -> Payload:
+    """A rack as the overview shows it: its summary, each level, and the words for them
+    (`modes`: per heat-map mode, the level it colours the tile with and the figure behind
+    it), so the page's script renders and never judges."""
     info, summary = state.info, state.summary
-    return {
+    lost = lost_gpus(state)
+    data: Payload = {
         **plain(summary),  # first: the keys below (its `level` among them) take precedence
         "id": info.id,
         "name": info.name,
@@ -346,11 +360,62 @@ def rack_payload(state: RackState) -> Payload:
         "level": state.level.value,  # the rack's own signals and its loop's
         "headroom_level": health.headroom_level(summary.min_headroom_c).value,
         "throttling_level": health.throttling_level(summary.throttling_thermal).value,
-        "lost_gpus": lost_gpus(state),
-        "lost_words": health.gpus_lost_words(lost_gpus(state)) if lost_gpus(state) else "",
-        "lost_level": health.LOST_LEVEL.value,
+        "lost_gpus": lost,
+        "lost_words": health.gpus_lost_words(lost) if lost else "",
+        "lost_level": (health.LOST_LEVEL if lost else health.Level.OK).value,
         "reasons": rack_reasons(state),
+        "source_words": SOURCE_WORDS.get(summary.power_source, ""),
+        # Lost GPUs (off the bus while their node reports) are not "headroom unknown".
+        "headroom_words": health.gpus_lost_words(lost)
+        if summary.min_headroom_c is None and lost
+        else headroom_words(summary.min_headroom_c),
+        "throttle_words": rack_throttle_words(summary),
     }
+    data["modes"] = rack_modes(data)
+    return data
+
+
+def rack_throttle_words(s: health.RackSummary) -> str:
+    parts = []
+    if s.throttling_thermal:
+        parts.append(say("gpus_thermal", n=s.throttling_thermal))
+    if s.throttling_power:
+        parts.append(say("at_power_limit", n=s.throttling_power))
+    return " · ".join(parts)
+
+
+def rack_modes(r: Payload) -> dict[str, Payload]:
+    """Per heat-map mode (but alerts, which the site payload carries): the level that
+    colours the tile and the figure behind it."""
+    if r["power_kw"] is None:
+        power = {"level": health.Level.UNKNOWN.value, "figure": "no power data"}
+    else:
+        pct = "" if r["power_pct"] is None else f" ({r['power_pct']:.0f} % of budget)"
+        figure = f"{r['power_kw']:.1f} of {r['budget_kw']:g} kW{pct}"
+        power = {"level": r["power_level"], "figure": figure}
+    if r["min_headroom_c"] is None and r["lost_gpus"]:
+        head = {"level": r["lost_level"], "figure": r["lost_words"]}
+    elif r["min_headroom_c"] is None:
+        head = {"level": health.Level.UNKNOWN.value, "figure": "no GPU temperature"}
+    else:
+        head = {"level": r["headroom_level"], "figure": f"hottest GPU {r['headroom_words']}"}
+    throttling = throttling_words(r["throttling_thermal"], r["throttling_power"])
+    return {
+        "overall": {"level": r["level"], "figure": overall_figure(r)},
+        "power": power,
+        "headroom": head,
+        "throttling": {"level": r["throttling_level"], "figure": throttling},
+    }
+
+
+def overall_figure(rack: Payload) -> str:
+    """The reasons for the rack's level; a loop that went quiet is not among them, though
+    it makes the rack's level "no data", so it is said here."""
+    if rack["reasons"]:
+        return " · ".join(rack["reasons"])
+    if rack.get("loop_level") == health.Level.UNKNOWN:
+        return f"no fresh data from its cooling loop {rack['loop']}"
+    return "every signal OK" if rack["level"] == health.Level.OK else ""
 
 
 def lost_gpus(state: RackState) -> int:
@@ -368,10 +433,10 @@ def rack_reasons(state: RackState) -> list[str]:
     if s.power_level in (health.Level.WARN, health.Level.CRIT) and s.power_pct is not None:
         out.append(f"power {s.power_pct:.0f} % of budget")
     if s.throttling_thermal:
-        out.append(f"{s.throttling_thermal} GPU(s) in thermal slowdown")
+        out.append(say("gpus_thermal", n=s.throttling_thermal))
     head = health.headroom_level(s.min_headroom_c)
     if head in (health.Level.WARN, health.Level.CRIT) and s.min_headroom_c is not None:
-        out.append(_headroom_words(s.min_headroom_c, "a GPU "))
+        out.append(f"a GPU {headroom_words(s.min_headroom_c)}")
     if s.inlet_c is not None and health.inlet_level(s.inlet_c) != health.Level.OK:
         out.append(f"inlet air {s.inlet_c:.1f} °C")
     if s.leak:
@@ -381,12 +446,6 @@ def rack_reasons(state: RackState) -> list[str]:
     if s.stale:
         out.append("no fresh data")
     return out
-
-
-def _headroom_words(headroom_c: float, prefix: str = "") -> str:
-    if headroom_c < 0:
-        return f"{prefix}{-headroom_c:.0f} °C past its slowdown limit"
-    return f"{prefix}{headroom_c:.0f} °C from slowdown"
 
 
 def throttle_words(throttle: health.Throttle) -> list[str]:

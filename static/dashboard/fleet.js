@@ -1,7 +1,9 @@
 // Fleet overview: renders the rack states and site strips the server pushes
-// (fleet/read/state.py and fleet/read/site_summary.py derive every figure and level through
-// fleet/health). The heat map's mode picks which of those levels colours a tile; the
-// page computes nothing but ages and the GPUs throttling per site (a sum of its racks').
+// (fleet/read/state.py and fleet/read/site_summary.py derive every figure, level and word
+// through fleet/health and fleet/words.py). The heat map's mode picks which of the levels
+// the payload carries colours a tile. The page judges nothing: it sums the GPUs throttling
+// per site (their level: the worst the racks were sent) and ticks ages between pushes, in
+// the server's words (FleetLive, live.js).
 (function () {
   "use strict";
   const state = JSON.parse(document.getElementById("fleet-data").textContent);
@@ -11,32 +13,18 @@
   const staleAfter = state.stale_after_s;
   const status = document.getElementById("live-status");
   let clockSkew = Date.now() / 1000 - state.now;
-  const SOURCE_LABELS = {
-    pdu: "measured at the PDU", nodes: "sum of node meters",
-    gpus: "sum of GPU power only", none: "no live data",
-  };
-  const LEVEL_LABELS = { ok: "OK", warn: "Warning", crit: "Critical", unknown: "No data" };
-  const SEVERITY_LEVELS = { critical: "crit", warning: "warn", info: "ok" };
   const MODES = ["overall", "power", "headroom", "throttling", "alerts"];
+  const say = FleetLive.say;
   let mode = modeFromUrl();
 
   function nowS() { return Date.now() / 1000 - clockSkew; }
-  function fmtAge(s) { return s < 90 ? Math.round(s) + " s" : Math.round(s / 60) + " min"; }
-  function powerWords(w) {
-    if (w === null || w === undefined) return "no data";
-    return w >= 1e6 ? (w / 1e6).toFixed(2) + " MW" : (w / 1e3).toFixed(1) + " kW";
-  }
-  function headroomWords(h) {
-    if (h === null || h === undefined) return "no data";
-    return h < 0 ? (-h).toFixed(0) + " °C past slowdown" : h.toFixed(0) + " °C to slowdown";
-  }
 
   function modeFromUrl() {
     const wanted = new URLSearchParams(location.search).get("mode");
-    return MODES.includes(wanted) ? wanted : "overall";
+    return MODES.includes(wanted) ? wanted : MODES[0];
   }
 
-  // ---- what each mode shows: a level (from the payload) and the figure behind it
+  // ---- what each mode shows: a level and the figure behind it, both from the payload
 
   function alertsAt(id) {
     const [siteId, loopId] = places[id] || [];
@@ -44,44 +32,14 @@
     return { own: alerts.racks[id], loop: loopId === null ? undefined : alerts.loops[loopId] };
   }
 
-  function worstSeverity(entries) {
-    const levels = entries.filter(Boolean).map((e) => SEVERITY_LEVELS[e.severity] || "ok");
-    return levels.includes("crit") ? "crit" : levels.includes("warn") ? "warn" : "ok";
+  function alertsView(r, id) {
+    const { own, loop } = alertsAt(id);
+    const parts = [];
+    if (own) parts.push(say("alerts_on_rack", own));
+    if (loop) parts.push(say("alerts_on_loop", { n: loop.n, severity: loop.severity, loop: r.loop }));
+    return { level: FleetLive.worst([own && own.level, loop && loop.level]),
+      figure: parts.join(" · ") || say("no_alerts"), ageless: true };
   }
-
-  const MODE_VIEWS = {
-    overall(r) {
-      // As dashboard/overview.py's overall_figure: a quiet loop is not among the reasons.
-      let figure = (r.reasons || []).join(" · ");
-      if (!figure && r.loop_level === "unknown") figure = "no fresh data from its cooling loop " + r.loop;
-      if (!figure && r.level === "ok") figure = "every signal OK";
-      return { level: r.level, figure: figure };
-    },
-    power(r) {
-      if (r.power_kw === null) return { level: "unknown", figure: "no power data" };
-      const pct = r.power_pct === null ? "" : " (" + r.power_pct.toFixed(0) + " % of budget)";
-      return { level: r.power_level, figure: r.power_kw.toFixed(1) + " of " + r.budget_kw + " kW" + pct };
-    },
-    headroom(r) {
-      if (r.min_headroom_c === null && r.lost_gpus) return { level: r.lost_level, figure: r.lost_words };
-      if (r.min_headroom_c === null) return { level: "unknown", figure: "no GPU temperature" };
-      return { level: r.headroom_level, figure: "hottest GPU " + headroomWords(r.min_headroom_c) };
-    },
-    throttling(r) {
-      // The level is the server's (fleet/health throttling_level), never judged here.
-      const figure = r.throttling_thermal + " in thermal slowdown · " +
-        r.throttling_power + " at their power limit";
-      return { level: r.throttling_level, figure: figure };
-    },
-    alerts(r, id) {
-      const { own, loop } = alertsAt(id);
-      const parts = [];
-      if (own) parts.push(own.n + " firing on the rack (worst " + own.severity + ")");
-      if (loop) parts.push(loop.n + " on its loop " + r.loop + " (worst " + loop.severity + ")");
-      return { level: worstSeverity([own, loop]), figure: parts.join(" · ") || "no alerts firing",
-        ageless: true };
-    },
-  };
 
   function render(id, r, now) {
     const el = document.getElementById("rack-" + id);
@@ -92,56 +50,54 @@
     field("power").textContent = r.power_kw === null ? "–" : r.power_kw.toFixed(1);
     field("pct").textContent = r.power_pct === null ? "" : r.power_pct.toFixed(0) + "%";
     field("bar").style.width = (r.power_pct === null ? 0 : Math.min(r.power_pct, 100)) + "%";
-    // Lost GPUs (off the bus while their node reports) are not "no data": the server's words.
-    field("headroom").textContent = r.min_headroom_c === null && r.lost_gpus
-      ? r.lost_words : headroomWords(r.min_headroom_c);
+    field("headroom").textContent = r.headroom_words;
     const lost = field("lost");
     if (lost) {
       lost.textContent = r.lost_words || "";
-      lost.dataset.level = r.lost_gpus ? r.lost_level : "ok";
+      lost.dataset.level = r.lost_level;
     }
-    const throttle = [];
-    if (r.throttling_thermal) throttle.push(r.throttling_thermal + " GPU(s) in thermal slowdown");
-    if (r.throttling_power) throttle.push(r.throttling_power + " at their power limit");
-    field("throttle").textContent = throttle.join(" · ");
-    field("source").textContent = SOURCE_LABELS[r.power_source] || "";
+    field("throttle").textContent = r.throttle_words;
+    field("source").textContent = r.source_words;
     const loopWord = field("loop-word");
     if (loopWord) {
-      loopWord.textContent = r.loop_level ? LEVEL_LABELS[r.loop_level] : "";
+      loopWord.textContent = r.loop_level ? FleetLive.levelWord(r.loop_level) : "";
       loopWord.dataset.level = r.loop_level || "";
     }
-    const view = MODE_VIEWS[mode](r, id);
+    const view = mode === "alerts" ? alertsView(r, id) : r.modes[mode];
     let level = view.level;
     let figure = view.figure;
     if (old && !view.ageless) {
-      level = "unknown";
-      figure = age === null ? "no data yet" : "no data for " + fmtAge(age);
+      level = FleetLive.staleLevel();
+      figure = FleetLive.quietWords(age);
     }
-    const word = LEVEL_LABELS[level] || level;
+    const word = FleetLive.levelWord(level);
     field("mode-word").textContent = word;
     field("mode-figure").textContent = figure;
-    el.dataset.level = old ? "unknown" : r.level;
+    el.dataset.level = old ? FleetLive.staleLevel() : r.level;
     el.dataset.modeLevel = level;
     el.dataset.powerLevel = r.power_level;
     el.dataset.heat = r.headroom_level;
     el.dataset.updated = String(now);
-    el.setAttribute("aria-label", "Rack " + r.name + ": " + word + ", " + figure +
-      (r.loop ? ", cooled by " + r.loop : ""));
+    el.setAttribute("aria-label", say("rack_label", { name: r.name, word: word, figure: figure }) +
+      (r.loop ? say("cooled_by", { loop: r.loop }) : ""));
   }
 
   // ---- the site strips
 
   function siteThrottling(siteId) {
-    // Sums of the site's racks; its level is the worst of theirs (judged on the server).
-    let thermal = 0, power = 0, level = "ok", lost = 0, lostLevel = "ok";
+    // Sums of the site's racks; its levels are the worst of theirs (judged on the server).
+    let thermal = 0, power = 0, lost = 0;
+    const levels = [], lostLevels = [];
     racks.forEach((r, id) => {
       if ((places[id] || [])[0] !== Number(siteId)) return;
       thermal += r.throttling_thermal;
       power += r.throttling_power;
-      if (r.throttling_level === "crit") level = "crit";
-      if (r.lost_gpus) { lost += r.lost_gpus; lostLevel = r.lost_level; }
+      lost += r.lost_gpus;
+      levels.push(r.throttling_level);
+      lostLevels.push(r.lost_level);
     });
-    return { thermal: thermal, power: power, level: level, lost: lost, lostLevel: lostLevel };
+    return { thermal: thermal, power: power, level: FleetLive.worst(levels), lost: lost,
+      lostLevel: FleetLive.worst(lostLevels) };
   }
 
   function renderSite(siteId, s, now) {
@@ -150,19 +106,18 @@
     const field = (name) => el.querySelector('[data-field="' + name + '"]');
     const age = s.ts ? now - s.ts : null;
     if (age === null || age >= staleAfter) {
-      const quiet = age === null ? "no data yet" : "no data for " + fmtAge(age);
+      const quiet = FleetLive.quietWords(age);
       field("total_power").textContent = quiet;
       field("it_power").textContent = quiet;
       field("pue").textContent = quiet;
     } else {
-      field("total_power").textContent = powerWords(s.total_power_w);
-      field("it_power").textContent = powerWords(s.it_power_w);
-      field("pue").textContent = s.pue === null ? "no data"
-        : s.pue.toFixed(2) + " (category " + s.pue_category + ": " + s.pue_category_words + ")";
+      field("total_power").textContent = s.total_power_words;
+      field("it_power").textContent = s.it_power_words;
+      field("pue").textContent = s.pue_words;
     }
     const t = siteThrottling(siteId);
     const throttling = field("throttling");
-    throttling.textContent = t.thermal + " in thermal slowdown · " + t.power + " at their power limit";
+    throttling.textContent = say("throttling", t);
     throttling.dataset.level = t.level;
     const lost = field("lost");
     if (lost) {
@@ -177,16 +132,15 @@
     }
     const alerts = field("alerts");
     alerts.querySelector("a").textContent = String(s.alerts.firing);
-    alerts.lastChild.textContent = " (" + s.alerts.critical + " critical)";
-    alerts.dataset.level = s.alerts.critical ? "crit" : s.alerts.firing ? "warn" : "ok";
+    alerts.lastChild.textContent = say("alerts_critical", s.alerts);
+    alerts.dataset.level = s.alerts.level;
     const agents = field("agents");
-    agents.textContent = s.agents.stale + " of " + s.agents.nodes + " nodes" +
-      (s.agents.never ? " · " + s.agents.never + " never sent data" : "");
-    agents.dataset.level = s.agents.stale ? "warn" : "ok";
+    agents.textContent = s.agents.words;
+    agents.dataset.level = s.agents.level;
     // The counts are refreshed with each facility push; say so when those stop.
     const counted = now - s.computed_at;
     field("age").textContent = counted >= staleAfter
-      ? "Alert and agent counts as of " + fmtAge(counted) + " ago (no facility data since)" : "";
+      ? say("counts_as_of", { age: FleetLive.ageWords(counted) }) : "";
   }
 
   function renderAll() {
@@ -197,7 +151,7 @@
 
   function apply(update) {
     for (const [id, r] of Object.entries(update.racks || {})) {
-      if (typeof r.power_source === "string") racks.set(id, r); // live.fleet sends summaries
+      if (r.modes) racks.set(id, r); // live.fleet sends summaries
     }
     const pushed = update.site ? [update.site] : Object.values(update.sites || {});
     for (const s of pushed) if (s.site_id !== undefined) sites.set(String(s.site_id), s);
@@ -209,10 +163,10 @@
   // ---- the mode switch: client-side, remembered in ?mode=
 
   function setMode(next) {
-    mode = MODES.includes(next) ? next : "overall";
+    mode = MODES.includes(next) ? next : MODES[0];
     document.body.dataset.mode = mode;
     const url = new URL(location.href);
-    if (mode === "overall") url.searchParams.delete("mode"); else url.searchParams.set("mode", mode);
+    if (mode === MODES[0]) url.searchParams.delete("mode"); else url.searchParams.set("mode", mode);
     history.replaceState(null, "", url);
     renderAll();
   }

@@ -22,12 +22,21 @@
 //     never reported) that is staleAfterS or more old gets class "is-stale" and
 //     data-stale="1", its [data-fresh] children are hidden (no frozen numbers), and its
 //     [data-age] child (made if missing: span.last-data) reads "last data N s ago" (or
-//     "no data yet"). An element may carry its own data-stale-after. serverNowS is the
+//     "no data yet"), in the server's words. An element may carry its own data-stale-after. serverNowS is the
 //     page's render time, so a browser clock that is off does not age figures wrongly.
 //   FleetLive.refreshStale()   run that pass now (call it after rendering an update).
 //   FleetLive.now()            server time now, epoch seconds.
-//   FleetLive.ageWords(s)      "14 s", "3 min", "2 h" (as fleet/words.py says it).
-//   FleetLive.levelWord(level) "OK", "Warning", "Critical", "No data" for ok/warn/crit/unknown.
+//
+//   Words: this script holds none. The page embeds fleet/words.py's `browser_words()` as
+//   <script id="fleet-words" type="application/json"> ({% fleet_words_json %}, from
+//   dashboard/templatetags/fleet_words.py), and these say everything by it:
+//   FleetLive.ageWords(s)      "14 s", "3 min", "2 h", "2 d": the server's age table.
+//   FleetLive.levelWord(level) the server's word for a level it sent ("Warning" for warn).
+//   FleetLive.say(phrase, values) one of the server's phrases, {name}s filled from values.
+//   FleetLive.quietWords(age)  "no data yet" (age null) or "no data for <age>".
+//   FleetLive.worst(levels)    the most severe of levels the server sent, by its order
+//                              (the least severe when none).
+//   FleetLive.staleLevel()     the level a figure takes once it is stale.
 //   FleetLive.morph(region, html) make region's content look like html, moving only
 //     what changed (focus, scroll and selection stay).
 //
@@ -42,7 +51,9 @@
   const CLOSE_NOT_FOUND = 4404; // older servers said this for "not allowed"
   const FIRST_RETRY_S = 1;
   const MAX_RETRY_S = 30;
-  const LEVEL_WORDS = { ok: "OK", warn: "Warning", crit: "Critical", unknown: "No data" };
+  const wordsEl = document.getElementById("fleet-words");
+  const WORDS = wordsEl ? JSON.parse(wordsEl.textContent)
+    : { levels: {}, level_order: [], stale_level: null, ages: [], phrases: {} };
   // Worst first: what a status shared by several sockets shows.
   const SEVERITY = ["signed-out", "refused", "down", "paused", "connecting", "live"];
   // A tab hidden this long lets its sockets go (the server renders and sends nothing for
@@ -58,12 +69,27 @@
     }
   }
 
+  // The server's age table: [below s (null: no bound), unit s, word] rows in order.
   function ageWords(s) {
-    if (s < 90) return Math.round(s) + " s";
-    if (s < 90 * 60) return Math.round(s / 60) + " min";
-    return Math.round(s / 3600) + " h";
+    for (const [below, unit, word] of WORDS.ages) {
+      if (below === null || s < below) return Math.round(s / unit) + " " + word;
+    }
+    return String(Math.round(s));
   }
-  function levelWord(level) { return LEVEL_WORDS[level] || String(level); }
+  function levelWord(level) { return WORDS.levels[level] || String(level); }
+  function say(phrase, values) {
+    const text = WORDS.phrases[phrase] || phrase;
+    return text.replace(/\{(\w+)\}/g, (_, name) => String((values || {})[name]));
+  }
+  function quietWords(age) {
+    return age === null ? say("no_data_yet") : say("no_data_for", { age: ageWords(age) });
+  }
+  function worst(levels) {
+    const order = WORDS.level_order;
+    return levels.filter(Boolean).reduce(
+      (a, b) => (order.indexOf(b) > order.indexOf(a) ? b : a), order[0]);
+  }
+  function staleLevel() { return WORDS.stale_level; }
 
   // -- status, shared by the sockets that name the same element ----------------------
   const statusEls = new Set();
@@ -205,7 +231,7 @@
       el.classList.toggle("is-stale", stale);
       if (stale) el.dataset.stale = "1"; else delete el.dataset.stale;
       owned(el, "[data-fresh]").forEach((c) => { c.hidden = stale; });
-      const words = !stale ? "" : age === null ? "no data yet" : "last data " + ageWords(age) + " ago";
+      const words = !stale ? "" : age === null ? say("no_data_yet") : say("last_data", { age: ageWords(age) });
       const ageEl = stale ? ageElement(el) : owned(el, "[data-age]")[0];
       if (ageEl && ageEl.textContent !== words) ageEl.textContent = words;
     });
@@ -274,6 +300,10 @@
     now: now,
     ageWords: ageWords,
     levelWord: levelWord,
+    say: say,
+    quietWords: quietWords,
+    worst: worst,
+    staleLevel: staleLevel,
     morph: morph,
     setHiddenPause(seconds) { hiddenPauseS = seconds; },
   };

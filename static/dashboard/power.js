@@ -1,27 +1,19 @@
 // Power & PUE: draws each site's IT-against-facility chart (Plotly, when it loaded) and
 // keeps the "now" figures live from the site payloads pushed on /ws/live/fleet
-// (fleet/read/site_summary.py derives them through fleet/health). The page computes nothing
-// but ages: a figure older than the freshness target shows its age, not a frozen number.
+// (fleet/read/site_summary.py derives them, and their words, through fleet/health and
+// fleet/words.py). The page computes nothing but ages: a figure older than the freshness
+// target shows its age in the server's words (FleetLive, live.js), not a frozen number.
 (function () {
   "use strict";
   const state = JSON.parse(document.getElementById("power-data").textContent);
   const sites = new Map(Object.entries(state.sites));
   const staleAfter = state.stale_after_s;
   const status = document.getElementById("live-status");
-  const COOLING_SOURCES = {
-    meter: "the cooling plant's own meter",
-    derived: "facility − IT (no cooling meter): every overhead, cooling the most of it",
-  };
   const CHART_POINT_EVERY_S = 60; // the chart holds 1-minute means; live points as often
   const lastPoint = new Map();
   let clockSkew = Date.now() / 1000 - state.now;
 
   function nowS() { return Date.now() / 1000 - clockSkew; }
-  function fmtAge(s) { return s < 90 ? Math.round(s) + " s" : Math.round(s / 60) + " min"; }
-  function powerWords(w) {
-    if (w === null || w === undefined) return "no data";
-    return w >= 1e6 ? (w / 1e6).toFixed(2) + " MW" : (w / 1e3).toFixed(1) + " kW";
-  }
 
   function renderSite(id, s, now) {
     const el = document.getElementById("power-site-" + id);
@@ -29,17 +21,16 @@
     const field = (name) => el.querySelector('[data-field="' + name + '"]');
     const age = s.ts ? now - s.ts : null;
     if (age === null || age >= staleAfter) {
-      const quiet = age === null ? "no data yet" : "no data for " + fmtAge(age);
+      const quiet = FleetLive.quietWords(age);
       for (const name of ["total_power", "it_power", "cooling_power", "pue"]) field(name).textContent = quiet;
       field("cooling_source").textContent = "";
       return;
     }
-    field("total_power").textContent = powerWords(s.total_power_w);
-    field("it_power").textContent = powerWords(s.it_power_w);
-    field("cooling_power").textContent = powerWords(s.cooling_power_w);
-    field("cooling_source").textContent = COOLING_SOURCES[s.cooling_source] || "";
-    field("pue").textContent = s.pue === null ? "no data"
-      : s.pue.toFixed(2) + " (category " + s.pue_category + ": " + s.pue_category_words + ")";
+    field("total_power").textContent = s.total_power_words;
+    field("it_power").textContent = s.it_power_words;
+    field("cooling_power").textContent = s.cooling_power_words;
+    field("cooling_source").textContent = s.cooling_source_words;
+    field("pue").textContent = s.pue_words;
   }
 
   function renderAll() { const now = nowS(); sites.forEach((s, id) => renderSite(id, s, now)); }

@@ -60,7 +60,13 @@ def test_the_strip_counts_a_node_stale_by_the_cadence_its_data_comes_at(site: Si
     for node in (fast, slow):
         store("node", (node.pk,), now - 40, cpu_pct=10.0)
     store("gpu", (pulled.pk, gpu.index), now - 40, temp_gpu_c=60.0)  # no agent, pulled
-    assert site_payload(site.pk, now)["agents"] == {"nodes": 4, "stale": 1, "never": 1}
+    assert site_payload(site.pk, now)["agents"] == {
+        "nodes": 4,
+        "stale": 1,
+        "never": 1,
+        "level": "warn",
+        "words": "1 of 4 nodes · 1 never sent data",
+    }
     assert site_payload(site.pk, now + 6)["agents"]["stale"] == 3  # 46 s: past 3 × 15 s
 
 

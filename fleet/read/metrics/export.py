@@ -380,8 +380,8 @@ def _sites(f: Families, sites: dict[int, str], now: float, states: dict[int, Rac
     )
     stale = f.gauge(
         "fleetwatch_site_node_agents_stale",
-        f"nodes whose newest data is older than {health.STALE_INTERVALS:g} of the intervals"
-        f" it comes at (at least {health.STALE_AFTER_S:g} s)",
+        f"nodes whose newest data is {health.STALE_INTERVALS:g} or more of the intervals"
+        f" it comes at old (at least {health.STALE_AFTER_S:g} s)",
         ["site"],
     )
     lost = f.gauge(
@@ -457,8 +457,8 @@ def _agents(f: Families, now: float) -> None:
     )
     stale = f.gauge(
         "fleetwatch_agents_stale",
-        f"sources whose last batch is older than {health.STALE_INTERVALS:g} of their own"
-        f" batch intervals (at least {health.STALE_AFTER_S:g} s)",
+        f"sources whose last batch is {health.STALE_INTERVALS:g} or more of their own"
+        f" batch intervals old (at least {health.STALE_AFTER_S:g} s)",
         [],
     )
     count = 0
