@@ -132,8 +132,8 @@ def launched_chromium() -> Iterator[Any]:
         browser.close()
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    """Chromium for one test (modules that share one across their tests override this
-    with a module-scoped fixture of the same name)."""
+    """Chromium shared by a module's tests (a launch costs seconds); each test opens its
+    own pages with `new_page` or `new_context`, a fresh context: no cookies shared."""
     yield from launched_chromium()

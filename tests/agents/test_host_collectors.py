@@ -135,6 +135,7 @@ def test_dcmi_power_reading_is_parsed_and_inactive_readings_are_left_out() -> No
     assert parse_dcmi("Error: no DCMI") is None
 
 
+@pytest.mark.process  # the collector runs (a stand-in for) ipmitool
 def test_ipmi_collector_runs_ipmitool_on_the_slow_lane(tmp_path: Path) -> None:
     script = tmp_path / "ipmitool"  # an edge stand-in: the real binary needs a BMC
     script.write_text(

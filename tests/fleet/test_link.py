@@ -17,6 +17,7 @@ class HangingLink(IngestLink):
     start_timeout_s = 1.0
 
 
+@pytest.mark.process  # the ingest link spawns its child process
 def test_a_child_that_never_starts_times_out_and_leaves_nothing_behind(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

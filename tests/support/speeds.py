@@ -1,31 +1,35 @@
 """The suite's two speeds (README "Test it"): `make check` runs the tests that start no
 process and no browser; `make test` runs them all.
 
-A test is marked `process` when it takes a fixture that starts one (PROCESS_FIXTURES);
-`make check` deselects those with `-m "not process and not browser and not services"`.
+A test is marked `process` when its own source, that of any fixture it uses (however
+indirectly) or of a test helper these call, starts one (STARTS_A_PROCESS); `make check`
+deselects those with `-m "not process and not browser and not services"`.
 So that the split cannot rot, `make check` also sets FLEETWATCH_CHECK=1, which watches
 every process start: a test that starts one anyway fails and says where it belongs."""
 
 from __future__ import annotations
 
+import inspect
 import multiprocessing.process
 import os
+import re
 import subprocess
+import sys
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 CHECK_ENV = "FLEETWATCH_CHECK"
 
-# Fixtures that start a process (a server, a worker, nginx, Prometheus, an agent, the
-# demo, a simulator) or a browser, by the name the tests take them by.
-PROCESS_FIXTURES = frozenset(
-    {
-        "fleet_server",
-        "fresh_server",
-        "browser",
-    }
+# What starts a process (a server, a worker, nginx, Prometheus, an agent, the demo, a
+# simulator) or a browser, as it reads in a fixture's or a test's source.
+STARTS_A_PROCESS = re.compile(
+    r"\b(FleetServer|Stack|CeleryProc|RedisProc|Nginx\w*|OidcProvider|Prometheus\w*"
+    r"|subprocess|Popen|create_subprocess_\w+|start_demo|launched_chromium|sync_playwright)\b"
 )
+
+NAME = re.compile(r"\b[A-Za-z_]\w*\b")
 
 PROCESS_MARK = "process: starts a server, worker, agent or other process (not in make check)"
 
@@ -33,14 +37,57 @@ _started: list[str] = []
 
 
 def classify(items: list[pytest.Item]) -> None:
-    """Mark `process` every test whose fixtures start one, and `services` every case of
-    the services tier (it needs PostgreSQL and Redis, which `make check` does not)."""
+    """Mark `process` every test that starts one, itself or through any fixture it uses
+    (directly or not), and `services` every case of the services tier (it needs
+    PostgreSQL and Redis, which `make check` does not ask for)."""
     for item in items:
-        if PROCESS_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+        if _starts_a_process(item):
             item.add_marker(pytest.mark.process)
         callspec = getattr(item, "callspec", None)
         if callspec is not None and callspec.params.get("tier") == "services":
             item.add_marker(pytest.mark.services)
+
+
+def _starts_a_process(item: pytest.Item) -> bool:
+    code: list[object] = [getattr(item, "function", None)]
+    info = getattr(item, "_fixtureinfo", None)
+    if info is not None:
+        code += [defs[-1].func for defs in info.name2fixturedefs.values() if defs]
+    return any(_reads_as_starting_a_process(c, set()) for c in code if c is not None)
+
+
+_verdicts: dict[object, bool] = {}
+
+
+def _reads_as_starting_a_process(code: object, visiting: set[int]) -> bool:
+    """Whether a function's or class's source, or that of a test helper it names (in
+    tests/, followed as far as they go), starts a process."""
+    if code in _verdicts:
+        return _verdicts[code]
+    if id(code) in visiting:
+        return False
+    visiting.add(id(code))
+    try:
+        source = inspect.getsource(code)  # type: ignore[arg-type]
+    except (OSError, TypeError):  # pytest's own fixtures, builtins
+        return False
+    verdict = STARTS_A_PROCESS.search(source) is not None or any(
+        _reads_as_starting_a_process(helper, visiting) for helper in _test_helpers(code, source)
+    )
+    _verdicts[code] = verdict
+    return verdict
+
+
+def _test_helpers(code: object, source: str) -> Iterator[object]:
+    if inspect.isfunction(code):
+        code = inspect.unwrap(code)  # a context manager's own module, not contextlib's
+    module = sys.modules.get(getattr(code, "__module__", ""))
+    namespace = getattr(code, "__globals__", None) or (vars(module) if module else {})
+    for name in set(NAME.findall(source)):
+        value = namespace.get(name)
+        helper = inspect.isfunction(value) or inspect.isclass(value)
+        if helper and value is not code and value.__module__.startswith("tests."):
+            yield value
 
 
 def watch_process_starts() -> None:
@@ -76,6 +123,6 @@ def fail_if_a_process_started(report: pytest.TestReport) -> None:
         f"{report.nodeid} started a process under `make check`, which runs only the tests"
         " that start none:\n  "
         f"{commands}\n"
-        "Take the fixture by a name in tests/support/speeds.py PROCESS_FIXTURES (add it"
-        " there if it is new), or mark the test @pytest.mark.process."
+        "Teach tests/support/speeds.py STARTS_A_PROCESS how that fixture or test starts it,"
+        " or mark the test @pytest.mark.process."
     )
