@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from tests.support import services, speeds
-from tests.support.browser import CHROMIUM_ARGS, chromium_path
+from tests.support.browser import launched_chromium
 from tests.support.server import FleetServer
 
 
@@ -114,22 +114,6 @@ def fresh_server(tier: str, tmp_path: Path) -> Iterator[FleetServer]:
     """A backend of the test's own, for tests that stop and start it."""
     with FleetServer.started(tmp_path / "server", tier=tier) as server:
         yield server
-
-
-def launched_chromium() -> Iterator[Any]:
-    """A module fixture's body: Debian's chromium through Playwright, closed afterwards.
-    Without chromium the tests skip, or fail where REQUIRE_BROWSER=1 (CI) asks for it."""
-    path = chromium_path()
-    if path is None:
-        if os.environ.get("REQUIRE_BROWSER") == "1":
-            pytest.fail("REQUIRE_BROWSER=1 but Debian chromium is not installed")
-        pytest.skip("Debian chromium is not installed (apt-get install chromium)")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=path, args=CHROMIUM_ARGS)
-        yield browser
-        browser.close()
 
 
 @pytest.fixture(scope="module")

@@ -7,8 +7,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.conftest import launched_chromium
 from tests.support.agent import enroll, gpu_batch, post_json
+from tests.support.browser import launched_chromium
+from tests.support.browser_pages import login
 from tests.support.server import FleetServer
 
 pytestmark = pytest.mark.browser
@@ -17,14 +18,6 @@ pytestmark = pytest.mark.browser
 @pytest.fixture(scope="module")
 def browser() -> Iterator[object]:
     yield from launched_chromium()
-
-
-def login(page, server: FleetServer) -> None:  # type: ignore[no-untyped-def]
-    page.goto(server.url + "/admin/login/?next=/")
-    page.fill("#id_username", "ops")
-    page.fill("#id_password", "ops-password-1")
-    page.click("input[type=submit]")
-    page.wait_for_selector("h1:has-text('Fleet overview')")
 
 
 @pytest.fixture(scope="module")

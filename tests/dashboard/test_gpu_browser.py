@@ -11,9 +11,8 @@ from typing import Any
 import pytest
 
 from agents.protocol import reasons as nvml
-from tests.dashboard.test_fleet_page_live import login
-from tests.dashboard.test_rack_cooling_browser import shot
 from tests.support.agent import enroll, gpu_batch, post_json
+from tests.support.browser_pages import login, shot
 from tests.support.server import FleetServer
 
 pytestmark = pytest.mark.browser

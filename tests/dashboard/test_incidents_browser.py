@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.dashboard.test_fleet_page_live import login
+from tests.support.browser_pages import login
 from tests.support.server import FleetServer
 
 pytestmark = pytest.mark.browser

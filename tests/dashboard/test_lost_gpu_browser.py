@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from tests.dashboard.test_fleet_page_live import login
 from tests.support.agent import enroll, gpu_batch, post_json
+from tests.support.browser_pages import login
 from tests.support.server import FleetServer
 
 pytestmark = pytest.mark.browser

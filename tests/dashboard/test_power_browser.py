@@ -10,9 +10,8 @@ from typing import Any
 
 import pytest
 
-from tests.dashboard.test_fleet_page_live import login
-from tests.dashboard.test_rack_cooling_browser import shot
 from tests.support.agent import enroll, post_json
+from tests.support.browser_pages import login, shot
 from tests.support.server import FleetServer
 
 pytestmark = pytest.mark.browser

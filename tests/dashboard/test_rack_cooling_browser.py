@@ -3,39 +3,17 @@ loop → the cooling page, each saved as a screenshot that must not be blank."""
 
 from __future__ import annotations
 
-import struct
 import time
-import zlib
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.dashboard.test_fleet_page_live import login
 from tests.support.agent import enroll, gpu_batch, post_json
+from tests.support.browser_pages import login, shot
 from tests.support.server import FleetServer
 
 pytestmark = pytest.mark.browser
-
-
-def distinct_bytes(png: bytes) -> int:
-    """How many distinct byte values the decoded pixel rows hold: a blank (one-colour)
-    page gives a handful (the colour and the row filter bytes), a drawn page far more."""
-    assert png[:8] == b"\x89PNG\r\n\x1a\n"
-    pos, data = 8, b""
-    while pos < len(png):
-        (length,) = struct.unpack(">I", png[pos : pos + 4])
-        kind = png[pos + 4 : pos + 8]
-        if kind == b"IDAT":
-            data += png[pos + 8 : pos + 8 + length]
-        pos += 12 + length
-    return len(set(zlib.decompress(data)))
-
-
-def shot(page, path: Path) -> None:  # type: ignore[no-untyped-def]
-    page.screenshot(path=str(path), full_page=True)
-    assert path.stat().st_size > 0
-    assert distinct_bytes(path.read_bytes()) > 32, f"{path.name} looks blank"
 
 
 def test_fleet_to_rack_to_cooling(tmp_path: Path, browser: Any) -> None:

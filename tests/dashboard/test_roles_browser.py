@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.dashboard.test_rack_cooling_browser import shot
+from tests.support.browser_pages import shot
 from tests.support.server import FleetServer
 
 pytestmark = pytest.mark.browser

@@ -5,7 +5,6 @@ allowed address, or it is opened on purpose."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import time
@@ -21,6 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from agents.protocol import reasons as nvml
 from fleet.demo import DEMO_RACKS, seed_demo_site
 from fleet.models import GPU, CoolingLoop, Node, Rack, Site
+from tests.support import needs
 from tests.support.latest import store
 
 pytestmark = pytest.mark.django_db
@@ -169,9 +169,7 @@ def test_opened_on_purpose_metrics_answers_anyone(site: Site) -> None:
 def test_the_output_passes_promtool(site: Site, tmp_path: Path) -> None:
     promtool = shutil.which("promtool")
     if promtool is None:
-        if os.environ.get("REQUIRE_PROMETHEUS") == "1":
-            raise RuntimeError("REQUIRE_PROMETHEUS=1 but promtool is not installed")
-        pytest.skip("promtool is not installed (Debian package prometheus)")
+        needs.missing(needs.PROMETHEUS, "promtool is not installed (Debian package prometheus)")
     node = Node.objects.get(rack__name="A01")
     store("gpu", (node.id, 0), time.time(), temp_gpu_c=60.0, clock_event_reasons=0)
     text = scrape()[1]

@@ -19,8 +19,9 @@ import pytest
 from websockets.sync.client import connect
 
 from fleetwatch.serve import WS_MAX_SIZE
-from tests.conftest import launched_chromium
+from tests.support import needs
 from tests.support.agent import gpu_batch, post_json
+from tests.support.browser import launched_chromium
 from tests.support.celery_proc import private_broker
 from tests.support.live import PASSWORD, USER, create_ops_user
 from tests.support.nginx import SHIPPED, Nginx, nginx_binary
@@ -62,7 +63,7 @@ class Site:
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
     if nginx_binary() is None:
-        pytest.skip("nginx is not installed (apt-get install nginx)")
+        needs.missing(needs.SERVICES, "nginx is not installed (apt-get install nginx)")
     var_dir = tmp_path_factory.mktemp("two-servers")
     # A Redis database of the test's own: live groups are named by site id, and other
     # tests' servers on the shared database have sites with the same ids.

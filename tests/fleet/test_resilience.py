@@ -15,6 +15,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 
 from fleet.storage.latest import LatestRow, rows_to_latest, select_latest_sql
+from tests.support import needs
 from tests.support.agent import enroll, gpu_batch, post_json
 from tests.support.live import create_ops_user, live_socket, login_cookie
 from tests.support.pg_outage import database_down
@@ -111,7 +112,7 @@ def test_ingest_is_acked_while_redis_is_away_and_live_pushes_resume_when_it_retu
     tmp_path: Path,
 ) -> None:
     if not RedisProcess.available():
-        pytest.skip("redis-server is not installed")
+        needs.missing(needs.SERVICES, "redis-server is not installed")
     redis = RedisProcess(tmp_path / "redis")
     redis.start()
     try:

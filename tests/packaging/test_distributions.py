@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import needs
 from tests.support.server import ROOT, free_port
 
 FAKE_PYNVML = ROOT / "tests" / "support" / "fake_pynvml"
@@ -58,7 +59,7 @@ def pip_install(bin_dir: Path, *wheels: Path) -> None:
     )
     if done.returncode != 0:
         index_trouble = any(sign in done.stderr for sign in INDEX_TROUBLE)
-        if index_trouble and os.environ.get("REQUIRE_SERVICES") != "1":
+        if index_trouble and not needs.required(needs.SERVICES):
             pytest.skip(f"the package index cannot be reached: {done.stderr[-300:]}")
         raise AssertionError(f"pip install failed:\n{done.stderr}")
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import http.server
 import json
-import os
 import shutil
 import socket
 import subprocess
@@ -25,14 +24,12 @@ PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 def require_prometheus() -> None:
     """Skip (with the reason) where Debian's prometheus is not installed; REQUIRE_PROMETHEUS=1
     (set by .ci/run) makes that a failure instead."""
-    if Path(PROMETHEUS).exists():
-        return
-    reason = "Debian's prometheus is not installed (apt-get install prometheus)"
-    if os.environ.get("REQUIRE_PROMETHEUS") == "1":
-        raise RuntimeError(f"REQUIRE_PROMETHEUS=1 but {reason}")
-    import pytest
+    if not Path(PROMETHEUS).exists():
+        from tests.support import needs  # pytest: the bench imports this module without it
 
-    pytest.skip(reason)
+        needs.missing(
+            needs.PROMETHEUS, "Debian's prometheus is not installed (apt-get install prometheus)"
+        )
 
 
 CSV = Path(__file__).resolve().parent.parent / "data" / "dcgm-exporter" / "default-counters.csv"

@@ -1,0 +1,42 @@
+"""Pages in a real browser (Playwright on Debian's chromium, tests/support/browser.py):
+signing in as the ops user (tests/support/live.py makes it) and screenshots that must show
+something."""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from pathlib import Path
+
+from tests.support.live import PASSWORD, USER
+from tests.support.server import FleetServer
+
+
+def login(page, server: FleetServer) -> None:  # type: ignore[no-untyped-def]
+    """Sign in as the ops user through the login form; wait for the fleet overview."""
+    page.goto(server.url + "/admin/login/?next=/")
+    page.fill("#id_username", USER)
+    page.fill("#id_password", PASSWORD)
+    page.click("input[type=submit]")
+    page.wait_for_selector("h1:has-text('Fleet overview')")
+
+
+def distinct_bytes(png: bytes) -> int:
+    """How many distinct byte values the decoded pixel rows hold: a blank (one-colour)
+    page gives a handful (the colour and the row filter bytes), a drawn page far more."""
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    pos, data = 8, b""
+    while pos < len(png):
+        (length,) = struct.unpack(">I", png[pos : pos + 4])
+        kind = png[pos + 4 : pos + 8]
+        if kind == b"IDAT":
+            data += png[pos + 8 : pos + 8 + length]
+        pos += 12 + length
+    return len(set(zlib.decompress(data)))
+
+
+def shot(page, path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A full-page screenshot at `path`, which must not be blank."""
+    page.screenshot(path=str(path), full_page=True)
+    assert path.stat().st_size > 0
+    assert distinct_bytes(path.read_bytes()) > 32, f"{path.name} looks blank"
