@@ -2,7 +2,7 @@
 role sees no site and every page tells them whom to ask; roles only ever add access, so
 removing someone's last site role leaves them with nothing, not with everything.
 
-The cast of tests/dashboard/test_roles.py: site "Demo datacentre" (racks A01, A02) and
+The cast of the role tests (tests/support/roles.py): site "Demo datacentre" (racks A01, A02) and
 site "North" (rack N01)."""
 
 from __future__ import annotations
@@ -17,19 +17,17 @@ from django.test import Client
 from dashboard import consumers
 from fleet.access import can_operate, visible_site_ids
 from fleet.models import Rack, Site, SiteRole
-from tests.dashboard.test_live_consumers import closed_with, live_paths, socket
-from tests.dashboard.test_roles import firing, person, rack_url, signed_in, sites
-
-__all__ = ("sites",)  # the cast, a fixture
+from tests.support import pages, roles
+from tests.support.live_sockets import closed_with, live_paths, socket
+from tests.support.roles import firing, person, rack_url, signed_in
 
 pytestmark = pytest.mark.django_db
 
 NO_ACCESS = "No access yet"
 
 
-@pytest.fixture(autouse=True)
-def fast_passwords(settings: Any) -> None:
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+fast_passwords = pages.fast_passwords  # autouse
+sites = roles.demo_and_north
 
 
 def test_someone_with_no_role_sees_no_site_and_operates_nowhere(sites: tuple[Site, Site]) -> None:

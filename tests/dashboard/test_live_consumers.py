@@ -5,111 +5,31 @@ something changed (the page's HTML, rendered from the latest state)."""
 
 from __future__ import annotations
 
-import json
 import time
-from collections.abc import Iterator
-from dataclasses import replace
 from typing import Any
 
 import pytest
-from asgiref.testing import ApplicationCommunicator
 from channels.layers import get_channel_layer
-from channels.routing import URLRouter
 from django.contrib.auth.models import AnonymousUser, User
 
 from agents.protocol import reasons as nvml
-from dashboard import consumers, live_pages
-from dashboard.routing import websocket_urlpatterns
-from fleet.demo import DEMO_RACKS, seed_demo_site
+from dashboard import consumers
 from fleet.models import GPU, CoolingLoop, Node, Rack, Site
 from fleet.read.live import LIVE_UPDATE, LivePublisher, rack_changed_group, site_group
-from tests.dashboard.test_rack_and_cooling_pages import store
-from tests.support.people import viewer
+from tests.support import live_sockets
+from tests.support.latest import store_latest as store
+from tests.support.live_sockets import WAIT_S, closed_with, live_paths, socket
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the sockets read from other threads
 
-WAIT_S = 10
-
-
-@pytest.fixture(autouse=True)
-def fresh_hub() -> Iterator[None]:
-    """Each test runs on its own event loop: its pages start on a hub of their own."""
-    live_pages._hub = None
-    yield
-    live_pages._hub = None
-
-
-@pytest.fixture
-def site() -> Site:
-    racks = (replace(DEMO_RACKS[0], nodes=1), replace(DEMO_RACKS[1], nodes=1))
-    site = seed_demo_site("demo", racks, gpus_per_node=2)  # A01, A02 on CDU-1
-    GPU.objects.update(slowdown_c=87.0, shutdown_c=92.0)
-    return site
-
-
-@pytest.fixture
-def ops(site: Site) -> User:
-    return viewer("ops", password="not-used")
-
-
-class Socket(ApplicationCommunicator):  # type: ignore[misc]
-    """A browser's socket to the live routes (channels.testing needs daphne, not installed)."""
-
-    async def connect(self, timeout: float = WAIT_S) -> tuple[bool, int | None]:
-        await self.send_input({"type": "websocket.connect"})
-        message = await self.receive_output(timeout)
-        return message["type"] == "websocket.accept", None
-
-    async def receive_json_from(self, timeout: float = WAIT_S) -> Any:
-        message = await self.receive_output(timeout)
-        assert message["type"] == "websocket.send", message
-        return json.loads(message["text"])
-
-    async def page_showing(self, text: str, timeout: float = WAIT_S) -> str:
-        """The first page pushed that shows `text` (a served page may first be sent as it
-        was when the socket joined)."""
-        while True:
-            html = str((await self.receive_json_from(timeout))["html"])
-            if text in html:
-                return html
-
-    async def disconnect(self) -> None:
-        await self.send_input({"type": "websocket.disconnect", "code": 1000})
-        await self.wait(WAIT_S)
-
-
-def socket(path: str, user: Any) -> Socket:
-    router = URLRouter(websocket_urlpatterns)
-
-    async def app(scope: dict[str, Any], receive: Any, send: Any) -> Any:
-        return await router({**scope, "user": user}, receive, send)
-
-    scope = {"type": "websocket", "path": path, "headers": [], "query_string": b""}
-    return Socket(app, {**scope, "subprotocols": []})
-
-
-async def closed_with(communicator: Socket) -> int:
-    connected, _ = await communicator.connect()
-    assert connected  # accepted, then closed with a code the page understands
-    message = await communicator.receive_output(WAIT_S)
-    assert message["type"] == "websocket.close"
-    return int(message["code"])
+fresh_hub = live_sockets.fresh_hub  # autouse
+site = live_sockets.two_rack_site
+ops = live_sockets.ops_viewer
 
 
 async def nudge(group: str) -> None:
     """What the live publisher sends when something in the group changed."""
     await get_channel_layer().group_send(group, {"type": LIVE_UPDATE, "update": {"ts": 0}})
-
-
-def live_paths(site_id: int, rack_id: int) -> tuple[str, ...]:
-    return (
-        "/ws/live/fleet",
-        f"/ws/live/site/{site_id}",
-        f"/ws/live/rack/{rack_id}",
-        f"/ws/live/rack/{rack_id}/changed",
-        f"/ws/live/rack/{rack_id}/page",
-        "/ws/live/cooling",
-    )
 
 
 async def test_a_visitor_without_a_session_is_refused_on_every_live_socket(site: Site) -> None:

@@ -5,7 +5,6 @@ rendered again from the latest state."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -13,26 +12,23 @@ from channels.db import database_sync_to_async
 from django.contrib.auth.models import User
 
 from agents.protocol import reasons as nvml
-from dashboard import live_pages
 from fleet.models import Node, Rack, Site
 from fleet.read import payloads
 from fleet.read.live import LivePublisher, rack_changed_group
-from tests.dashboard.test_live_consumers import ops, site, socket  # noqa: F401 (fixtures)
-from tests.dashboard.test_rack_and_cooling_pages import store
+from tests.support import live_sockets
+from tests.support.latest import store_latest as store
+from tests.support.live_sockets import socket
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the sockets read from other threads
 
-
-@pytest.fixture(autouse=True)
-def fresh_hub() -> Iterator[None]:
-    live_pages._hub = None
-    yield
-    live_pages._hub = None
+fresh_hub = live_sockets.fresh_hub  # autouse
+site = live_sockets.two_rack_site
+ops = live_sockets.ops_viewer
 
 
 async def test_a_rack_page_gets_new_figures_and_the_publisher_builds_none_for_it(
-    site: Site,  # noqa: F811
-    ops: User,  # noqa: F811
+    site: Site,
+    ops: User,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     def no_figures(*args: Any, **kwargs: Any) -> Any:

@@ -5,7 +5,6 @@ sites never share a render, and another site's rack page socket is refused."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from dataclasses import replace
 
 import pytest
@@ -14,22 +13,18 @@ from channels.layers import get_channel_layer
 from django.contrib.auth.models import User
 from django.test import Client
 
-from dashboard import consumers, live_pages
+from dashboard import consumers
 from fleet.demo import DEMO_RACKS, seed_demo_site
 from fleet.models import CoolingLoop, Rack, Site
 from fleet.read.live import LIVE_UPDATE, site_group
-from tests.dashboard.test_live_consumers import closed_with, socket
-from tests.dashboard.test_rack_and_cooling_pages import store
-from tests.dashboard.test_roles import person
+from tests.support import live_sockets
+from tests.support.latest import store_latest as store
+from tests.support.live_sockets import closed_with, socket
+from tests.support.roles import person
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the sockets read from other threads
 
-
-@pytest.fixture(autouse=True)
-def fresh_hub() -> Iterator[None]:
-    live_pages._hub = None
-    yield
-    live_pages._hub = None
+fresh_hub = live_sockets.fresh_hub  # autouse
 
 
 @pytest.fixture

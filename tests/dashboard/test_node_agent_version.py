@@ -15,7 +15,7 @@ from django.test import Client
 from fleet.agent_versions import OLDEST_SUPPORTED_AGENT
 from fleet.demo import DEMO_RACKS, seed_demo_site
 from fleet.models import Node, SourceToken
-from tests.dashboard.test_rack_and_cooling_pages import fold, text
+from tests.support.pages import fold, text
 
 pytestmark = pytest.mark.django_db
 

@@ -16,7 +16,8 @@ from agents.protocol import reasons as nvml
 from fleet.demo import DEMO_RACKS, seed_demo_site
 from fleet.models import GPU, Event, Node, Site, SourceToken
 from fleet.storage.schema import raw_table
-from tests.dashboard.test_rack_and_cooling_pages import store, text
+from tests.support.latest import store_latest as store
+from tests.support.pages import text
 from tests.support.people import viewer
 
 pytestmark = pytest.mark.django_db

@@ -15,12 +15,15 @@ from django.test import Client
 
 from agents.protocol import reasons as nvml
 from fleet.models import CoolingLoop, Node, Rack, Site
-from tests.dashboard.test_rack_and_cooling_pages import fast_passwords, fold, site, store
-from tests.fleet.test_site_summary import fire
+from tests.support import pages
+from tests.support.alert_engine import fire
+from tests.support.latest import store_latest as store
+from tests.support.pages import fold
 from tests.support.people import viewer
 
 pytestmark = pytest.mark.django_db
-__all__ = ("fast_passwords", "site")  # fixtures shared with the rack page's tests
+fast_passwords = pages.fast_passwords  # autouse
+site = pages.rack_site
 
 
 @pytest.fixture

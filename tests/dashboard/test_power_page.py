@@ -19,9 +19,10 @@ from fleet import access
 from fleet.demo import seed_demo_site
 from fleet.models import Site
 from fleet.read.pue import DAY_S, rolling_pue
-from tests.dashboard.test_rack_and_cooling_pages import fold, store
 from tests.support import databases
 from tests.support.databases import TierDb
+from tests.support.latest import store_latest as store
+from tests.support.pages import fold
 from tests.support.people import viewer
 
 T = 1_800_000_000  # an hour boundary: "now" in the maths tests

@@ -4,39 +4,25 @@ decoded throttle reasons, the N+1 view, links, login and 404."""
 
 from __future__ import annotations
 
-import html as markup
 import re
 import time
-from dataclasses import replace
 from typing import Any
 
 import pytest
 from django.test import Client
 
 from agents.protocol import reasons as nvml
-from fleet.demo import DEMO_RACKS, seed_demo_site
-from fleet.models import GPU, CoolingLoop, Node, PowerFeed, Rack
+from fleet.models import CoolingLoop, Node, PowerFeed, Rack
+from tests.support import pages
 from tests.support.latest import store_latest as store
+from tests.support.pages import fold, text
 from tests.support.people import viewer
 
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture(autouse=True)
-def fast_passwords(settings: Any) -> None:
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
-@pytest.fixture
-def site() -> None:
-    # A01, A02 on CDU-1; A04 air-cooled; with the figures these tests read (not the demo's).
-    liquid = (replace(plan, nodes=2, budget_kw=130, feed_amps=125) for plan in DEMO_RACKS[:2])
-    racks = (*liquid, replace(DEMO_RACKS[3], nodes=1))
-    seed_demo_site("demo", racks, gpus_per_node=2)
-    GPU.objects.update(slowdown_c=87.0, shutdown_c=92.0)
-    CoolingLoop.objects.filter(name="CDU-1").update(
-        capacity_kw=300, rated_flow_lpm=600, liquid_class="W32"
-    )
+fast_passwords = pages.fast_passwords  # autouse
+site = pages.rack_site
 
 
 @pytest.fixture
@@ -55,15 +41,6 @@ def healthy_gpus(rack_name: str, at: float, **extra: Any) -> None:
     for node in Node.objects.filter(rack__name=rack_name):
         for index in (0, 1):
             store("gpu", (node.id, index), at, temp_gpu_c=70.0, power_w=600.0, **extra)
-
-
-def text(response: Any) -> str:
-    """The page as a reader sees it: tags out, whitespace folded."""
-    return fold(response.content.decode())
-
-
-def fold(page: str) -> str:
-    return markup.unescape(re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", page)))
 
 
 def test_both_pages_need_a_login(site: None) -> None:

@@ -7,69 +7,24 @@ North only, otto operates Demo only, ada is in the "Admins" group, wes watches e
 
 from __future__ import annotations
 
-from dataclasses import replace
-from typing import Any
-
 import pytest
 from django.contrib.auth.models import Group, Permission, User
 from django.test import Client
-from django.utils import timezone
 
 from fleet.access import can_administer, can_operate, can_view_site, visible_site_ids
-from fleet.alerts.models import AlertInstance, AlertRule
-from fleet.demo import DEMO_RACKS, seed_demo_site
-from fleet.models import Hall, Rack, Site, SiteRole
+from fleet.alerts.models import AlertInstance
+from fleet.models import Site
 from fleet.notifications.models import Route
+from tests.support import pages, roles
+from tests.support.roles import firing, person, rack_url, signed_in
 
 pytestmark = pytest.mark.django_db
 
 WEBHOOK = "https://hooks.slack.com/services/T000/B000/sEcReTtOkEn1234"
 
 
-@pytest.fixture(autouse=True)
-def fast_passwords(settings: Any) -> None:
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
-@pytest.fixture
-def sites() -> tuple[Site, Site]:
-    demo = seed_demo_site("demo", tuple(replace(p, nodes=1) for p in DEMO_RACKS[:2]), 1)
-    north = Site.objects.create(slug="north", name="North")
-    hall = Hall.objects.create(site=north, name="Hall N")
-    Rack.objects.create(hall=hall, name="N01", power_budget_kw=40)
-    return demo, north
-
-
-def person(name: str, *, groups: tuple[str, ...] = (), **at_sites: str) -> User:
-    """A user in `groups`, with a SiteRole per `slug=role`."""
-    user = User.objects.create_user(name, password="pw")
-    for group in groups:
-        user.groups.add(Group.objects.get(name=group))
-    for slug, role in at_sites.items():
-        SiteRole.objects.create(user=user, site=Site.objects.get(slug=slug), role=role)
-    return user
-
-
-def signed_in(user: User) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
-
-
-def firing(site: Site, rack: str) -> AlertInstance:
-    now = timezone.now()
-    return AlertInstance.objects.create(
-        rule=AlertRule.objects.get(key="gpu-hw-thermal-slowdown"),
-        scope="gpu",
-        entity=f"{rack}:0",
-        state="firing",
-        value=1.0,
-        labels={"site": site.name, "rack": rack, "node": f"gpu-{rack.lower()}", "gpu": "0"},
-        site=site,
-        started_at=now,
-        fired_at=now,
-        updated_at=now,
-    )
+fast_passwords = pages.fast_passwords  # autouse
+sites = roles.demo_and_north
 
 
 def ack(client: Client, alert: AlertInstance) -> int:
@@ -80,10 +35,6 @@ def ack(client: Client, alert: AlertInstance) -> int:
 def acknowledged(alert: AlertInstance) -> bool:
     alert.refresh_from_db()
     return alert.acknowledged_at is not None
-
-
-def rack_url(name: str) -> str:
-    return f"/racks/{Rack.objects.get(name=name).pk}/"
 
 
 def test_the_viewers_group_sees_every_site_and_changes_nothing(sites: tuple[Site, Site]) -> None:

@@ -17,8 +17,8 @@ from fleet.demo import DEMO_RACKS, seed_demo_site
 from fleet.health.limits import Origin, limit_in_force
 from fleet.models import GPU, Node
 from fleet.read.state import gpu_limits
-from tests.dashboard.test_rack_and_cooling_pages import text
 from tests.support.latest import store
+from tests.support.pages import text
 from tests.support.people import viewer
 
 pytestmark = pytest.mark.django_db

@@ -10,11 +10,12 @@ from dataclasses import replace
 import pytest
 from django.utils import timezone
 
-from fleet.alerts.models import AlertGroup, AlertInstance, AlertRule
+from fleet.alerts.models import AlertGroup, AlertInstance
 from fleet.demo import DEMO_RACKS, seed_demo_site
 from fleet.health import STALE_AFTER_S
 from fleet.models import CoolingLoop, Node, Rack, Site
 from fleet.read.site_summary import site_payload, site_payloads
+from tests.support.alert_engine import fire
 from tests.support.latest import store
 
 pytestmark = pytest.mark.django_db
@@ -24,34 +25,6 @@ pytestmark = pytest.mark.django_db
 def site() -> Site:
     racks = tuple(replace(plan, nodes=2) for plan in DEMO_RACKS[:2])  # A01, A02 on CDU-1
     return seed_demo_site("demo", racks, gpus_per_node=2)
-
-
-def fire(
-    severity: str,
-    *,
-    rack: Rack | None = None,
-    loop: CoolingLoop | None = None,
-    group: AlertGroup | None = None,
-) -> None:
-    """A firing instance at a rack (as a node's or GPU's carries its rack) or a loop, in
-    `group` (an incident) when given."""
-    now = timezone.now()
-    rule = AlertRule.objects.filter(severity=severity).first()
-    assert rule is not None, f"the built-in pack has a {severity} rule"
-    site_id = rack.hall.site_id if rack is not None else loop.site_id if loop is not None else None
-    AlertInstance.objects.create(
-        rule=rule,
-        scope="rack" if rack else "loop",
-        entity=f"{AlertInstance.objects.count()}",  # one active instance per rule and entity
-        state="firing",
-        site_id=site_id,
-        rack=rack,
-        loop=loop or (rack.loop if rack else None),
-        group=group,
-        started_at=now,
-        fired_at=now,
-        updated_at=now,
-    )
 
 
 def test_facility_figures_carry_pue_with_its_category_and_derived_cooling(site: Site) -> None:

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from fleet.alerts.models import AlertRule
+from fleet.alerts.models import AlertGroup, AlertInstance, AlertRule
 from fleet.demo import DEMO_RACKS, seed_demo_site
-from fleet.models import CoolingLoop, Node
+from fleet.models import CoolingLoop, Node, Rack
 from fleet.notifications.delivery import attempt
 from fleet.notifications.models import Delivery
 from fleet.notifications.slack import SlackWebhook
@@ -53,6 +53,34 @@ def texts(messages: list[Received]) -> list[str]:
 
 def firing(messages: list[Received]) -> list[str]:
     return [m.body["text"] for m in messages if m.body["text"].startswith("CRITICAL: ")]
+
+
+def fire(
+    severity: str,
+    *,
+    rack: Rack | None = None,
+    loop: CoolingLoop | None = None,
+    group: AlertGroup | None = None,
+) -> None:
+    """A firing instance at a rack (as a node's or GPU's carries its rack) or a loop, in
+    `group` (an incident) when given."""
+    now = timezone.now()
+    rule = AlertRule.objects.filter(severity=severity).first()
+    assert rule is not None, f"the built-in pack has a {severity} rule"
+    site_id = rack.hall.site_id if rack is not None else loop.site_id if loop is not None else None
+    AlertInstance.objects.create(
+        rule=rule,
+        scope="rack" if rack else "loop",
+        entity=f"{AlertInstance.objects.count()}",  # one active instance per rule and entity
+        state="firing",
+        site_id=site_id,
+        rack=rack,
+        loop=loop or (rack.loop if rack else None),
+        group=group,
+        started_at=now,
+        fired_at=now,
+        updated_at=now,
+    )
 
 
 # ---------------------------------------------------------------------------
