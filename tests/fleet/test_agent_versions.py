@@ -14,7 +14,7 @@ from django.test import Client
 from fleet.agent_versions import OLDEST_SUPPORTED_AGENT, Support, agent_support
 from fleet.demo import DEMO_RACKS, seed_demo_site
 from fleet.models import Node, Site, SourceToken
-from tests.fleet.test_metrics_export import series
+from tests.support.exposition import series
 
 TOKEN = "prom-secret-agents"
 

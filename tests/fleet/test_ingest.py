@@ -7,18 +7,9 @@ import time
 
 import pytest
 from websockets.exceptions import ConnectionClosed
-from websockets.sync.client import connect
 
-from tests.support.agent import enroll, gpu_batch, post_json
+from tests.support.agent import enroll, gpu_batch, post_json, ws_connect
 from tests.support.server import FleetServer
-
-
-def ws_connect(server: FleetServer, token: str):  # type: ignore[no-untyped-def]
-    return connect(
-        server.ws_url + "/ws/ingest/v1",
-        additional_headers={"Authorization": f"Bearer {token}"},
-        open_timeout=10,
-    )
 
 
 def stored_for(server: FleetServer, node: str) -> int:

@@ -14,8 +14,7 @@ from django.test import override_settings
 from websockets.exceptions import ConnectionClosed
 
 from fleet.ingest.guard import WINDOW_S, AuthFailures, is_json_content_type
-from tests.fleet.test_ingest import ws_connect
-from tests.support.agent import enroll, gpu_batch, post_json
+from tests.support.agent import enroll, gpu_batch, post_json, ws_connect
 from tests.support.server import FleetServer
 
 FAILURES_ALLOWED = 3

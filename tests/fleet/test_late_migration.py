@@ -4,10 +4,10 @@ tiers, on both engines."""
 
 from __future__ import annotations
 
-from tests.fleet import test_migrations
+from tests.support import databases
 from tests.support.server import FleetServer
 
-server = test_migrations.server  # the fixture: a server of its own per test, both tiers
+server = databases.unmigrated_server  # a server of the test's own, not started, both tiers
 
 T = 1_800_000_000  # an hour boundary
 DIRTY_FROM = T - 600  # late data had landed here before the upgrade

@@ -15,17 +15,15 @@ from typing import Any
 
 import pytest
 from django.test import Client, override_settings
-from prometheus_client.parser import text_string_to_metric_families
 
 from agents.protocol import reasons as nvml
 from fleet.demo import DEMO_RACKS, seed_demo_site
 from fleet.models import GPU, CoolingLoop, Node, Rack, Site
 from tests.support import needs
+from tests.support.exposition import series
 from tests.support.latest import store
 
 pytestmark = pytest.mark.django_db
-
-Series = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 
 @pytest.fixture
@@ -50,14 +48,6 @@ def scrape(token: str | None = TOKEN) -> tuple[int, str]:
     headers = {} if token is None else {"HTTP_AUTHORIZATION": f"Bearer {token}"}
     response = Client().get("/metrics", **headers)  # type: ignore[arg-type]
     return response.status_code, response.content.decode()
-
-
-def series(text: str) -> Series:
-    out: Series = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            out[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
-    return out
 
 
 def gpu_labels(node: str, gpu: int, **extra: str) -> tuple[tuple[str, str], ...]:

@@ -3,29 +3,11 @@ row) keeps its values after migration 0006, each with the row's time as its own.
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterator
-from pathlib import Path
-
-import pytest
-
 from fleet.storage.latest import rows_to_latest, select_latest_sql
-from tests.support import services
+from tests.support import databases
 from tests.support.server import FleetServer
 
-
-@pytest.fixture
-def server(tier: str, tmp_path: Path) -> Iterator[FleetServer]:
-    name = None
-    url = None
-    if tier == "services":
-        name = f"fwtest_{uuid.uuid4().hex[:10]}"
-        url = services.create_database(services.services_database_url(), name)
-    try:
-        yield FleetServer(tmp_path, database_url=url)
-    finally:
-        if name:
-            services.drop_database(services.services_database_url(), name)
+server = databases.unmigrated_server  # a server of the test's own, not started
 
 
 def test_latest_state_of_an_existing_installation_survives_the_per_field_migration(

@@ -9,15 +9,10 @@ import contextlib
 import os
 import sqlite3
 import subprocess
-import uuid
-from collections.abc import Iterator
-from pathlib import Path
-
-import pytest
 
 from fleet.storage.db import pg_conninfo
 from fleetwatch.env import database_from_url
-from tests.support import services
+from tests.support import databases
 from tests.support.server import FleetServer
 
 WEBHOOK = "https://hooks.slack.com/services/T0AAAA/B0BBBB/routewebhooksecret"
@@ -49,17 +44,7 @@ print(Route.objects.get(name="ops").webhook_url, source.bearer_token, source.bas
 """
 
 
-@pytest.fixture
-def server(tier: str, tmp_path: Path) -> Iterator[FleetServer]:
-    name = url = None
-    if tier == "services":
-        name = f"fwtest_{uuid.uuid4().hex[:10]}"
-        url = services.create_database(services.services_database_url(), name)
-    try:
-        yield FleetServer(tmp_path, database_url=url)
-    finally:
-        if name:
-            services.drop_database(services.services_database_url(), name)
+server = databases.unmigrated_server  # a server of the test's own, not started
 
 
 def raw_dump(server: FleetServer) -> str:

@@ -8,6 +8,8 @@ import urllib.error
 import urllib.request
 from typing import Any
 
+from websockets.sync.client import connect
+
 from tests.support.server import FleetServer
 
 
@@ -43,3 +45,12 @@ def gpu_batch(
         "seq": seq,
         "gpu": [{"ts": ts, "gpu": i, **values} for i in range(gpus)],
     }
+
+
+def ws_connect(server: FleetServer, token: str):  # type: ignore[no-untyped-def]
+    """The agent's ingest WebSocket, authenticated with `token`."""
+    return connect(
+        server.ws_url + "/ws/ingest/v1",
+        additional_headers={"Authorization": f"Bearer {token}"},
+        open_timeout=10,
+    )

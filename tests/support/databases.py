@@ -25,6 +25,7 @@ from django.db import connections, transaction
 from fleet.storage.partitions import django_runner, ensure_between, families
 from fleetwatch.env import database_from_url, sqlite_database
 from tests.support import services
+from tests.support.server import FleetServer
 
 ROOT = Path(__file__).resolve().parents[2]
 T = 1_800_000_000  # an hour boundary: buckets line up with round numbers
@@ -178,3 +179,18 @@ def fresh_db_at_test_clock(
     with fresh_db(tier, tmp_path, tmp_path_factory, django_db_blocker) as fresh:
         cover_test_clock(fresh)
         yield fresh
+
+
+@pytest.fixture
+def unmigrated_server(tier: str, tmp_path: Path) -> Iterator[FleetServer]:
+    """A server of the test's own, not started, on an empty database (PostgreSQL: one of its
+    own, dropped afterwards): for tests that migrate step by step."""
+    name = url = None
+    if tier == "services":
+        name = f"fwtest_{uuid.uuid4().hex[:10]}"
+        url = services.create_database(services.services_database_url(), name)
+    try:
+        yield FleetServer(tmp_path, database_url=url)
+    finally:
+        if name:
+            services.drop_database(services.services_database_url(), name)
