@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -16,19 +15,7 @@ import pytest
 from agents.facility.snmp_transport import V2cSession
 from agents.facility.status import TargetError
 from fleetsim.peers.redfish_server import RedfishServer, RedfishTree
-
-DATA = Path(__file__).resolve().parents[1] / "data" / "facility"
-REDFISH = DATA / "redfish"
-MOCKUPS = {
-    "cooling-unit": REDFISH / "dmtf-publications" / "public-cooling-unit",
-    "pdu": REDFISH / "dmtf-publications" / "public-pdu",
-    "power-shelf": REDFISH / "dmtf-publications" / "public-power-shelf",
-    "rackmount1": REDFISH / "dmtf-mockup-server" / "public-rackmount1",
-    "xl675d": REDFISH / "csm-emulator" / "XL675d_A100",
-    "gigabyte": REDFISH / "csm-emulator" / "Gigabyte",
-}
-SNMPREC = DATA / "snmprec"
-NOW = 1_795_996_288.0
+from tests.support.facility import MOCKUPS, SNMPREC, V3_USER, free_udp_port
 
 
 @pytest.fixture
@@ -44,15 +31,6 @@ def serve_mockup() -> Iterator[object]:
     yield start
     for server in servers:
         server.stop()
-
-
-def free_udp_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-V3_USER = {"username": "fleet", "auth_key": "fleet-auth-key", "priv_key": "fleet-priv-key"}
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from agents.facility.modbus_collector import ModbusCollector
 from agents.facility.modbus_map import decode, encode, load_map, plan_reads
 from fleetsim.peers.loop import PeerLoop
 from fleetsim.peers.modbus_meter import ModbusMeter
-from tests.facility.conftest import NOW
+from tests.support.facility import NOW
 
 
 @pytest.fixture(scope="module")

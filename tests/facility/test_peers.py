@@ -26,7 +26,7 @@ from fleetsim.peers.redfish_server import (
 )
 from fleetsim.peers.site import SitePeers
 from fleetsim.peers.snmp_agent import SnmpAgent
-from tests.facility.conftest import NOW
+from tests.support.facility import NOW
 
 
 def target(protocol: str, address: str, profile: str, feeds: str, **extra: Any) -> Any:

@@ -15,7 +15,7 @@ from agents.facility.redfish_client import RedfishClient
 from agents.facility.redfish_collector import RedfishCollector
 from agents.protocol.validate import validate_batch
 from fleetsim.peers.redfish_server import RedfishServer, RedfishTree
-from tests.facility.conftest import MOCKUPS, NOW
+from tests.support.facility import MOCKUPS, NOW
 
 
 def collector_for(

@@ -17,7 +17,7 @@ from cryptography.x509.oid import NameOID
 from agents.facility.config import parse_target
 from agents.facility.redfish_collector import RedfishCollector
 from fleetsim.peers.redfish_server import RedfishServer, RedfishTree
-from tests.facility.conftest import MOCKUPS, NOW
+from tests.support.facility import MOCKUPS, NOW
 
 
 def self_signed(folder: Path) -> tuple[Path, Path]:

@@ -11,7 +11,7 @@ from fleetsim.faults import FaultPlan, parse_fault
 from fleetsim.fleet import SiteModel
 from fleetsim.inventory import parse_inventory
 from fleetsim.peers.sim_bridge import SimulatedSiteDevices
-from tests.facility.conftest import NOW
+from tests.support.facility import NOW
 
 INVENTORY = {
     "site": {"slug": "demo"},

@@ -14,7 +14,7 @@ from agents.facility.targets import build_collectors, check_targets
 from agents.protocol.validate import validate_batch
 from fleetsim.peers.loop import PeerLoop
 from fleetsim.peers.modbus_meter import ModbusMeter
-from tests.facility.conftest import NOW
+from tests.support.facility import NOW
 
 SECRET = "s3cret-do-not-print"
 

@@ -9,7 +9,7 @@ import pytest
 from agents.facility.config import parse_target
 from agents.facility.snmp_collector import SnmpCollector
 from agents.protocol.validate import validate_batch
-from tests.facility.conftest import NOW, V3_USER, free_udp_port
+from tests.support.facility import NOW, V3_USER, free_udp_port
 
 SECRETS = {"SNMP_AUTH": V3_USER["auth_key"], "SNMP_PRIV": V3_USER["priv_key"], "BAD": "not-the-key"}
 
