@@ -8,12 +8,15 @@ database in the services tier), with a small seeded site.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
+import shutil
 import socket
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -29,6 +32,45 @@ ROOT = Path(__file__).resolve().parents[2]
 ENROLL_TOKEN = "fwe_test-enrolment-token"
 TEST_SECRET_KEY = "fleetwatch-tests-only-not-secret"  # settings require one outside the demo
 METRICS_TOKEN = "fwm_test-metrics-token"  # /metrics is closed without it
+
+
+SQLITE_FILE = "fleetwatch.sqlite3"  # in FLEETWATCH_VAR_DIR (fleetwatch/settings.py)
+# Databases migrated once per test run, by tier and extra environment, for each new server
+# to start from a copy: `migrate` takes seconds (a Django start and hundreds of synced
+# commits), a copy milliseconds. The SQLite file's path, or the PostgreSQL template's name.
+_migrated: dict[tuple[str, tuple[tuple[str, str], ...]], str] = {}
+
+
+def migrated_sqlite(extra_env: dict[str, str]) -> Path:
+    key = ("embedded", tuple(sorted(extra_env.items())))
+    if key not in _migrated:
+        var_dir = Path(tempfile.mkdtemp(prefix="fleetwatch-migrated-"))
+        atexit.register(shutil.rmtree, var_dir, True)
+        FleetServer(var_dir, extra_env=extra_env).manage("migrate", "-v0")
+        _migrated[key] = str(var_dir / SQLITE_FILE)
+    return Path(_migrated[key])
+
+
+def migrated_postgres(extra_env: dict[str, str]) -> str:
+    key = ("services", tuple(sorted(extra_env.items())))
+    if key not in _migrated:
+        name = f"fwtpl_{uuid.uuid4().hex[:10]}"
+        admin = services.services_database_url()
+        url = services.create_database(admin, name)
+        atexit.register(services.drop_database, admin, name)
+        var_dir = Path(tempfile.mkdtemp(prefix="fleetwatch-migrated-"))
+        atexit.register(shutil.rmtree, var_dir, True)
+        FleetServer(var_dir, database_url=url, extra_env=extra_env).manage("migrate", "-v0")
+        _migrated[key] = name
+    return _migrated[key]
+
+
+def copy_sqlite(source: Path, target: Path) -> None:
+    with (
+        contextlib.closing(sqlite3.connect(source)) as src,
+        contextlib.closing(sqlite3.connect(target)) as dst,
+    ):
+        src.backup(dst)
 
 
 def free_port() -> int:
@@ -53,6 +95,7 @@ class FleetServer:
         self.racks = racks
         self.port = free_port()
         self.enroll_token = ENROLL_TOKEN
+        self.migrated = False  # its PostgreSQL database was made from a migrated template
         self.proc: subprocess.Popen[bytes] | None = None
         self.extra_env = extra_env or {}
         self.log_path = var_dir / f"server-{self.port}.log"
@@ -103,9 +146,17 @@ class FleetServer:
         return out.stdout
 
     def prepare(self) -> None:
-        self.var_dir.mkdir(parents=True, exist_ok=True)
-        self.manage("migrate", "-v0")
+        self.migrate()
         self.manage("seed_demo", "--racks", str(self.racks), "--enroll-token", self.enroll_token)
+
+    def migrate(self) -> None:
+        """Its database at the newest schema: a new one starts as a copy of a migrated one."""
+        self.var_dir.mkdir(parents=True, exist_ok=True)
+        sqlite_file = self.var_dir / SQLITE_FILE
+        if self.database_url is None and not sqlite_file.exists():
+            copy_sqlite(migrated_sqlite(self.extra_env), sqlite_file)
+        elif not self.migrated:
+            self.manage("migrate", "-v0")
 
     def start(self) -> None:
         log = self.log_path.open("ab")
@@ -195,7 +246,7 @@ class FleetServer:
 
             with psycopg.connect(pg_conninfo(database_from_url(self.database_url))) as conn:
                 return list(conn.execute(sql.replace("?", "%s"), params).fetchall())  # type: ignore[arg-type]
-        with contextlib.closing(sqlite3.connect(self.var_dir / "fleetwatch.sqlite3")) as conn:
+        with contextlib.closing(sqlite3.connect(self.var_dir / SQLITE_FILE)) as conn:
             return list(conn.execute(sql, params).fetchall())
 
     def execute(self, sql: str, params: tuple[Any, ...] = ()) -> None:
@@ -209,7 +260,7 @@ class FleetServer:
             with psycopg.connect(pg_conninfo(database_from_url(self.database_url))) as conn:
                 conn.execute(sql.replace("?", "%s"), params)  # type: ignore[arg-type]
             return
-        with contextlib.closing(sqlite3.connect(self.var_dir / "fleetwatch.sqlite3")) as conn:
+        with contextlib.closing(sqlite3.connect(self.var_dir / SQLITE_FILE)) as conn:
             conn.execute(sql, params)
             conn.commit()
 
@@ -223,11 +274,13 @@ class FleetServer:
         db_name = None
         if tier == "services":
             db_name = f"fwtest_{uuid.uuid4().hex[:10]}"
+            template = migrated_postgres(kwargs.get("extra_env") or {})
             kwargs["database_url"] = services.create_database(
-                services.services_database_url(), db_name
+                services.services_database_url(), db_name, template=template
             )
             kwargs.setdefault("redis_url", services.services_redis_url())
         server = cls(var_dir, **kwargs)
+        server.migrated = db_name is not None
         try:
             server.prepare()
             server.start()

@@ -60,13 +60,14 @@ def _conninfo(url: str) -> str:
     return pg_conninfo(database_from_url(url))
 
 
-def create_database(admin_url: str, name: str) -> str:
-    """Create an empty PostgreSQL database; return its URL."""
+def create_database(admin_url: str, name: str, template: str | None = None) -> str:
+    """Create a PostgreSQL database, empty or a copy of `template`; return its URL."""
     import psycopg
 
+    copy_of = f' TEMPLATE "{template}"' if template else ""
     with psycopg.connect(_conninfo(admin_url), autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{name}"')
+        conn.execute(f'CREATE DATABASE "{name}"{copy_of}')
     parts = urlsplit(admin_url)
     return parts._replace(path=f"/{name}").geturl()
 

@@ -143,8 +143,7 @@ class SiteServer(FleetServer):
         self.gpus_per_node = gpus_per_node
 
     def prepare(self) -> None:
-        self.var_dir.mkdir(parents=True, exist_ok=True)
-        self.manage("migrate", "-v0")
+        self.migrate()
         plans = [
             [r.hall, r.name, r.cooling, r.budget_kw, r.nodes, r.loop, r.feed_amps, r.gpu_model]
             for r in self.rack_specs
