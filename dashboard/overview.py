@@ -4,10 +4,10 @@ site's strip from `fleet.read.site_summary`.
 The figures and levels come from `fleet.health` on the server. The heat map has modes
 (the worst of every signal, power against budget, GPU headroom, throttling, alerts
 firing); the page's JavaScript (static/dashboard/fleet.js) switches between them without
-a reload and renders the payloads it is pushed. It picks the level each mode shows from
-those payloads (power_level, headroom_level, the rack's level, an alert's severity) and
-computes nothing but ages and the sum of GPUs throttling per site. The server renders
-the default mode, so the page reads right before its script runs.
+a reload and renders the payloads it is pushed: each rack's `modes` (a level and a figure
+per mode, `fleet.read.state.rack_modes`), the alert levels of the site payloads, and the
+words of fleet/words.py. It judges nothing; it ticks ages and sums the GPUs throttling per
+site. The server renders the default mode, so the page reads right before its script runs.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from dataclasses import replace
 import pytest
 from django.utils import timezone
 
-from fleet.alerts.models import AlertGroup, AlertInstance
+from fleet.alerts.models import AlertGroup, AlertInstance, AlertRule
 from fleet.demo import DEMO_RACKS, seed_demo_site
 from fleet.health import STALE_AFTER_S
 from fleet.models import CoolingLoop, Node, Rack, Site
@@ -70,9 +70,23 @@ def test_alerts_firing_are_counted_per_site_rack_and_loop_with_the_worst_severit
     fire("warning", loop=loop)
     strip = site_payload(site.pk, time.time())["alerts"]
     assert (strip["firing"], strip["critical"]) == (3, 1)
-    assert strip["racks"][str(a01.pk)] == {"n": 2, "severity": "critical"}
+    assert strip["racks"][str(a01.pk)] == {"n": 2, "severity": "critical", "level": "crit"}
     assert str(a02.pk) not in strip["racks"]
-    assert strip["loops"][str(loop.pk)] == {"n": 1, "severity": "warning"}
+    assert strip["loops"][str(loop.pk)] == {"n": 1, "severity": "warning", "level": "warn"}
+    assert strip["level"] == "crit"  # the worst firing alert's level (fleet/health/severity.py)
+
+
+def test_an_info_alert_firing_leaves_the_strip_and_the_tile_ok(site: Site) -> None:
+    """One level for it everywhere: it used to read "warn" on the strip, "ok" on the tile."""
+    a01 = Rack.objects.get(name="A01")
+    rule = AlertRule.objects.filter(severity="warning").first()
+    assert rule is not None
+    rule.pk, rule.key, rule.severity = None, "an-info-rule", "info"  # the pack has none
+    rule.save()
+    fire("info", rack=a01)
+    strip = site_payload(site.pk, time.time())["alerts"]
+    assert strip["firing"] == 1
+    assert strip["level"] == strip["racks"][str(a01.pk)]["level"] == "ok"
 
 
 def test_resolved_alerts_are_not_counted(site: Site) -> None:
@@ -91,7 +105,13 @@ def test_agents_are_stale_when_their_newest_data_is_older_than_the_freshness_tar
     store("gpu", (nodes[1].pk, 0), now, temp_gpu_c=60.0)  # fresh GPU sample only
     store("node", (nodes[2].pk,), now - STALE_AFTER_S - 5, cpu_pct=10.0)  # quiet
     agents = site_payload(site.pk, now)["agents"]  # nodes[3] never sent anything
-    assert agents == {"nodes": 4, "stale": 1, "never": 1}
+    assert agents == {
+        "nodes": 4,
+        "stale": 1,
+        "never": 1,
+        "level": "warn",
+        "words": "1 of 4 nodes · 1 never sent data",
+    }
 
 
 def test_many_sites_are_built_at_once_each_with_its_own_figures(site: Site) -> None:
