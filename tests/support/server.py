@@ -38,7 +38,7 @@ SQLITE_FILE = "fleetwatch.sqlite3"  # in FLEETWATCH_VAR_DIR (fleetwatch/settings
 # Databases migrated once per test run, by tier and extra environment, for each new server
 # to start from a copy: `migrate` takes seconds (a Django start and hundreds of synced
 # commits), a copy milliseconds. The SQLite file's path, or the PostgreSQL template's name.
-_migrated: dict[tuple[str, tuple[tuple[str, str], ...]], str] = {}
+_migrated: dict[tuple[object, ...], str] = {}
 
 
 def migrated_sqlite(extra_env: dict[str, str]) -> Path:
@@ -47,6 +47,20 @@ def migrated_sqlite(extra_env: dict[str, str]) -> Path:
         var_dir = Path(tempfile.mkdtemp(prefix="fleetwatch-migrated-"))
         atexit.register(shutil.rmtree, var_dir, True)
         FleetServer(var_dir, extra_env=extra_env).manage("migrate", "-v0")
+        _migrated[key] = str(var_dir / SQLITE_FILE)
+    return Path(_migrated[key])
+
+
+def seeded_sqlite(extra_env: dict[str, str], seed_args: tuple[str, ...]) -> Path:
+    """Migrated, then seeded by `manage.py seed_demo *seed_args` (deterministic: the same
+    arguments give the same site), once per run."""
+    key = ("embedded", tuple(sorted(extra_env.items())), seed_args)
+    if key not in _migrated:
+        var_dir = Path(tempfile.mkdtemp(prefix="fleetwatch-seeded-"))
+        atexit.register(shutil.rmtree, var_dir, True)
+        maker = FleetServer(var_dir, extra_env=extra_env)
+        maker.migrate()
+        maker.manage("seed_demo", *seed_args)
         _migrated[key] = str(var_dir / SQLITE_FILE)
     return Path(_migrated[key])
 
@@ -146,8 +160,14 @@ class FleetServer:
         return out.stdout
 
     def prepare(self) -> None:
+        seed = ("--racks", str(self.racks), "--enroll-token", self.enroll_token)
+        sqlite_file = self.var_dir / SQLITE_FILE
+        if self.database_url is None and not sqlite_file.exists():
+            self.var_dir.mkdir(parents=True, exist_ok=True)
+            copy_sqlite(seeded_sqlite(self.extra_env, seed), sqlite_file)
+            return
         self.migrate()
-        self.manage("seed_demo", "--racks", str(self.racks), "--enroll-token", self.enroll_token)
+        self.manage("seed_demo", *seed)
 
     def migrate(self) -> None:
         """Its database at the newest schema: a new one starts as a copy of a migrated one."""
