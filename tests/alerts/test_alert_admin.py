@@ -4,7 +4,6 @@ bad silence is refused with its reason, and nothing here can resolve an alert.""
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
@@ -23,13 +22,12 @@ from fleet.alerts.models import (
 )
 from fleet.demo import DEMO_RACKS, seed_demo_site
 from fleet.models import Rack
+from tests.support import people
 
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture(autouse=True)
-def fast_passwords(settings: Any) -> None:
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+fast_passwords = people.fast_passwords  # autouse
 
 
 @pytest.fixture

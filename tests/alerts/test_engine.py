@@ -13,6 +13,7 @@ from fleet.alerts.engine import evaluate
 from fleet.alerts.models import AlertInstance, AlertInstanceEvent, AlertRule
 from fleet.demo import DEMO_RACKS, seed_demo_site
 from fleet.models import GPU, Node
+from tests.support import alert_engine
 from tests.support.alert_engine import T0
 from tests.support.latest import store_latest as store
 
@@ -21,9 +22,7 @@ pytestmark = pytest.mark.django_db
 NODE = 7
 
 
-@pytest.fixture(autouse=True)
-def only_our_rules() -> None:
-    AlertRule.objects.update(enabled=False)  # the built-in pack is installed by migration
+only_our_rules = alert_engine.our_rules_only  # autouse
 
 
 def inlet_rule(for_s: float = 0, clear: float | None = None) -> AlertRule:

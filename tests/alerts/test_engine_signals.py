@@ -4,7 +4,6 @@ missing GPUs, event counts, feed load, power-capped clocks and per-site PUE targ
 from __future__ import annotations
 
 import datetime as dt
-import time
 from dataclasses import replace
 from typing import Any
 
@@ -16,16 +15,13 @@ from fleet.alerts.models import AlertInstance, AlertRule
 from fleet.alerts.signals import get
 from fleet.demo import DEMO_RACKS, seed_demo_site
 from fleet.models import Event, Node, PowerFeed, Site, SourceToken, hash_token
+from tests.support import alert_engine
+from tests.support.alert_engine import T0
 from tests.support.latest import store_latest as store
 
 pytestmark = pytest.mark.django_db
 
-T0 = time.time() - 3600
-
-
-@pytest.fixture(autouse=True)
-def only_our_rules() -> None:
-    AlertRule.objects.update(enabled=False)  # the built-in pack is installed by migration
+only_our_rules = alert_engine.our_rules_only  # autouse
 
 
 @pytest.fixture

@@ -17,6 +17,7 @@ from fleet.alerts.notify import notify_groups
 from fleet.demo import DEMO_RACKS, seed_demo_site
 from fleet.models import GPU, Node
 from fleet.notifications.models import Delivery, Route
+from tests.support import alert_engine
 from tests.support.alert_engine import T0, sent, text_of
 from tests.support.latest import store_latest as store
 from tests.support.slack_receiver import SlackReceiver
@@ -24,9 +25,7 @@ from tests.support.slack_receiver import SlackReceiver
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture(autouse=True)
-def only_our_rules() -> None:
-    AlertRule.objects.update(enabled=False)  # the built-in pack is installed by migration
+only_our_rules = alert_engine.our_rules_only  # autouse
 
 
 @pytest.fixture

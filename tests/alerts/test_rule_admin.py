@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 from django.test import Client
 from django.urls import reverse
 
 from fleet.alerts.models import AlertRule
+from tests.support import people
 
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture(autouse=True)
-def fast_passwords(settings: Any) -> None:
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+fast_passwords = people.fast_passwords  # autouse
 
 
 def form(**overrides: str) -> dict[str, str]:

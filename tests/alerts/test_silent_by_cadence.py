@@ -6,7 +6,6 @@ its kind's default, and a rule's `interval_s` overrides them all."""
 from __future__ import annotations
 
 import datetime as dt
-import time
 from dataclasses import replace
 from typing import Any
 
@@ -16,16 +15,13 @@ from fleet.alerts.engine import evaluate
 from fleet.alerts.models import AlertInstance, AlertRule
 from fleet.demo import DEMO_RACKS, seed_demo_site
 from fleet.models import Node, Site, SourceToken, hash_token
+from tests.support import alert_engine
+from tests.support.alert_engine import T0
 from tests.support.latest import store_latest
 
 pytestmark = pytest.mark.django_db
 
-T0 = time.time() - 3600
-
-
-@pytest.fixture(autouse=True)
-def only_our_rules() -> None:
-    AlertRule.objects.update(enabled=False)  # the built-in pack is installed by migration
+only_our_rules = alert_engine.our_rules_only  # autouse
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from django.test import Client
 from dashboard import consumers
 from fleet.access import can_operate, visible_site_ids
 from fleet.models import Rack, Site, SiteRole
-from tests.support import pages, roles
+from tests.support import people, roles
 from tests.support.live_sockets import closed_with, live_paths, socket
 from tests.support.roles import firing, person, rack_url, signed_in
 
@@ -26,7 +26,7 @@ pytestmark = pytest.mark.django_db
 NO_ACCESS = "No access yet"
 
 
-fast_passwords = pages.fast_passwords  # autouse
+fast_passwords = people.fast_passwords  # autouse
 sites = roles.demo_and_north
 
 

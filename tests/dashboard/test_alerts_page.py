@@ -5,7 +5,6 @@ webhook."""
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
 
 import pytest
 from django.contrib.auth.models import Permission
@@ -14,6 +13,7 @@ from django.utils import timezone
 
 from fleet.alerts.models import AlertInstance, AlertRule, Silence
 from fleet.notifications.models import Delivery, DeliveryAttempt, Route
+from tests.support import people
 from tests.support.people import viewer
 
 pytestmark = pytest.mark.django_db
@@ -21,9 +21,7 @@ pytestmark = pytest.mark.django_db
 WEBHOOK = "https://hooks.slack.com/services/T000/B000/sEcReTtOkEn1234"
 
 
-@pytest.fixture(autouse=True)
-def fast_passwords(settings: Any) -> None:
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+fast_passwords = people.fast_passwords  # autouse
 
 
 def login(client: Client, name: str, *, operator: bool) -> Client:

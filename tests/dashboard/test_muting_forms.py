@@ -7,7 +7,6 @@ from __future__ import annotations
 import datetime as dt
 import re
 from dataclasses import replace
-from typing import Any
 
 import pytest
 from django.contrib.auth.models import Group, User
@@ -17,6 +16,7 @@ from django.utils import timezone
 from fleet.alerts.models import AlertInstance, AlertRule, MaintenanceWindow, Silence
 from fleet.demo import DEMO_RACKS, seed_demo_site
 from fleet.models import Hall, Rack, Site, SiteRole
+from tests.support import people
 
 pytestmark = pytest.mark.django_db
 
@@ -24,9 +24,7 @@ SILENCE = "/alerts/silences/new"
 MAINTENANCE = "/alerts/maintenance/new"
 
 
-@pytest.fixture(autouse=True)
-def fast_passwords(settings: Any) -> None:
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+fast_passwords = people.fast_passwords  # autouse
 
 
 @pytest.fixture

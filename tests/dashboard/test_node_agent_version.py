@@ -15,6 +15,7 @@ from django.test import Client
 from fleet.agent_versions import OLDEST_SUPPORTED_AGENT
 from fleet.demo import DEMO_RACKS, seed_demo_site
 from fleet.models import Node, SourceToken
+from tests.support import people
 from tests.support.pages import fold, text
 
 pytestmark = pytest.mark.django_db
@@ -22,9 +23,7 @@ pytestmark = pytest.mark.django_db
 UPGRADE = "upgrade fleetwatch-agent"
 
 
-@pytest.fixture(autouse=True)
-def fast_passwords(settings: Any) -> None:
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+fast_passwords = people.fast_passwords  # autouse
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
-from typing import Any
 
 import pytest
 from django.db import connection
@@ -16,16 +15,14 @@ from agents.protocol import reasons as nvml
 from fleet.demo import DEMO_RACKS, seed_demo_site
 from fleet.models import GPU, Event, Node, Site, SourceToken
 from fleet.storage.schema import raw_table
+from tests.support import people
 from tests.support.latest import store_latest as store
 from tests.support.pages import text
-from tests.support.people import viewer
 
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture(autouse=True)
-def fast_passwords(settings: Any) -> None:
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+fast_passwords = people.fast_passwords  # autouse
 
 
 @pytest.fixture
@@ -35,12 +32,7 @@ def site() -> Site:
     return site
 
 
-@pytest.fixture
-def ops(site: Site) -> Client:
-    viewer("ops")
-    c = Client()
-    c.login(username="ops", password="pw")
-    return c
+ops = people.ops_signed_in
 
 
 @pytest.fixture

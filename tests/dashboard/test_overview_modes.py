@@ -15,23 +15,17 @@ from django.test import Client
 
 from agents.protocol import reasons as nvml
 from fleet.models import CoolingLoop, Node, Rack, Site
-from tests.support import pages
+from tests.support import pages, people
 from tests.support.alert_engine import fire
 from tests.support.latest import store_latest as store
 from tests.support.pages import fold
-from tests.support.people import viewer
 
 pytestmark = pytest.mark.django_db
-fast_passwords = pages.fast_passwords  # autouse
+fast_passwords = people.fast_passwords  # autouse
 site = pages.rack_site
 
 
-@pytest.fixture
-def client(site: None) -> Client:
-    viewer("ops")
-    c = Client()
-    c.login(username="ops", password="pw")
-    return c
+client = people.ops_signed_in
 
 
 def gpus(rack_name: str, at: float, **values: Any) -> None:

@@ -15,7 +15,7 @@ from fleet.access import can_administer, can_operate, can_view_site, visible_sit
 from fleet.alerts.models import AlertInstance
 from fleet.models import Site
 from fleet.notifications.models import Route
-from tests.support import pages, roles
+from tests.support import people, roles
 from tests.support.roles import firing, person, rack_url, signed_in
 
 pytestmark = pytest.mark.django_db
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.django_db
 WEBHOOK = "https://hooks.slack.com/services/T000/B000/sEcReTtOkEn1234"
 
 
-fast_passwords = pages.fast_passwords  # autouse
+fast_passwords = people.fast_passwords  # autouse
 sites = roles.demo_and_north
 
 

@@ -4,22 +4,19 @@ one, and admin columns that say their units."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
 from fleet.demo import DEMO_RACKS, seed_demo_site
 from fleet.models import SourceToken, hash_token
+from tests.support import people
 from tests.support.people import viewer
 
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture(autouse=True)
-def fast_passwords(settings: Any) -> None:
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+fast_passwords = people.fast_passwords  # autouse
 
 
 def test_the_sign_in_page_says_fleetwatch_not_django(client: Client) -> None:

@@ -28,6 +28,7 @@ from fleet.models import (
     SourceToken,
     hash_token,
 )
+from tests.support import people
 
 INVENTORY_MODELS: tuple[type[Model], ...] = (
     Site,
@@ -48,10 +49,7 @@ NOT_ADDABLE = (SourceToken, Event)
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture(autouse=True)
-def fast_passwords(settings: Any) -> None:
-    # admin_client's superuser is made per test; the production hasher is slow by design.
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+fast_passwords = people.fast_passwords  # autouse
 
 
 @pytest.fixture

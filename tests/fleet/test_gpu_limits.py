@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
-from typing import Any
 
 import pytest
 from django.test import Client
@@ -17,6 +16,7 @@ from fleet.demo import DEMO_RACKS, seed_demo_site
 from fleet.health.limits import Origin, limit_in_force
 from fleet.models import GPU, Node
 from fleet.read.state import gpu_limits
+from tests.support import people
 from tests.support.latest import store
 from tests.support.pages import text
 from tests.support.people import viewer
@@ -33,9 +33,7 @@ NO_LIMITS = {
 }
 
 
-@pytest.fixture(autouse=True)
-def fast_passwords(settings: Any) -> None:
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+fast_passwords = people.fast_passwords  # autouse
 
 
 @pytest.fixture

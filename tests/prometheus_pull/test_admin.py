@@ -3,22 +3,19 @@ them, and the unmatched series and pulled GPUs are listed."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 from django.test import Client
 from django.urls import reverse
 
 from fleet.models import GPU, Hall, Node, PrometheusSource, PulledGPU, Rack, Site, UnmatchedSeries
+from tests.support import people
 
 pytestmark = pytest.mark.django_db
 
 SECRET = "s3cret-bearer-token-value"
 
 
-@pytest.fixture(autouse=True)
-def fast_passwords(settings: Any) -> None:
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+fast_passwords = people.fast_passwords  # autouse
 
 
 @pytest.fixture

@@ -148,8 +148,14 @@ def pumps_at(at: float, running: int) -> None:
     store_latest("loop", (loop.pk,), T0 + at, pumps_running=running, flow_lpm=215.0 * running)
 
 
-# Fixtures: a grouping test module binds them to the names its tests take, e.g.
-# `site = alert_engine.grouping_site`.
+# Fixtures: a module binds them to the names its tests take, e.g.
+# `only_our_rules = alert_engine.our_rules_only`.
+
+
+@pytest.fixture(autouse=True)
+def our_rules_only() -> None:
+    """Only the test's own rules: the built-in pack is installed by migration."""
+    AlertRule.objects.update(enabled=False)
 
 
 @pytest.fixture(autouse=True)

@@ -23,13 +23,7 @@ def fold(page: str) -> str:
     return markup.unescape(re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", page)))
 
 
-# Fixtures: a module binds them to the names its tests take, e.g. `site = pages.rack_site`.
-
-
-@pytest.fixture(autouse=True)
-def fast_passwords(settings: Any) -> None:
-    """Sign-ins in the test take microseconds, not the real hasher's ~0.3 s."""
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+# A fixture a module binds to the name its tests take: `site = pages.rack_site`.
 
 
 @pytest.fixture
