@@ -209,6 +209,8 @@ def _wait_for_recovery(stack: Stack, slack: SlackReceiver, fault_end: float) -> 
         if now > fault_end + RECOVERY_TIMEOUT_S:
             return
         if now > fault_end + EVAL_S:
+            # Quiet for QUIET_S: three more evaluations that wrote no message, and the
+            # delivery allowance for one written at the last of them to arrive
             active = [i for i in stack.alert_instances() if i.state in ("pending", "firing")]
             last = max((m.at for m in slack.received(PATH)), default=0.0)
             if not active and not stack.deliveries_in_flight() and now - last > QUIET_S:
@@ -236,7 +238,7 @@ def run_scenario(tier: str, var_dir: Path) -> Scenario:
         fault_end = fault_start + PUMPS_OFF_S
         reset_at = fault_end + RESET_AFTER_S
         loop_for_s = min(stack.rule_for_s(k) for k in ("loop-no-pump-running", "loop-flow-stopped"))
-        while time.time() < fault_end:
+        while time.time() < fault_end:  # the scenario's own time: the pumps are off
             stack.check_alive()
             time.sleep(1.0)
         _wait_for_recovery(stack, slack, fault_end)
