@@ -6,10 +6,6 @@ by mistake or during a failover, must cost no more than skipped evaluations.)"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-import pytest
-
 from fleet.alerts.models import AlertInstance
 from fleet.notifications.models import Delivery
 from tests.support import celery_workers
@@ -20,10 +16,7 @@ from tests.support.slack_receiver import SlackReceiver
 cluster = celery_workers.celery_cluster  # a database and broker of the test's own
 
 
-@pytest.fixture
-def slack() -> Iterator[SlackReceiver]:
-    with SlackReceiver() as receiver:
-        yield receiver
+slack = celery_workers.slack_for_workers
 
 
 def test_two_workers_and_two_beats_send_no_duplicate(

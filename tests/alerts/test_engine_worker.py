@@ -8,37 +8,17 @@ The workers and the cluster of workers and beats are tests/support/celery_worker
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
-import pytest
 from django.conf import settings
 
-from fleet.alerts.models import AlertEvaluation, AlertInstance, AlertRule
+from fleet.alerts.models import AlertEvaluation, AlertInstance
 from fleet.notifications.models import Delivery, Route
 from tests.support import celery_workers
-from tests.support.alert_engine import firing
+from tests.support.alert_engine import firing, only_inlet_rule
 from tests.support.celery_workers import Cluster, Worker
 from tests.support.slack_receiver import Received, SlackReceiver
 
 worker = celery_workers.worker_on_own_queue  # shared by the module's tests
-
-
-def only_inlet_rule(
-    worker: Worker, key: str, threshold: float, severity: str, summary: str
-) -> None:
-    """Only one rule enabled: a node's inlet temperature over `threshold`."""
-    alias = worker.db.alias
-    AlertRule.objects.using(alias).update(enabled=False)
-    AlertRule.objects.using(alias).create(
-        key=key,
-        name=key.replace("-", " ").capitalize(),
-        scope="node",
-        signal="temp_inlet_c",
-        comparison="gt",
-        threshold=threshold,
-        severity=severity,
-        summary=summary,
-    )
 
 
 def inlet_now(worker: Worker, node: int, celsius: float) -> None:
@@ -52,7 +32,9 @@ def inlet_now(worker: Worker, node: int, celsius: float) -> None:
 
 def test_worker_fires_an_instance_when_sent_alerts_evaluate(worker: Worker) -> None:
     alias = worker.db.alias
-    only_inlet_rule(worker, "inlet-hot", 30.0, "warning", "{node} inlet {value:.1f} °C")
+    only_inlet_rule(
+        alias, threshold=30.0, severity="warning", summary="{node} inlet {value:.1f} °C"
+    )
     inlet_now(worker, 41, 38.5)
 
     worker.send("alerts.evaluate")
@@ -62,10 +44,7 @@ def test_worker_fires_an_instance_when_sent_alerts_evaluate(worker: Worker) -> N
     assert firing.get().value == 38.5
 
 
-@pytest.fixture
-def slack() -> Iterator[SlackReceiver]:
-    with SlackReceiver() as receiver:
-        yield receiver
+slack = celery_workers.slack_for_workers
 
 
 def test_worker_evaluation_sends_exactly_one_slack_message(
@@ -74,7 +53,7 @@ def test_worker_evaluation_sends_exactly_one_slack_message(
     alias = worker.db.alias
     AlertInstance.objects.using(alias).all().delete()  # the module's worker is shared
     Route.objects.using(alias).create(name="ops", webhook_url=slack.url("/ops"))
-    only_inlet_rule(worker, "inlet-very-hot", 45.0, "critical", "inlet {value:.1f} °C")
+    only_inlet_rule(alias, key="inlet-very-hot", threshold=45.0)
     inlet_now(worker, 42, 50.5)
 
     # The previous test's tick was moments ago, and a tick within half an interval of the

@@ -20,6 +20,7 @@ from tests.support import alert_engine
 from tests.support.alert_engine import (
     T0,
     flow_rule,
+    gpus_at,
     gpus_of,
     pump_rule,
     pumps_at,
@@ -33,15 +34,8 @@ from tests.support.slack_receiver import SlackReceiver
 
 pytestmark = pytest.mark.django_db
 
-HW_SLOWDOWN = 0x40
-
 only_our_rules = alert_engine.grouping_rules_only  # autouse
 site = alert_engine.grouping_site
-
-
-def gpus_at(at: float, hot: list[tuple[int, int]]) -> None:
-    for key in gpus_of("A01", "A02", "A04"):
-        store("gpu", key, T0 + at, clock_event_reasons=HW_SLOWDOWN if key in hot else 0)
 
 
 def test_72_gpu_alerts_of_one_rack_starting_together_are_one_message(

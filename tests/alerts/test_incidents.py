@@ -23,6 +23,7 @@ from fleet.notifications.notice import Notice, duration_words
 from fleet.notifications.slack import build_message
 from tests.support import alert_engine
 from tests.support.alert_engine import (
+    HW_SLOWDOWN,
     T0,
     flow_rule,
     gpus_of,
@@ -37,8 +38,6 @@ from tests.support.latest import store_latest as store
 from tests.support.slack_receiver import SlackReceiver
 
 pytestmark = pytest.mark.django_db
-
-HW_SLOWDOWN = 0x40
 
 
 only_our_rules = alert_engine.grouping_rules_only  # autouse

@@ -17,10 +17,11 @@ from django.core.exceptions import ValidationError
 from django.test import Client
 
 from fleet.alerts.engine import evaluate
-from fleet.alerts.models import AlertInstance, AlertRule, Silence
+from fleet.alerts.models import AlertInstance, Silence
 from fleet.alerts.muting import MATCHER_VALUE_MAX_CHARS, Mutes, parse_matchers
 from fleet.demo import DEMO_RACKS, seed_demo_site
 from fleet.models import Node
+from tests.support.alert_engine import only_inlet_rule
 from tests.support.latest import store_latest
 
 pytestmark = pytest.mark.django_db
@@ -86,18 +87,7 @@ def test_a_too_long_matcher_is_refused_naming_the_field_and_the_limit() -> None:
 def test_evaluation_with_a_pathological_silence_in_force_stays_fast() -> None:
     seed_demo_site("demo", (replace(DEMO_RACKS[0], nodes=1),), gpus_per_node=1)
     node = Node.objects.get()
-    AlertRule.objects.update(enabled=False)
-    AlertRule.objects.create(
-        key="inlet-hot",
-        name="Inlet hot",
-        scope="node",
-        signal="temp_inlet_c",
-        comparison="gt",
-        threshold=40.0,
-        severity="critical",
-        summary="{node} inlet {value:.1f} °C",
-        labels={"note": LONG_A_B},
-    )
+    only_inlet_rule(summary="{node} inlet {value:.1f} °C", labels={"note": LONG_A_B})
     slow = silence({"label": "note", "op": "=~", "value": PATHOLOGICAL})
     slow.full_clean()
     slow.save()

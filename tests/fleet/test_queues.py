@@ -18,13 +18,14 @@ from typing import Any
 import pytest
 from celery import Celery
 
-from fleet.alerts.models import AlertEvaluation, AlertRule
+from fleet.alerts.models import AlertEvaluation
 from fleet.models import PrometheusSource, Site
 from fleet.notifications.models import Route
 from fleet.storage.rollups import GRACE_S
 from fleetwatch.celery import DEFAULT, MAINTENANCE, NOTIFICATIONS, PULL, QUEUES, RULES
 from fleetwatch.celery import app as fleet_app
 from fleetwatch.demo import ALERT_WORKER_QUEUES, celery_workers
+from tests.support.alert_engine import only_inlet_rule
 from tests.support.celery_proc import CeleryProc, private_broker, producer, stopping
 from tests.support.databases import TierDb, fresh_db
 from tests.support.server import FleetServer
@@ -283,17 +284,7 @@ def stalled_pull(
         alias = db.alias
         site = Site.objects.using(alias).create(slug="stall", name="Stall")
         PrometheusSource.objects.using(alias).create(name="stalled", site=site, url=stall.url)
-        AlertRule.objects.using(alias).update(enabled=False)
-        AlertRule.objects.using(alias).create(
-            key="inlet-hot",
-            name="Inlet hot",
-            scope="node",
-            signal="temp_inlet_c",
-            comparison="gt",
-            threshold=40.0,
-            severity="critical",
-            summary="inlet {value:.1f} °C",
-        )
+        only_inlet_rule(alias)
         Route.objects.using(alias).create(name="ops", webhook_url=slack.url("/ops"))
         extra = {
             "FLEETWATCH_ALERT_EVAL_S": str(EVAL_S),

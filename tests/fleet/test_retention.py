@@ -4,23 +4,17 @@ everything from the start of the partition that holds the cut-off)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
-
 import pytest
 from django.conf import settings
 
 from fleet.storage.partitions import (
     describe,
-    django_runner,
-    ensure_between,
     ensure_partitions,
-    families,
     slot,
 )
 from fleet.storage.retention import apply_retention
-from tests.support.databases import T, TierDb, fresh_db
+from tests.support import databases
+from tests.support.databases import T, TierDb, cover_test_clock
 
 HOUR = 3600
 DAY = 86400
@@ -33,22 +27,15 @@ FACILITY_HOUR_KEEP = settings.RETENTION_FACILITY_1H_HOURS * HOUR
 _BEHIND = {"raw": 12 * HOUR, "1m": MINUTE_KEEP + 7 * DAY, "1h": FACILITY_HOUR_KEEP + 40 * DAY}
 
 
-def cover_test_clock(db: TierDb, kinds: tuple[str, ...] = ("gpu", "node", "facility")) -> None:
-    """PostgreSQL: partitions around the test clock T (the migration made them around the
-    real now). Only the kinds these tests write, to keep each test quick."""
-    if db.vendor != "postgresql":
-        return
-    spans = {f: (T - _BEHIND[f.tier], T + HOUR) for f in families() if f.kind in kinds}
-    ensure_between(django_runner(db.alias), spans)
+fresh_tier_db = databases.fresh_tier_db
 
 
 @pytest.fixture
-def db(
-    tier: str, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, django_db_blocker: Any
-) -> Iterator[TierDb]:
-    with fresh_db(tier, tmp_path, tmp_path_factory, django_db_blocker) as fresh:
-        cover_test_clock(fresh)
-        yield fresh
+def db(fresh_tier_db: TierDb) -> TierDb:
+    """Each test's own database, with partitions as far behind T as its tier's tests write,
+    for the kinds they write (only those: each test stays quick)."""
+    cover_test_clock(fresh_tier_db, ("gpu", "node", "facility"), behind=_BEHIND)
+    return fresh_tier_db
 
 
 def kept_from(db: TierDb, tier: str, cutoff: float) -> float:

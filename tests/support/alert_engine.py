@@ -25,6 +25,7 @@ from tests.support.latest import store_latest
 from tests.support.slack_receiver import Received, SlackReceiver
 
 T0 = time.time() - 3600  # evaluations run at explicit, increasing times
+HW_SLOWDOWN = 0x40  # the clock-event reason bit of HW thermal slowdown
 
 _tries = itertools.count(1)
 
@@ -53,6 +54,31 @@ def texts(messages: list[Received]) -> list[str]:
 
 def firing(messages: list[Received]) -> list[str]:
     return [m.body["text"] for m in messages if m.body["text"].startswith("CRITICAL: ")]
+
+
+def only_inlet_rule(
+    using: str = "default",
+    *,
+    key: str = "inlet-hot",
+    threshold: float = 40.0,
+    severity: str = "critical",
+    summary: str = "inlet {value:.1f} °C",
+    **fields: Any,
+) -> AlertRule:
+    """Every other rule disabled, and one over a node's inlet temperature (database alias
+    `using`)."""
+    AlertRule.objects.using(using).update(enabled=False)
+    return AlertRule.objects.using(using).create(
+        key=key,
+        name=key.replace("-", " ").capitalize(),
+        scope="node",
+        signal="temp_inlet_c",
+        comparison="gt",
+        threshold=threshold,
+        severity=severity,
+        summary=summary,
+        **fields,
+    )
 
 
 def fire(
@@ -140,6 +166,12 @@ def flow_rule() -> AlertRule:
 def gpus_of(*racks: str) -> list[tuple[int, int]]:
     nodes = Node.objects.filter(rack__name__in=racks).prefetch_related("gpus")
     return [(n.pk, g.index) for n in nodes for g in n.gpus.all()]
+
+
+def gpus_at(at: float, hot: list[tuple[int, int]]) -> None:
+    """Every GPU of A01, A02 and A04 at T0 + at, the `hot` ones in HW thermal slowdown."""
+    for key in gpus_of("A01", "A02", "A04"):
+        store_latest("gpu", key, T0 + at, clock_event_reasons=HW_SLOWDOWN if key in hot else 0)
 
 
 def pumps_at(at: float, running: int) -> None:

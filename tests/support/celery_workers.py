@@ -19,9 +19,10 @@ from typing import Any
 import pytest
 from celery import Celery
 
-from fleet.alerts.models import AlertEvaluation, AlertRule
+from fleet.alerts.models import AlertEvaluation
 from fleet.notifications.models import Delivery, Route
 from tests.support import services
+from tests.support.alert_engine import only_inlet_rule
 from tests.support.celery_proc import CeleryProc, private_broker, producer, stop_all
 from tests.support.databases import TierDb, fresh_db
 from tests.support.server import FleetServer
@@ -132,19 +133,8 @@ class Cluster:
 
     def hot_inlet(self, node: int, celsius: float, *, receiver: SlackReceiver, path: str) -> None:
         """Only one rule, over one node's inlet temperature, and a route to `path`."""
-        alias = self.db.alias
-        AlertRule.objects.using(alias).update(enabled=False)
-        AlertRule.objects.using(alias).create(
-            key="inlet-hot",
-            name="Inlet hot",
-            scope="node",
-            signal="temp_inlet_c",
-            comparison="gt",
-            threshold=40.0,
-            severity="critical",
-            summary="inlet {value:.1f} °C",
-        )
-        Route.objects.using(alias).create(name="ops", webhook_url=receiver.url(path))
+        only_inlet_rule(self.db.alias)
+        Route.objects.using(self.db.alias).create(name="ops", webhook_url=receiver.url(path))
         now = time.time()
         self.db.insert(
             "fw_node_latest",
@@ -185,3 +175,10 @@ def celery_cluster(
 def undelivered(alias: str) -> Any:
     """Delivery rows not sent yet (pending, or being sent)."""
     return Delivery.objects.using(alias).exclude(state__in=(Delivery.DELIVERED, Delivery.FAILED))
+
+
+@pytest.fixture
+def slack_for_workers() -> Iterator[SlackReceiver]:
+    """A local receiver that answers like Slack; the workers reach it through a Route."""
+    with SlackReceiver() as receiver:
+        yield receiver

@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -149,12 +149,21 @@ def fresh_db(
             services.drop_database(services.services_database_url(), url.rsplit("/", 1)[1])
 
 
-def cover_test_clock(db: TierDb, kinds: tuple[str, ...] = ("gpu", "node")) -> None:
+def cover_test_clock(
+    db: TierDb,
+    kinds: tuple[str, ...] = ("gpu", "node"),
+    behind: Mapping[str, float] | None = None,
+) -> None:
     """PostgreSQL: partitions around the test clock T (the migration made them around the
-    real now): six hours before it to one after, for the kinds these tests write."""
+    real now), for the kinds these tests write: from `behind[tier]` seconds before it (else
+    six hours) to an hour after."""
     if db.vendor != "postgresql":
         return
-    spans = {f: (T - 6 * 3600, T + 3600) for f in families() if f.kind in kinds}
+    spans = {
+        f: (T - (behind or {}).get(f.tier, 6 * 3600), T + 3600)
+        for f in families()
+        if f.kind in kinds
+    }
     ensure_between(django_runner(db.alias), spans)
 
 
