@@ -14,10 +14,11 @@ from fleet.alerts.evaluate_state import Snapshot, values_for
 from fleet.alerts.models import AlertInstance, AlertRule
 from fleet.alerts.signals import get
 from fleet.demo import DEMO_RACKS, seed_demo_site
-from fleet.models import Event, Node, PowerFeed, Site, SourceToken, hash_token
+from fleet.models import Event, Node, PowerFeed, Site
 from tests.support import alert_engine
 from tests.support.alert_engine import T0
 from tests.support.latest import store_latest as store
+from tests.support.sources import source_token
 
 pytestmark = pytest.mark.django_db
 
@@ -50,13 +51,7 @@ def firing() -> set[str]:
 
 
 def token(n: Node, last_seen: float | None) -> None:
-    SourceToken.objects.create(
-        source=n.source,
-        kind="node",
-        site=n.rack.hall.site,
-        token_hash=hash_token(n.source),
-        last_seen=last_seen,
-    )
+    source_token(n.source, "node", n.rack.hall.site, last_seen)
 
 
 def test_a_node_agent_silent_for_three_intervals_fires(node: Node) -> None:

@@ -17,7 +17,7 @@ from fleet.alerts.grouping import Places
 from fleet.alerts.messages import gpu_hours_words, incident_summary
 from fleet.alerts.models import AlertGroup, AlertInstance, AlertInstanceEvent, AlertRule
 from fleet.alerts.notify import notify_groups
-from fleet.models import CoolingLoop, Event, Node, Rack, SourceToken, hash_token
+from fleet.models import CoolingLoop, Event, Node, Rack
 from fleet.notifications.models import Delivery
 from fleet.notifications.notice import Notice, duration_words
 from fleet.notifications.slack import build_message
@@ -36,6 +36,7 @@ from tests.support.alert_engine import (
 )
 from tests.support.latest import store_latest as store
 from tests.support.slack_receiver import SlackReceiver
+from tests.support.sources import source_token
 
 pytestmark = pytest.mark.django_db
 
@@ -262,13 +263,8 @@ def test_a_node_of_a_cooled_rack_going_silent_joins_the_loops_incident(
         summary="{node}: no batch for {value:.0f} intervals",
     )
     node = Node.objects.get(name="gpu-a01-02")
-    SourceToken.objects.create(
-        source=node.source,
-        kind="node",
-        site=node.rack.hall.site,
-        token_hash=hash_token(node.source),
-        last_seen=T0 + 50,  # it stopped sending 10 s before the evaluation at 60
-    )
+    # it stopped sending 10 s before the evaluation at 60
+    source_token(node.source, "node", node.rack.hall.site, last_seen=T0 + 50)
     step(0, 0, [], [])
     step(60, 0, [], [])
     silent = AlertInstance.objects.get(rule__key="node-silent")

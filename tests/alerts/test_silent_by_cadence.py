@@ -14,10 +14,11 @@ import pytest
 from fleet.alerts.engine import evaluate
 from fleet.alerts.models import AlertInstance, AlertRule
 from fleet.demo import DEMO_RACKS, seed_demo_site
-from fleet.models import Node, Site, SourceToken, hash_token
+from fleet.models import Node, Site
 from tests.support import alert_engine
 from tests.support.alert_engine import T0
 from tests.support.latest import store_latest
+from tests.support.sources import source_token
 
 pytestmark = pytest.mark.django_db
 
@@ -53,12 +54,11 @@ def token(
     batch_s: float | None = None,
     fields_s: dict[str, float] | None = None,
 ) -> None:
-    SourceToken.objects.create(
-        source=source,
-        kind=kind,
-        site=Site.objects.get(),
-        token_hash=hash_token(source),
-        last_seen=last_seen,
+    source_token(
+        source,
+        kind,
+        Site.objects.get(),
+        last_seen,
         sample_interval_s=sample_s,
         batch_interval_s=batch_s,
         field_intervals_s=fields_s or {},

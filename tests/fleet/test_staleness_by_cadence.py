@@ -14,9 +14,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from fleet import health
 from fleet.demo import DEMO_RACKS, seed_demo_site
-from fleet.models import GPU, Node, PrometheusSource, PulledGPU, Site, SourceToken, hash_token
+from fleet.models import GPU, Node, PrometheusSource, PulledGPU, Site
 from fleet.read.site_summary import site_payload
 from tests.support.latest import store
+from tests.support.sources import source_token
 
 pytestmark = pytest.mark.django_db
 
@@ -27,12 +28,11 @@ def site() -> Site:
 
 
 def token(source: str, kind: str, last_seen: float | None, interval: float | None) -> None:
-    SourceToken.objects.create(
-        source=source,
-        kind=kind,
-        site=Site.objects.get(),
-        token_hash=hash_token(source),
-        last_seen=last_seen,
+    source_token(
+        source,
+        kind,
+        Site.objects.get(),
+        last_seen,
         sample_interval_s=interval,
         batch_interval_s=interval,
     )
