@@ -1,10 +1,11 @@
-# Fleetwatch: `make demo` runs it all on the embedded default; `make test` runs the suite.
+# Fleetwatch: `make demo` runs it all on the embedded default; `make check` is the quick
+# loop (no process, no browser); `make test` runs the whole suite.
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint fmt typecheck venv bench dist clean
+.PHONY: demo check test lint fmt typecheck venv bench dist clean
 
 # Two distributions from this checkout (docs/architecture.md "Distributions"): the node
 # agent, packaging/agent/pyproject.toml, and the server, pyproject.toml, which needs the
@@ -38,7 +39,17 @@ test: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
 	FLEETWATCH_TESTING=1 SECRET_KEY=typecheck-only-not-secret $(BIN)/mypy .
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q --durations=25
+
+# Lint, types and every test that starts no process, no browser and needs no PostgreSQL or
+# Redis (tests/support/speeds.py marks the others `process`; FLEETWATCH_CHECK=1 fails any
+# test here that starts a process anyway).
+check: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
+	FLEETWATCH_TESTING=1 SECRET_KEY=typecheck-only-not-secret $(BIN)/mypy .
+	FLEETWATCH_CHECK=1 $(BIN)/pytest -q -m "not process and not browser and not services"
 
 demo: $(STAMP)
 	$(BIN)/python -m fleetwatch.demo
