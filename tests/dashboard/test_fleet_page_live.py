@@ -10,6 +10,7 @@ import pytest
 from tests.support.agent import enroll, gpu_batch, post_json
 from tests.support.browser import launched_chromium
 from tests.support.browser_pages import login
+from tests.support.live import create_ops_user
 from tests.support.server import FleetServer
 
 pytestmark = pytest.mark.browser
@@ -22,9 +23,7 @@ def browser() -> Iterator[object]:
 
 @pytest.fixture(scope="module")
 def ops_user(fleet_server: FleetServer) -> None:
-    env = {"DJANGO_SUPERUSER_PASSWORD": "ops-password-1"}
-    fleet_server.extra_env.update(env)
-    fleet_server.manage("createsuperuser", "--noinput", "--username", "ops", "--email", "o@x.io")
+    create_ops_user(fleet_server)
 
 
 def test_fleet_page_needs_a_login(fleet_server: FleetServer, browser) -> None:  # type: ignore[no-untyped-def]

@@ -12,7 +12,7 @@ import pytest
 
 from agents.protocol import reasons as nvml
 from tests.support.agent import enroll, gpu_batch, post_json
-from tests.support.browser_pages import login, shot
+from tests.support.browser_pages import login, server_with_ops, shot
 from tests.support.server import FleetServer
 
 pytestmark = pytest.mark.browser
@@ -41,9 +41,7 @@ def feed_history(server: FleetServer, token: str, now: float) -> int:
 def test_rack_to_node_to_gpu_draws_the_history_and_appends_live_points(
     tmp_path: Path, browser: Any
 ) -> None:
-    env = {"DJANGO_SUPERUSER_PASSWORD": "ops-password-1"}
-    with FleetServer.started(tmp_path / "srv", racks=1, extra_env=env) as server:
-        server.manage("createsuperuser", "--noinput", "--username", "ops", "--email", "o@x.io")
+    with server_with_ops(tmp_path / "srv", racks=1) as server:
         token = enroll(server, f"node:{NODE}")
         seq = feed_history(server, token, time.time())
         sql = "SELECT rack_id, id FROM fleet_node WHERE name = ?"

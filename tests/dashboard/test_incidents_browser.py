@@ -9,8 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.browser_pages import login
-from tests.support.server import FleetServer
+from tests.support.browser_pages import login, server_with_ops
 
 pytestmark = pytest.mark.browser
 
@@ -41,9 +40,7 @@ print(group.pk)
 
 
 def test_an_opened_fold_stays_open_across_the_pages_refresh(tmp_path: Path, browser: Any) -> None:
-    env = {"DJANGO_SUPERUSER_PASSWORD": "ops-password-1"}
-    with FleetServer.started(tmp_path / "srv", racks=2, extra_env=env) as server:
-        server.manage("createsuperuser", "--noinput", "--username", "ops", "--email", "o@x.io")
+    with server_with_ops(tmp_path / "srv", racks=2) as server:
         group_pk = int(server.manage("shell", "-c", INCIDENT).strip().splitlines()[-1])
         page = browser.new_page(viewport={"width": 1280, "height": 900})
         login(page, server)

@@ -13,8 +13,7 @@ import pytest
 
 from agents.protocol import reasons as nvml
 from tests.support.agent import enroll, gpu_batch, post_json
-from tests.support.browser_pages import login, shot
-from tests.support.server import FleetServer
+from tests.support.browser_pages import login, server_with_ops, shot
 
 pytestmark = pytest.mark.browser
 
@@ -28,9 +27,7 @@ HIDE = (  # what the browser does when the tab is hidden (true) or shown again (
 def test_rack_and_cooling_pages_follow_by_push_and_say_when_not_live(
     tmp_path: Path, browser: Any
 ) -> None:
-    env = {"DJANGO_SUPERUSER_PASSWORD": "ops-password-1"}
-    with FleetServer.started(tmp_path / "srv", racks=2, extra_env=env) as server:
-        server.manage("createsuperuser", "--noinput", "--username", "ops", "--email", "o@x.io")
+    with server_with_ops(tmp_path / "srv", racks=2) as server:
         rack_id = server.query("SELECT id FROM fleet_rack WHERE name = 'A01'")[0][0]
         node_id = server.query("SELECT id FROM fleet_node WHERE name = 'gpu-a01-01'")[0][0]
         page = browser.new_page(viewport={"width": 1280, "height": 900})

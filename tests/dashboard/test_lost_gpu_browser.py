@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from tests.support.agent import enroll, gpu_batch, post_json
-from tests.support.browser_pages import login
+from tests.support.browser_pages import login, server_with_ops
 from tests.support.server import FleetServer
 
 pytestmark = pytest.mark.browser
@@ -34,9 +34,7 @@ def send(server: FleetServer, token: str, batch: dict[str, Any]) -> None:
 def test_a_gpu_off_the_bus_is_critical_lost_and_a_silent_node_is_no_data(
     tmp_path: Path, browser: Any
 ) -> None:
-    env = {"DJANGO_SUPERUSER_PASSWORD": "ops-password-1"}
-    with FleetServer.started(tmp_path / "srv", racks=2, extra_env=env) as server:
-        server.manage("createsuperuser", "--noinput", "--username", "ops", "--email", "o@x.io")
+    with server_with_ops(tmp_path / "srv", racks=2) as server:
         now = time.time()
         lost_at = now - 50
         # gpu-a01-01: every GPU reports, then GPU 3 falls off the bus; the node goes on.

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from tests.support.agent import enroll, post_json
-from tests.support.browser_pages import login, shot
+from tests.support.browser_pages import login, server_with_ops, shot
 from tests.support.server import FleetServer
 
 pytestmark = pytest.mark.browser
@@ -34,9 +34,7 @@ def a_day_of_minutes(server: FleetServer, site_id: int) -> None:
 
 
 def test_power_page_shows_live_figures_and_a_chart(tmp_path: Path, browser: Any) -> None:
-    env = {"DJANGO_SUPERUSER_PASSWORD": "ops-password-1"}
-    with FleetServer.started(tmp_path / "srv", racks=1, extra_env=env) as server:
-        server.manage("createsuperuser", "--noinput", "--username", "ops", "--email", "o@x.io")
+    with server_with_ops(tmp_path / "srv", racks=1) as server:
         site_id = server.query("SELECT id FROM fleet_site WHERE slug = 'demo'")[0][0]
         a_day_of_minutes(server, site_id)
         token = enroll(server, "site:demo")

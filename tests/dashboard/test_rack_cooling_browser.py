@@ -10,16 +10,13 @@ from typing import Any
 import pytest
 
 from tests.support.agent import enroll, gpu_batch, post_json
-from tests.support.browser_pages import login, shot
-from tests.support.server import FleetServer
+from tests.support.browser_pages import login, server_with_ops, shot
 
 pytestmark = pytest.mark.browser
 
 
 def test_fleet_to_rack_to_cooling(tmp_path: Path, browser: Any) -> None:
-    env = {"DJANGO_SUPERUSER_PASSWORD": "ops-password-1"}
-    with FleetServer.started(tmp_path / "srv", racks=2, extra_env=env) as server:
-        server.manage("createsuperuser", "--noinput", "--username", "ops", "--email", "o@x.io")
+    with server_with_ops(tmp_path / "srv", racks=2) as server:
         token = enroll(server, "node:gpu-a01-01")
         assert post_json(server.url + "/api/v1/ingest", gpu_batch("gpu-a01-01", 1), token)[0] == 200
         rack_id = server.query("SELECT id FROM fleet_rack WHERE name = 'A01'")[0][0]
@@ -49,9 +46,7 @@ def test_a_gpu_that_goes_quiet_shows_its_age_instead_of_its_last_figures(
     """Its agent sends once, with samples 25 s old (fresh by the 30 s target), then falls
     silent: the tile shows the figure by push, then, with no reload, how long it has been
     quiet, and the number is gone."""
-    env = {"DJANGO_SUPERUSER_PASSWORD": "ops-password-1"}
-    with FleetServer.started(tmp_path / "srv", racks=1, extra_env=env) as server:
-        server.manage("createsuperuser", "--noinput", "--username", "ops", "--email", "o@x.io")
+    with server_with_ops(tmp_path / "srv", racks=1) as server:
         rack_id = server.query("SELECT id FROM fleet_rack WHERE name = 'A01'")[0][0]
         node_id = server.query("SELECT id FROM fleet_node WHERE name = 'gpu-a01-01'")[0][0]
         page = browser.new_page(viewport={"width": 1280, "height": 900})
@@ -85,9 +80,7 @@ def test_the_shared_live_client_follows_a_rack_and_ages_what_went_quiet(
     """FleetLive (static/dashboard/live.js), as the node and GPU pages use it: a rack's
     messages carry each GPU; an element whose data-ts is past the target reads "last data
     N s ago" with its figures hidden; a rack the user may not see says "not allowed"."""
-    env = {"DJANGO_SUPERUSER_PASSWORD": "ops-password-1"}
-    with FleetServer.started(tmp_path / "srv", racks=1, extra_env=env) as server:
-        server.manage("createsuperuser", "--noinput", "--username", "ops", "--email", "o@x.io")
+    with server_with_ops(tmp_path / "srv", racks=1) as server:
         rack_id = server.query("SELECT id FROM fleet_rack WHERE name = 'A01'")[0][0]
         gpu_pk = server.query(
             "SELECT g.id FROM fleet_gpu g JOIN fleet_node n ON n.id = g.node_id"

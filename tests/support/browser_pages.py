@@ -4,12 +4,24 @@ something."""
 
 from __future__ import annotations
 
+import contextlib
 import struct
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
-from tests.support.live import PASSWORD, USER
+from tests.support.live import PASSWORD, USER, create_ops_user
 from tests.support.server import FleetServer
+
+
+@contextlib.contextmanager
+def server_with_ops(var_dir: Path, **options: Any) -> Iterator[FleetServer]:
+    """A started server of the test's own (FleetServer.started options) with the ops user
+    to sign in as."""
+    with FleetServer.started(var_dir, **options) as server:
+        create_ops_user(server)
+        yield server
 
 
 def login(page, server: FleetServer) -> None:  # type: ignore[no-untyped-def]
