@@ -14,23 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fleet.alerts import signals
-from fleet.health.thresholds import (
-    FLOW_CRIT_FRACTION,
-    FLOW_STOPPED_LPM,
-    FLOW_WARN_FRACTION,
-    HEADROOM_CRIT_C,
-    HEADROOM_WARN_C,
-    INLET_ALLOWABLE_A1_MAX_C,
-    INLET_RECOMMENDED_MAX_C,
-    LEAK_CRIT,
-    LEAK_WARN,
-    PUMPS_FAILED_WARN,
-    PUMPS_RUNNING_MIN,
-    RACK_POWER_CRIT_FRACTION,
-    RACK_POWER_WARN_FRACTION,
-    RESERVOIR_LOW_WARN,
-    SUPPLY_WARN_MARGIN_C,
-)
+from fleet.health import thresholds
 
 XID_RUNBOOK = "https://docs.nvidia.com/deploy/xid-errors/index.html"
 MEMORY_RUNBOOK = "https://docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/index.html"
@@ -93,8 +77,8 @@ def _plain(value: Any) -> Any:
 # (tests/alerts/test_page_rule_boundaries.py); for-durations and clear thresholds are the
 # rules' own (a page shows the present, an alert waits out noise).
 _GPU = "{node} GPU {gpu}"
-_HC, _HW = HEADROOM_CRIT_C, HEADROOM_WARN_C
-_INLET_REC, _INLET_A1 = INLET_RECOMMENDED_MAX_C, INLET_ALLOWABLE_A1_MAX_C
+_HC, _HW = thresholds.HEADROOM_CRIT_C, thresholds.HEADROOM_WARN_C
+_INLET_REC, _INLET_A1 = thresholds.INLET_RECOMMENDED_MAX_C, thresholds.INLET_ALLOWABLE_A1_MAX_C
 
 GPU_RULES: tuple[RuleSpec, ...] = (
     RuleSpec(
@@ -318,7 +302,7 @@ POWER_RULES: tuple[RuleSpec, ...] = (
         "rack",
         "rack_power_fraction",
         "ge",
-        RACK_POWER_WARN_FRACTION,
+        thresholds.RACK_POWER_WARN_FRACTION,
         0.85,
         300,
         "warning",
@@ -332,7 +316,7 @@ POWER_RULES: tuple[RuleSpec, ...] = (
         "rack",
         "rack_power_fraction",
         "ge",
-        RACK_POWER_CRIT_FRACTION,
+        thresholds.RACK_POWER_CRIT_FRACTION,
         0.95,
         60,
         "critical",
@@ -391,8 +375,8 @@ LOOP_RULES: tuple[RuleSpec, ...] = (
         "loop",
         "supply_over_limit_c",
         "gt",
-        -SUPPLY_WARN_MARGIN_C,
-        -SUPPLY_WARN_MARGIN_C - 1,
+        -thresholds.SUPPLY_WARN_MARGIN_C,
+        -thresholds.SUPPLY_WARN_MARGIN_C - 1,
         120,
         "warning",
         "{loop} supply {value:+.1f} °C from its limit",
@@ -405,7 +389,7 @@ LOOP_RULES: tuple[RuleSpec, ...] = (
         "loop",
         "flow_fraction",
         "lt",
-        FLOW_CRIT_FRACTION,
+        thresholds.FLOW_CRIT_FRACTION,
         0.6,
         30,
         "critical",
@@ -419,8 +403,8 @@ LOOP_RULES: tuple[RuleSpec, ...] = (
         "loop",
         "flow_fraction",
         "lt",
-        FLOW_WARN_FRACTION,
-        FLOW_WARN_FRACTION + 0.05,
+        thresholds.FLOW_WARN_FRACTION,
+        thresholds.FLOW_WARN_FRACTION + 0.05,
         60,
         "warning",
         "{loop} flow at {value:.0%} of rated",
@@ -433,7 +417,7 @@ LOOP_RULES: tuple[RuleSpec, ...] = (
         "loop",
         "flow_lpm",
         "le",
-        FLOW_STOPPED_LPM,
+        thresholds.FLOW_STOPPED_LPM,
         5,
         10,
         "critical",
@@ -462,7 +446,7 @@ LOOP_RULES: tuple[RuleSpec, ...] = (
         "loop",
         "pumps_failed",
         "ge",
-        PUMPS_FAILED_WARN,
+        thresholds.PUMPS_FAILED_WARN,
         None,
         30,
         "warning",
@@ -476,7 +460,7 @@ LOOP_RULES: tuple[RuleSpec, ...] = (
         "loop",
         "pumps_running",
         "lt",
-        PUMPS_RUNNING_MIN,
+        thresholds.PUMPS_RUNNING_MIN,
         None,
         10,
         "critical",
@@ -501,8 +485,8 @@ LOOP_RULES: tuple[RuleSpec, ...] = (
         )
         for scope, where in (("loop", "at a CDU"), ("rack", "in a rack"))
         for suffix, what, state, severity, word in (
-            ("-warning", " (warning)", LEAK_WARN, "warning", "warning"),
-            ("", "", LEAK_CRIT, "critical", "critical"),
+            ("-warning", " (warning)", thresholds.LEAK_WARN, "warning", "warning"),
+            ("", "", thresholds.LEAK_CRIT, "critical", "critical"),
         )
     ),
     RuleSpec(
@@ -511,7 +495,7 @@ LOOP_RULES: tuple[RuleSpec, ...] = (
         "loop",
         "reservoir_low",
         "ge",
-        RESERVOIR_LOW_WARN,
+        thresholds.RESERVOIR_LOW_WARN,
         None,
         60,
         "warning",

@@ -6,15 +6,7 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from fleet.health.thresholds import (
-    HEADROOM_CRIT_C,
-    HEADROOM_WARN_C,
-    INLET_ALLOWABLE_A1_MAX_C,
-    INLET_RECOMMENDED_MAX_C,
-    LEAK_CRIT,
-    LEAK_WARN,
-    STALE_AFTER_S,
-)
+from fleet.health import thresholds
 
 
 class Level(enum.StrEnum):
@@ -87,7 +79,7 @@ def newest_ts(reading: Reading) -> float | None:
     return max((t for n, t in reading.ts.items() if n in reading.values), default=None)
 
 
-def stale(reading: Reading, now: float, stale_after_s: float = STALE_AFTER_S) -> bool:
+def stale(reading: Reading, now: float, stale_after_s: float = thresholds.STALE_AFTER_S) -> bool:
     """True when nothing in `reading` was sampled within `stale_after_s` (or it is empty)."""
     ts = newest_ts(reading)
     return ts is None or max(0.0, now - ts) >= stale_after_s
@@ -104,7 +96,11 @@ def _rising(value: float | None, warn: float, crit: float, strict: bool = False)
 
 def headroom_level(headroom_c: float | None) -> Level:
     """Level of a headroom to a GPU's own limit: ≤ 3 °C crit, ≤ 10 °C warn."""
-    return _rising(None if headroom_c is None else -headroom_c, -HEADROOM_WARN_C, -HEADROOM_CRIT_C)
+    return _rising(
+        None if headroom_c is None else -headroom_c,
+        -thresholds.HEADROOM_WARN_C,
+        -thresholds.HEADROOM_CRIT_C,
+    )
 
 
 def throttling_level(thermal: int) -> Level:
@@ -115,9 +111,11 @@ def throttling_level(thermal: int) -> Level:
 
 def inlet_level(temp_c: float | None) -> Level:
     """Inlet air: above ASHRAE's recommended 27 °C warn, above A1's allowable 32 °C crit."""
-    return _rising(temp_c, INLET_RECOMMENDED_MAX_C, INLET_ALLOWABLE_A1_MAX_C, strict=True)
+    return _rising(
+        temp_c, thresholds.INLET_RECOMMENDED_MAX_C, thresholds.INLET_ALLOWABLE_A1_MAX_C, strict=True
+    )
 
 
 def leak_level(leak: float | None) -> Level:
     """A leak detector's state: 1 warn, 2 crit (unknown when not reported)."""
-    return _rising(leak, LEAK_WARN, LEAK_CRIT)
+    return _rising(leak, thresholds.LEAK_WARN, thresholds.LEAK_CRIT)
