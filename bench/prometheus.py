@@ -42,7 +42,7 @@ from bench.rules import (
     fill_latest,
     setup_django,
 )
-from tests.prometheus_pull.support import Exporter, Prometheus, labels_text
+from tests.support.prometheus_pull import Exporter, Prometheus, labels_text
 
 PULL_TARGET_S, RENDER_TARGET_S = 2.0, 1.0
 FIELDS = (

@@ -62,6 +62,25 @@ def test_no_module_of_the_suite_imports_a_test_module() -> None:
     )
 
 
+# Modules outside tests/support/ that are neither tests nor conftest.py, and why.
+NOT_SHARED = {
+    "tests/testenv.py": "a pytest plugin, loaded with -p before the settings are read",
+    "tests/agents/plugin_example.py": "the collector plugin the agent's plugin test loads by name",
+}
+
+
+def test_shared_helpers_live_in_tests_support() -> None:
+    elsewhere = [
+        str(path.relative_to(ROOT))
+        for path in sorted(TESTS.rglob("*.py"))
+        if "support" not in path.relative_to(TESTS).parts[:1]
+        and not path.name.startswith("test_")
+        and path.name not in ("conftest.py", "__init__.py")
+        and str(path.relative_to(ROOT)) not in NOT_SHARED
+    ]
+    assert elsewhere == [], "helpers belong in tests/support/: " + ", ".join(elsewhere)
+
+
 def test_the_layout_check_sees_each_way_of_importing_a_test_module() -> None:
     source = (
         "from tests.fleet.test_rollups import T\n"

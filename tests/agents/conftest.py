@@ -4,7 +4,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.agents.stub_server import StubBackend
+from tests.support.stub_server import StubBackend
 
 
 @pytest.fixture

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from agents.enroll import write_token
-from tests.agents.nvml_scenarios import CAPTURE
-from tests.agents.stub_server import StubBackend
+from tests.support.nvml_scenarios import CAPTURE
+from tests.support.stub_server import StubBackend
 
 SOURCE = "node:gpu-a01-01"
 

@@ -21,8 +21,8 @@ from agents.runner import CollectorSet, build_outbox, tick_interval
 from fleetsim.faults import FaultPlan
 from fleetsim.inventory import fetch_inventory
 from fleetsim.runner import SimSettings, Simulator
-from tests.agents.nvml_scenarios import CAPTURE
-from tests.agents.stub_server import ENROLL_TOKEN, StubBackend
+from tests.support.nvml_scenarios import CAPTURE
+from tests.support.stub_server import ENROLL_TOKEN, StubBackend
 
 
 def _wait(predicate, timeout_s: float = 20.0) -> bool:  # type: ignore[no-untyped-def]

@@ -5,7 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.agents.stub_server import ENROLL_TOKEN, StubBackend
+from tests.support.stub_server import ENROLL_TOKEN, StubBackend
 
 
 def _fleet_agent(*args: str) -> subprocess.CompletedProcess[str]:

@@ -18,7 +18,7 @@ import pytest
 from agents.enroll import enroll, write_token
 from fleetsim.inventory import fetch_inventory
 from fleetsim.peers.site import SitePeers
-from tests.agents.helpers import agent_toml
+from tests.support.agent_builders import agent_toml
 from tests.support.server import FleetServer
 
 

@@ -20,7 +20,7 @@ import pytest
 from agents.enroll import enroll, write_token
 from fleetsim.inventory import Inventory, fetch_inventory
 from fleetsim.peers.site import SitePeers
-from tests.agents.helpers import agent_toml
+from tests.support.agent_builders import agent_toml
 from tests.support.server import FleetServer, free_port
 
 # A value no other test stores: a row with it would be a batch this agent sent.

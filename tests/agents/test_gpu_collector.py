@@ -10,7 +10,7 @@ from agents.outbox import build_batch
 from agents.protocol import reasons
 from agents.protocol.validate import validate_batch
 from fleetsim.fake_nvml import MigInstance
-from tests.agents.nvml_scenarios import IDLE_T, LOAD_T, TraceClock, collector, fake_gpus
+from tests.support.nvml_scenarios import IDLE_T, LOAD_T, TraceClock, collector, fake_gpus
 
 
 def _by_gpu(reading: Reading) -> dict[int, dict[str, Any]]:

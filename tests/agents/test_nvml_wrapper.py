@@ -19,7 +19,7 @@ import agents
 from agents.nvml import wrapper
 from agents.nvml.wrapper import GpuLost, Nvml
 from fleetsim.fake_nvml import FakeNvml
-from tests.agents.nvml_scenarios import CAPTURE, fake_gpus
+from tests.support.nvml_scenarios import CAPTURE, fake_gpus
 
 AGENTS = Path(agents.__file__).resolve().parent
 WRAPPER = Path(wrapper.__file__).resolve()

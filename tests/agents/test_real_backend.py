@@ -21,10 +21,10 @@ from agents.uplink import UplinkSettings
 from fleetsim.faults import FaultPlan
 from fleetsim.inventory import fetch_inventory
 from fleetsim.runner import SimSettings, Simulator
-from tests.agents.helpers import node_reading
-from tests.agents.nvml_scenarios import CAPTURE
-from tests.agents.stub_server import wait_for
+from tests.support.agent_builders import node_reading
+from tests.support.nvml_scenarios import CAPTURE
 from tests.support.server import FleetServer
+from tests.support.stub_server import wait_for
 
 
 @pytest.fixture(scope="module")

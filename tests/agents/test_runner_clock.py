@@ -11,7 +11,7 @@ from agents.clock import AgentClock
 from agents.collectors.base import Reading
 from agents.runconfig import AgentConfig
 from agents.runner import AgentRunner, CollectorSet, build_outbox
-from tests.agents.stub_server import StubBackend, wait_for
+from tests.support.stub_server import StubBackend, wait_for
 
 SOURCE = "node:gpu-a01-01"
 INTERVAL_S = 0.05

@@ -8,7 +8,7 @@ import pynvml
 from agents.collectors.base import Reading, SlowRead
 from agents.runner import CollectorSet
 from agents.schedule import SlowLane, Ticker, merge_slow
-from tests.agents.nvml_scenarios import collector, fake_gpus
+from tests.support.nvml_scenarios import collector, fake_gpus
 
 SLOW_CALLS = ("nvmlDeviceGetTotalEnergyConsumption", "nvmlDeviceGetPcieThroughput")
 THROTTLE_FIELD = pynvml.NVML_FI_DEV_PERF_POLICY_POWER

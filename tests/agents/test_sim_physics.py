@@ -17,7 +17,7 @@ from fleetsim.faults import FaultPlan, parse_fault
 from fleetsim.fleet import THERMAL_RESET_AFTER_S, SiteModel
 from fleetsim.inventory import Feed, Inventory, Loop, Node, Rack, parse_inventory
 from fleetsim.physics import H100, H200, MAX_SM_MHZ, GpuModel, GpuSpec, spec_for
-from tests.agents.stub_server import SMALL_SITE
+from tests.support.stub_server import SMALL_SITE
 
 CAPTURE = Path(__file__).resolve().parents[1] / "data" / "nvml" / "h200" / "nvml_inventory.json"
 MIB = 1024 * 1024

@@ -13,7 +13,7 @@ from agents.protocol import reasons
 from fleetsim.faults import FaultPlan, FaultSpecError, parse_fault
 from fleetsim.fleet import SiteModel
 from fleetsim.inventory import Feed, Inventory, Loop, Node, Rack, parse_inventory
-from tests.agents.stub_server import SMALL_SITE
+from tests.support.stub_server import SMALL_SITE
 
 
 def _site(faults: list[str]) -> SiteModel:

@@ -12,7 +12,7 @@ from fleetsim.fleet import SiteModel
 from fleetsim.inventory import fetch_inventory, parse_inventory
 from fleetsim.physics import POWER_CAP_W
 from fleetsim.runner import SimSettings, Simulator
-from tests.agents.stub_server import ENROLL_TOKEN, SMALL_SITE, StubBackend, wait_for
+from tests.support.stub_server import ENROLL_TOKEN, SMALL_SITE, StubBackend, wait_for
 
 
 def _site(faults: list[str] | None = None) -> SiteModel:

@@ -92,7 +92,7 @@ def test_a_full_disk_loses_that_batch_counts_it_and_the_agent_keeps_going(
 
     from agents.outbox import Outbox
     from agents.uplink import UplinkSettings
-    from tests.agents.helpers import node_reading
+    from tests.support.agent_builders import node_reading
 
     settings = UplinkSettings(server="http://127.0.0.1:9", token="t", source="node:n1")
     outbox = Outbox("node:n1", tmp_path, settings, SpoolSettings(fsync=False))

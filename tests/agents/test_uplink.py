@@ -10,8 +10,8 @@ from agents.outbox import Outbox
 from agents.protocol.validate import validate_batch
 from agents.spool import SpoolSettings
 from agents.uplink import UplinkSettings
-from tests.agents.helpers import make_outbox, node_reading
-from tests.agents.stub_server import StubBackend, wait_for
+from tests.support.agent_builders import make_outbox, node_reading
+from tests.support.stub_server import StubBackend, wait_for
 
 
 async def _submit_ticks(outbox: Outbox, count: int, start: float) -> None:

@@ -12,7 +12,7 @@ import pytest
 
 from agents.cli import main
 from fleetsim.peers.site import SitePeers
-from tests.agents.helpers import agent_toml
+from tests.support.agent_builders import agent_toml
 
 
 @pytest.fixture

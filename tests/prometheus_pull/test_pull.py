@@ -32,7 +32,7 @@ from fleet.models import (
     UnmatchedSeries,
 )
 from fleet.storage.latest import rows_to_latest, select_latest_sql
-from tests.prometheus_pull.support import (
+from tests.support.prometheus_pull import (
     Exporter,
     Prometheus,
     closed_port_url,

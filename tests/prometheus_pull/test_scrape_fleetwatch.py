@@ -9,8 +9,8 @@ from collections.abc import Iterator
 import pytest
 
 from agents.protocol import reasons as nvml
-from tests.prometheus_pull.support import Prometheus
 from tests.support.agent import enroll, gpu_batch, post_json
+from tests.support.prometheus_pull import Prometheus
 from tests.support.server import METRICS_TOKEN, FleetServer
 
 NODE = "gpu-a02-04"

@@ -10,7 +10,7 @@ import pytest
 
 from agents.protocol import cadence, schema
 from agents.protocol.validate import validate_batch
-from tests.protocol.batches import NOW, batch, refused
+from tests.support.batches import NOW, batch, refused
 
 
 @pytest.mark.parametrize(("sample_s", "batch_s"), [(1, 1), (1.0, 5.0), (5, 5), (15.0, 15.0)])

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from agents.protocol.validate import validate_batch
-from tests.protocol.batches import NOW, batch, refused
+from tests.support.batches import NOW, batch, refused
 
 
 @pytest.mark.parametrize("value", [True, 1.0, "1", None])

@@ -14,7 +14,7 @@ from agents.protocol import (
     MAX_INFO_DEPTH,
 )
 from agents.protocol.validate import validate_batch
-from tests.protocol.batches import NOW, batch, refused
+from tests.support.batches import NOW, batch, refused
 
 
 def nested(depth: int) -> Any:

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agents.protocol.validate import Batch, ProtocolError, validate_batch
-from tests.protocol.batches import NOW, batch, refused
+from tests.support.batches import NOW, batch, refused
 from tests.support.fuzz import json_values
 
 EVENT_KEYS = ["ts", "kind", "gpu", "code", "detail"]

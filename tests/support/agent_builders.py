@@ -11,7 +11,7 @@ from agents.collectors.base import Reading
 from agents.outbox import Outbox
 from agents.spool import SpoolSettings
 from agents.uplink import UplinkSettings
-from tests.agents.stub_server import StubBackend
+from tests.support.stub_server import StubBackend
 
 
 def node_reading(gpu_count: int = 2, ts: float | None = None) -> Reading:
