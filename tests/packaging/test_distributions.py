@@ -15,7 +15,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -25,6 +24,7 @@ import pytest
 
 from tests.support import needs
 from tests.support.server import ROOT, free_port
+from tests.support.waiting import wait_until
 
 FAKE_PYNVML = ROOT / "tests" / "support" / "fake_pynvml"
 # What installing the agent brings, itself included (docs/agent.md quotes it).
@@ -180,25 +180,28 @@ def served(server_bin: Path, server_env: dict[str, str], tmp_path: Path) -> Iter
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_until_answering(url + "/healthz", proc, tmp_path / "serve.log")
+        log_path = tmp_path / "serve.log"
+        wait_until(
+            lambda: answering(url + "/healthz", proc, log_path),
+            60,
+            f"fleetwatch serve answering at {url}",
+            detail=lambda: log_path.read_text()[-2000:],
+        )
         yield url
     finally:
         proc.terminate()
         proc.wait(15)
 
 
-def wait_until_answering(url: str, proc: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, log.read_text()[-2000:]
-        try:
-            urllib.request.urlopen(url, timeout=2)
-            return
-        except urllib.error.HTTPError:
-            return
-        except OSError:
-            time.sleep(0.2)
-    raise AssertionError(f"{url} did not answer in 60 s:\n{log.read_text()[-2000:]}")
+def answering(url: str, proc: subprocess.Popen[bytes], log: Path) -> bool:
+    assert proc.poll() is None, log.read_text()[-2000:]
+    try:
+        urllib.request.urlopen(url, timeout=2)
+    except urllib.error.HTTPError:
+        return True  # any answer: the server is up
+    except OSError:
+        return False
+    return True
 
 
 def get(url: str) -> tuple[int, bytes]:
