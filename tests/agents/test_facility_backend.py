@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,6 +17,7 @@ import pytest
 from agents.enroll import enroll, write_token
 from fleetsim.inventory import fetch_inventory
 from fleetsim.peers.site import SitePeers
+from tests.support.agent import start_agent
 from tests.support.agent_builders import agent_toml
 from tests.support.server import FleetServer
 
@@ -29,16 +29,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FleetServer]:
 
 
 async def _agent(*args: str) -> asyncio.subprocess.Process:
-    return await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "agents.cli",
-        "--log-level",
-        "warning",
-        *args,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
+    return await start_agent(*args)
 
 
 async def _until(predicate: Callable[[], bool], timeout_s: float = 20.0) -> bool:

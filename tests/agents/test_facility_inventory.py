@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +19,7 @@ import pytest
 from agents.enroll import enroll, write_token
 from fleetsim.inventory import Inventory, fetch_inventory
 from fleetsim.peers.site import SitePeers
+from tests.support.agent import start_agent
 from tests.support.agent_builders import agent_toml
 from tests.support.server import FleetServer, free_port
 
@@ -77,16 +77,7 @@ def _config(tmp_path: Path, site: Site, retarget: dict[str, str]) -> Path:
 
 async def _agent(*args: str, stop_after_s: float | None = None) -> tuple[int, str, str]:
     """Run `fleet-agent` to its end (SIGTERM after `stop_after_s`): exit code, stdout, stderr."""
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "agents.cli",
-        "--log-level",
-        "info",
-        *args,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
+    process = await start_agent(*args, log_level="info")
     early = b""
     if stop_after_s is not None:
         # The clock starts once it says it started (a loaded machine can take seconds to

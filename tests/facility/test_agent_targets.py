@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -12,6 +11,7 @@ import pytest
 
 from agents.cli import main
 from fleetsim.peers.site import SitePeers
+from tests.support.agent import start_agent
 from tests.support.agent_builders import agent_toml
 
 
@@ -30,16 +30,7 @@ async def site_peers() -> AsyncIterator[SitePeers]:
 
 async def _cli(*args: str) -> tuple[int, str]:
     # A process of its own: the peers answer on this test's event loop meanwhile.
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "agents.cli",
-        "--log-level",
-        "error",
-        *args,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-    )
+    process = await start_agent(*args, log_level="error", stderr=asyncio.subprocess.STDOUT)
     out, _ = await asyncio.wait_for(process.communicate(), timeout=60)
     assert process.returncode is not None
     return process.returncode, out.decode()

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -53,4 +55,17 @@ def ws_connect(server: FleetServer, token: str):  # type: ignore[no-untyped-def]
         server.ws_url + "/ws/ingest/v1",
         additional_headers={"Authorization": f"Bearer {token}"},
         open_timeout=10,
+    )
+
+
+async def start_agent(
+    *args: str, log_level: str = "warning", stderr: int = asyncio.subprocess.PIPE
+) -> asyncio.subprocess.Process:
+    """`fleet-agent ARGS` from this checkout in a process of its own, stdout piped (stderr
+    piped too, or `asyncio.subprocess.STDOUT` to merge it)."""
+    return await asyncio.create_subprocess_exec(
+        sys.executable,
+        *("-m", "agents.cli", "--log-level", log_level, *args),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=stderr,
     )
