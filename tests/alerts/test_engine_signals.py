@@ -3,7 +3,6 @@ missing GPUs, event counts, feed load, power-capped clocks and per-site PUE targ
 
 from __future__ import annotations
 
-import datetime as dt
 from dataclasses import replace
 from typing import Any
 
@@ -16,7 +15,7 @@ from fleet.alerts.signals import get
 from fleet.demo import DEMO_RACKS, seed_demo_site
 from fleet.models import Event, Node, PowerFeed, Site
 from tests.support import alert_engine
-from tests.support.alert_engine import T0
+from tests.support.alert_engine import T0, signal_rule
 from tests.support.latest import store_latest as store
 from tests.support.sources import source_token
 
@@ -31,19 +30,7 @@ def node() -> Node:
     return Node.objects.order_by("id").first()  # type: ignore[return-value]
 
 
-def rule(scope: str, signal: str, threshold: float, cmp: str = "ge", **params: Any) -> AlertRule:
-    return AlertRule.objects.create(
-        key=f"{scope}-{signal}",
-        name=signal,
-        scope=scope,
-        signal=signal,
-        params=params,
-        comparison=cmp,
-        threshold=threshold,
-        for_duration=dt.timedelta(0),
-        severity="warning",
-        summary="{rule}",
-    )
+rule = signal_rule
 
 
 def firing() -> set[str]:

@@ -5,18 +5,17 @@ its kind's default, and a rule's `interval_s` overrides them all."""
 
 from __future__ import annotations
 
-import datetime as dt
 from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from fleet.alerts.engine import evaluate
-from fleet.alerts.models import AlertInstance, AlertRule
+from fleet.alerts.models import AlertInstance
 from fleet.demo import DEMO_RACKS, seed_demo_site
 from fleet.models import Node, Site
 from tests.support import alert_engine
-from tests.support.alert_engine import T0
+from tests.support.alert_engine import T0, signal_rule
 from tests.support.latest import store_latest
 from tests.support.sources import source_token
 
@@ -31,19 +30,7 @@ def nodes() -> list[Node]:
     return list(Node.objects.order_by("name"))
 
 
-def rule(scope: str, signal: str, threshold: float, **params: Any) -> AlertRule:
-    return AlertRule.objects.create(
-        key=f"{scope}-{signal}",
-        name=signal,
-        scope=scope,
-        signal=signal,
-        params=params,
-        comparison="ge",
-        threshold=threshold,
-        for_duration=dt.timedelta(0),
-        severity="warning",
-        summary="{rule}",
-    )
+rule = signal_rule
 
 
 def token(

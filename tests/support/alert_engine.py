@@ -56,6 +56,24 @@ def firing(messages: list[Received]) -> list[str]:
     return [m.body["text"] for m in messages if m.body["text"].startswith("CRITICAL: ")]
 
 
+def signal_rule(
+    scope: str, signal: str, threshold: float, cmp: str = "ge", **params: Any
+) -> AlertRule:
+    """A warning rule on one signal that fires at once (no `for` duration)."""
+    return AlertRule.objects.create(
+        key=f"{scope}-{signal}",
+        name=signal,
+        scope=scope,
+        signal=signal,
+        params=params,
+        comparison=cmp,
+        threshold=threshold,
+        for_duration=dt.timedelta(0),
+        severity="warning",
+        summary="{rule}",
+    )
+
+
 def only_inlet_rule(
     using: str = "default",
     *,
