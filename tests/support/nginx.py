@@ -21,6 +21,7 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from tests.support.processes import stop_process
 from tests.support.server import ROOT, free_port
 
 SHIPPED = ROOT / "docs" / "examples" / "nginx.conf"
@@ -136,12 +137,7 @@ class Nginx:
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()  # SIGTERM: fast shutdown
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+            stop_process(self.proc, 10)
         self.proc = None
 
     def upstreams_used(self, path_prefix: str) -> dict[int, int]:

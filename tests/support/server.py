@@ -27,6 +27,7 @@ from typing import Any
 
 from fleetwatch.serve import UVICORN_LIMITS
 from tests.support import services
+from tests.support.processes import stop_process
 
 ROOT = Path(__file__).resolve().parents[2]
 ENROLL_TOKEN = "fwe_test-enrolment-token"
@@ -215,12 +216,7 @@ class FleetServer:
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+            stop_process(self.proc, 20)
         self.proc = None
 
     def kill(self) -> None:

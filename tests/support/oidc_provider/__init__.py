@@ -28,6 +28,7 @@ from pathlib import Path
 
 import requests
 
+from tests.support.processes import stop_process
 from tests.support.server import ROOT, free_port
 
 __all__ = ("PASSWORD", "OidcProvider", "sign_in_with_company_account")
@@ -95,12 +96,7 @@ class OidcProvider:
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+            stop_process(self.proc, 10)
         self.proc = None
 
     def set_groups(self, username: str, groups: list[str]) -> None:
