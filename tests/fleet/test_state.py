@@ -90,13 +90,18 @@ def updates_for(changed: dict[str, set[tuple[int, ...]]], now: float) -> dict[st
     return dict(build_updates(plan, plan.groups(), now))
 
 
+def first_node_of(rack_name: str) -> tuple[Rack, Node]:
+    rack = Rack.objects.get(name=rack_name)
+    node = Node.objects.filter(rack=rack).order_by("name").first()
+    assert node is not None
+    return rack, node
+
+
 def test_a_rack_message_carries_every_gpu_of_the_rack_keyed_by_its_inventory_id(
     site: Site,
 ) -> None:
     now = time.time()
-    rack = Rack.objects.get(name="A01")
-    node = Node.objects.filter(rack=rack).order_by("name").first()
-    assert node is not None
+    rack, node = first_node_of("A01")
     store("gpu", (node.id, 0), now, temp_gpu_c=80.0, power_w=450.0, clock_event_reasons=0)
     message = updates_for({"gpu": {(node.id, 0)}}, now)[rack_group(rack.id)]
     gpus = message["gpus"]
@@ -160,9 +165,7 @@ def test_a_gpu_silent_beside_reporting_siblings_is_lost_and_critical_in_the_rack
     site: Site,
 ) -> None:
     now = time.time()
-    rack = Rack.objects.get(name="A01")
-    node = Node.objects.filter(rack=rack).order_by("name").first()
-    assert node is not None
+    rack, node = first_node_of("A01")
     store("gpu", (node.id, 0), now, temp_gpu_c=60.0, power_w=450.0, clock_event_reasons=0)
     store("gpu", (node.id, 1), now - 120, temp_gpu_c=95.0, power_w=450.0)  # off the bus
     message = updates_for({"gpu": {(node.id, 0)}}, now)[rack_group(rack.id)]
