@@ -15,8 +15,9 @@ from agents.nvml.wrapper import GpuLost
 from agents.protocol import reasons
 from fleetsim.faults import FaultPlan, parse_fault
 from fleetsim.fleet import THERMAL_RESET_AFTER_S, SiteModel
-from fleetsim.inventory import Feed, Inventory, Loop, Node, Rack, parse_inventory
+from fleetsim.inventory import parse_inventory
 from fleetsim.physics import H100, H200, MAX_SM_MHZ, GpuModel, GpuSpec, spec_for
+from tests.support.sim_scenarios import pump_failure_site
 from tests.support.stub_server import SMALL_SITE
 
 CAPTURE = Path(__file__).resolve().parents[1] / "data" / "nvml" / "h200" / "nvml_inventory.json"
@@ -173,25 +174,8 @@ def test_a_power_cycle_clears_a_thermal_trip() -> None:
 
 
 def _alert_scenario() -> SiteModel:
-    """A01/A02 (2 direct-liquid nodes of 8 H200, 130 kW budget) on CDU-1, A03 (immersion)
-    on CDU-2, every rack held at 85 % of its budget, CDU-1's pumps off at 15 s for 150 s."""
-    feeds = (Feed("A", 71.9), Feed("B", 71.9))
-    racks = (
-        Rack("A01", "Hall A", "direct_liquid", 130.0, "CDU-1", feeds),
-        Rack("A02", "Hall A", "direct_liquid", 130.0, "CDU-1", feeds),
-        Rack("A03", "Hall A", "immersion", 80.0, "CDU-2", (Feed("A", 57.5), Feed("B", 57.5))),
-    )
-    h200 = tuple((i, "NVIDIA H200") for i in range(8))
-    nodes = tuple(
-        Node(f"gpu-{rack.lower()}-{n:02d}", rack, h200)
-        for rack, count in (("A01", 2), ("A02", 2), ("A03", 1))
-        for n in range(1, count + 1)
-    )
-    loops = (Loop("CDU-1", 300.0, 32.0), Loop("CDU-2", 120.0, 40.0))
-    faults = ["cdu-pump-fail:CDU-1@15s+150s"]
-    faults += [f"rack-overload:{r.name},factor=0.85" for r in racks]
-    plan = FaultPlan([parse_fault(f) for f in faults])
-    return SiteModel(Inventory("demo", "Demo", racks, loops, nodes), plan, seed=0)
+    """130 kW racks, CDU-1's pumps off at 15 s for 150 s (tests/support/sim_scenarios.py)."""
+    return pump_failure_site(liquid_budget_kw=130.0, outage_s=150)
 
 
 def test_alert_scenario_gpus_slow_down_while_pumps_are_off_but_stay_on_the_bus() -> None:

@@ -12,7 +12,8 @@ import pytest
 from agents.protocol import reasons
 from fleetsim.faults import FaultPlan, FaultSpecError, parse_fault
 from fleetsim.fleet import SiteModel
-from fleetsim.inventory import Feed, Inventory, Loop, Node, Rack, parse_inventory
+from fleetsim.inventory import parse_inventory
+from tests.support.sim_scenarios import pump_failure_site
 from tests.support.stub_server import SMALL_SITE
 
 
@@ -96,26 +97,7 @@ def test_alert_scenario_gpus_slow_down_then_trip_while_the_pumps_are_off() -> No
     on CDU-2, every rack at 85 % of its budget, CDU-1's pumps off at 15 s for 240 s: the
     GPUs slow down well before any trips, and GPUs of both racks trip with a minute of the
     failure left (the end-to-end test's updates need one group interval between them)."""
-    feeds = (Feed("A", 71.9), Feed("B", 71.9))
-    racks = (
-        Rack("A01", "Hall A", "direct_liquid", 34.0, "CDU-1", feeds),
-        Rack("A02", "Hall A", "direct_liquid", 34.0, "CDU-1", feeds),
-        Rack("A03", "Hall A", "immersion", 80.0, "CDU-2", (Feed("A", 57.5), Feed("B", 57.5))),
-    )
-    h200 = tuple((i, "NVIDIA H200") for i in range(8))
-    nodes = tuple(
-        Node(f"gpu-{rack.lower()}-{n:02d}", rack, h200)
-        for rack, count in (("A01", 2), ("A02", 2), ("A03", 1))
-        for n in range(1, count + 1)
-    )
-    loops = (Loop("CDU-1", 300.0, 32.0), Loop("CDU-2", 120.0, 40.0))
-    faults = ["cdu-pump-fail:CDU-1@15s+240s"]
-    faults += [f"rack-overload:{r.name},factor=0.85" for r in racks]
-    model = SiteModel(
-        Inventory("demo", "Demo", racks, loops, nodes),
-        FaultPlan([parse_fault(f) for f in faults]),
-        seed=0,
-    )
+    model = pump_failure_site(liquid_budget_kw=34.0, outage_s=240)
     cooled = [g for rack in ("A01", "A02") for n in model.racks[rack].nodes for g in n.gpus]
     slowed_at = first_trip = None
     for t in range(15 + 240):
