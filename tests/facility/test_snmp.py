@@ -89,34 +89,29 @@ def test_ups_mib_output_power_is_the_sum_of_its_lines(snmpsim):
     assert collector.status.state == "ok"
 
 
-def test_snmp_v3_with_authentication_and_privacy_reads_the_pdu(snmpsim):
-    collector = snmp_target(
+def v3_target(snmpsim, device, profile, target, auth_key_env="SNMP_AUTH"):
+    """An SNMPv3 target (authentication and privacy) on the simulated device's own context."""
+    return snmp_target(
         snmpsim.address,
-        "apc-8641",
-        "apc-rpdu2",
-        "feed:A12/A",
+        device,
+        profile,
+        target,
         version="3",
         username=V3_USER["username"],
-        auth_key_env="SNMP_AUTH",
+        auth_key_env=auth_key_env,
         priv_key_env="SNMP_PRIV",
-        context="apc-8641",
+        context=device,
     )
+
+
+def test_snmp_v3_with_authentication_and_privacy_reads_the_pdu(snmpsim):
+    collector = v3_target(snmpsim, "apc-8641", "apc-rpdu2", "feed:A12/A")
 
     assert validated("feed", collector.collect(NOW))["power_w"] == 1210.0
 
 
 def test_snmp_v3_with_a_wrong_key_is_auth_failed(snmpsim):
-    collector = snmp_target(
-        snmpsim.address,
-        "apc-8641",
-        "apc-rpdu2",
-        "feed:A12/A",
-        version="3",
-        username=V3_USER["username"],
-        auth_key_env="BAD",
-        priv_key_env="SNMP_PRIV",
-        context="apc-8641",
-    )
+    collector = v3_target(snmpsim, "apc-8641", "apc-rpdu2", "feed:A12/A", auth_key_env="BAD")
 
     assert collector.collect(NOW).samples == {}
     assert collector.status.state == "auth_failed"
@@ -170,17 +165,7 @@ def test_a_profile_cannot_feed_the_wrong_kind_of_entity():
 
 
 def test_snmp_v3_finds_table_rows_by_their_identity_too(snmpsim):
-    collector = snmp_target(
-        snmpsim.address,
-        "vertiv-power",
-        "liebert-gp-environmental",
-        "rack:A12",
-        version="3",
-        username=V3_USER["username"],
-        auth_key_env="SNMP_AUTH",
-        priv_key_env="SNMP_PRIV",
-        context="vertiv-power",
-    )
+    collector = v3_target(snmpsim, "vertiv-power", "liebert-gp-environmental", "rack:A12")
 
     rack = validated("rack", collector.collect(NOW))
 
