@@ -13,7 +13,7 @@ import pytest
 
 from agents.protocol import reasons as nvml
 from tests.support.agent import enroll, gpu_batch, post_json
-from tests.support.browser_pages import login, server_with_ops, shot
+from tests.support.browser_pages import live_rack_page, server_with_ops, shot
 
 pytestmark = pytest.mark.browser
 
@@ -28,13 +28,7 @@ def test_rack_and_cooling_pages_follow_by_push_and_say_when_not_live(
     tmp_path: Path, browser: Any
 ) -> None:
     with server_with_ops(tmp_path / "srv", racks=2) as server:
-        rack_id = server.query("SELECT id FROM fleet_rack WHERE name = 'A01'")[0][0]
-        node_id = server.query("SELECT id FROM fleet_node WHERE name = 'gpu-a01-01'")[0][0]
-        page = browser.new_page(viewport={"width": 1280, "height": 900})
-        login(page, server)
-
-        page.goto(f"{server.url}/racks/{rack_id}/")
-        page.wait_for_selector("#live-status[data-state='live']")
+        page, node_id = live_rack_page(browser, server, "A01", "gpu-a01-01")
         assert page.locator("#live-status").inner_text() == "live"
         page.evaluate("window.__reloaded = false")
         page.focus("#loop-link")

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from tests.support.agent import enroll, gpu_batch, post_json
-from tests.support.browser_pages import login, server_with_ops, shot
+from tests.support.browser_pages import live_rack_page, login, server_with_ops, shot
 
 pytestmark = pytest.mark.browser
 
@@ -47,12 +47,7 @@ def test_a_gpu_that_goes_quiet_shows_its_age_instead_of_its_last_figures(
     silent: the tile shows the figure by push, then, with no reload, how long it has been
     quiet, and the number is gone."""
     with server_with_ops(tmp_path / "srv", racks=1) as server:
-        rack_id = server.query("SELECT id FROM fleet_rack WHERE name = 'A01'")[0][0]
-        node_id = server.query("SELECT id FROM fleet_node WHERE name = 'gpu-a01-01'")[0][0]
-        page = browser.new_page(viewport={"width": 1280, "height": 900})
-        login(page, server)
-        page.goto(f"{server.url}/racks/{rack_id}/")
-        page.wait_for_selector("#live-status[data-state='live']")
+        page, node_id = live_rack_page(browser, server, "A01", "gpu-a01-01")
         page.evaluate("window.__reloaded = false")
         token = enroll(server, "node:gpu-a01-01")
         batch = gpu_batch("gpu-a01-01", 1, ts=time.time() - 25, temp_gpu_c=63)

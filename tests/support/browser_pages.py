@@ -33,6 +33,17 @@ def login(page, server: FleetServer) -> None:  # type: ignore[no-untyped-def]
     page.wait_for_selector("h1:has-text('Fleet overview')")
 
 
+def live_rack_page(browser, server: FleetServer, rack: str, node: str) -> tuple[Any, int]:  # type: ignore[no-untyped-def]
+    """Signed in, on `rack`'s page with its live socket up: (the page, `node`'s id)."""
+    rack_id = server.query(f"SELECT id FROM fleet_rack WHERE name = '{rack}'")[0][0]
+    node_id = server.query(f"SELECT id FROM fleet_node WHERE name = '{node}'")[0][0]
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    login(page, server)
+    page.goto(f"{server.url}/racks/{rack_id}/")
+    page.wait_for_selector("#live-status[data-state='live']")
+    return page, node_id
+
+
 def distinct_bytes(png: bytes) -> int:
     """How many distinct byte values the decoded pixel rows hold: a blank (one-colour)
     page gives a handful (the colour and the row filter bytes), a drawn page far more."""
