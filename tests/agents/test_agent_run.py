@@ -6,13 +6,13 @@ import json
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 from agents.enroll import write_token
-from tests.support.nvml_scenarios import CAPTURE
+from tests.support.nvml_scenarios import CAPTURE, run_fake_gpu_agent
 from tests.support.stub_server import StubBackend
+from tests.support.waiting import wait_until
 
 SOURCE = "node:gpu-a01-01"
 
@@ -21,47 +21,11 @@ def _start_agent(backend: StubBackend, tmp_path: Path, *extra: str) -> subproces
     token_file = tmp_path / "token"
     if not token_file.exists():
         write_token(token_file, backend.enroll(SOURCE))
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "agents.cli",
-            "run",
-            "--server",
-            backend.url,
-            "--token-file",
-            str(token_file),
-            "--source",
-            SOURCE,
-            "--spool-dir",
-            str(tmp_path / "spool"),
-            "--interval-s",
-            "0.1",
-            "--nvml",
-            f"fake:{CAPTURE}::2",
-            "--collectors",
-            "gpu",
-            "--backoff-cap-s",
-            "0.3",
-            *extra,
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    return run_fake_gpu_agent(backend.url, token_file, SOURCE, tmp_path / "spool", *extra)
 
 
 def _spooled(tmp_path: Path) -> int:
     return len([p for p in (tmp_path / "spool").glob("*.json") if p.stem.isdigit()])
-
-
-def _wait(predicate, timeout_s: float = 15.0) -> bool:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return bool(predicate())
 
 
 def _stopped_line(stderr: str) -> dict[str, Any]:
@@ -73,9 +37,9 @@ def test_sigterm_delivers_the_backlog_then_exits_cleanly(
     backend: StubBackend, tmp_path: Path
 ) -> None:
     agent = _start_agent(backend, tmp_path, "--flush-timeout-s", "10")
-    assert _wait(lambda: len(backend.store.batches) >= 2)
+    wait_until(lambda: len(backend.store.batches) >= 2, 15, "two batches at the backend")
     backend.stop()
-    assert _wait(lambda: _spooled(tmp_path) >= 5)
+    wait_until(lambda: _spooled(tmp_path) >= 5, 15, "five batches spooled")
     backend.start()
     agent.send_signal(signal.SIGTERM)
     _, stderr = agent.communicate(timeout=30)
@@ -92,7 +56,7 @@ def test_sigterm_with_the_server_down_keeps_the_spool_for_next_time(
 ) -> None:
     backend.stop()
     agent = _start_agent(backend, tmp_path, "--flush-timeout-s", "0.5")
-    assert _wait(lambda: _spooled(tmp_path) >= 3)
+    wait_until(lambda: _spooled(tmp_path) >= 3, 15, "three batches spooled")
     agent.send_signal(signal.SIGTERM)
     _, stderr = agent.communicate(timeout=30)
     assert agent.returncode == 0, stderr
@@ -101,11 +65,13 @@ def test_sigterm_with_the_server_down_keeps_the_spool_for_next_time(
     backend.start()
     restarted = _start_agent(backend, tmp_path)  # the next start sends it all
     try:
-        assert _wait(
+        wait_until(
             lambda: (
                 len({s for s, _ in backend.store.seqs}) == 1
                 and len(backend.store.seqs) >= int(stopped["ticks"])
-            )
+            ),
+            15,
+            "every tick of the stopped agent delivered by the restarted one",
         )
     finally:
         restarted.send_signal(signal.SIGTERM)

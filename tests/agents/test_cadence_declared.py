@@ -7,7 +7,6 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -23,15 +22,7 @@ from fleetsim.inventory import fetch_inventory
 from fleetsim.runner import SimSettings, Simulator
 from tests.support.nvml_scenarios import CAPTURE
 from tests.support.stub_server import ENROLL_TOKEN, StubBackend
-
-
-def _wait(predicate, timeout_s: float = 20.0) -> bool:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return bool(predicate())
+from tests.support.waiting import wait_until
 
 
 def test_the_node_agent_declares_its_interval_in_every_batch(
@@ -47,7 +38,7 @@ def test_the_node_agent_declares_its_interval_in_every_batch(
     ]
     agent = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        assert _wait(lambda: len(backend.store.batches) >= 3)
+        wait_until(lambda: len(backend.store.batches) >= 3, 20, "three batches at the backend")
     finally:
         agent.send_signal(signal.SIGTERM)
         _, stderr = agent.communicate(timeout=30)
@@ -75,7 +66,11 @@ def test_the_node_agent_declares_its_slow_reads_with_their_own_interval(
         return dict(backend.store.batches[-1]["cadence"].get("fields_s", {}))
 
     try:
-        assert _wait(lambda: bool(backend.store.batches) and "energy_j" in declared())
+        wait_until(
+            lambda: bool(backend.store.batches) and "energy_j" in declared(),
+            20,
+            "energy_j declared at its own interval",
+        )
     finally:
         agent.send_signal(signal.SIGTERM)
         _, stderr = agent.communicate(timeout=30)

@@ -22,7 +22,7 @@ from fleetsim.faults import FaultPlan
 from fleetsim.inventory import fetch_inventory
 from fleetsim.runner import SimSettings, Simulator
 from tests.support.agent_builders import node_reading
-from tests.support.nvml_scenarios import CAPTURE
+from tests.support.nvml_scenarios import run_fake_gpu_agent
 from tests.support.server import FleetServer
 from tests.support.stub_server import wait_for
 
@@ -177,34 +177,8 @@ def test_sigterm_flush_delivers_everything_to_the_real_backend(
 ) -> None:
     write_token(tmp_path / "token", enroll(server.url, server.enroll_token, node))
     spool = tmp_path / "spool"
-    agent = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "agents.cli",
-            "run",
-            "--server",
-            server.url,
-            "--token-file",
-            str(tmp_path / "token"),
-            "--source",
-            node,
-            "--spool-dir",
-            str(spool),
-            "--interval-s",
-            "0.1",
-            "--nvml",
-            f"fake:{CAPTURE}::2",
-            "--collectors",
-            "gpu",
-            "--backoff-cap-s",
-            "0.3",
-            "--flush-timeout-s",
-            "15",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    agent = run_fake_gpu_agent(
+        server.url, tmp_path / "token", node, spool, "--flush-timeout-s", "15"
     )
     try:
         assert _wait_sync(lambda: _count(server, "gpu", node) >= 4)

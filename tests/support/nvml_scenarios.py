@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -30,3 +32,23 @@ def collector(fake: FakeNvml, **settings: Any) -> GpuCollector:
     gpu = GpuCollector(Nvml(fake), **settings)
     gpu.setup()
     return gpu
+
+
+def run_fake_gpu_agent(
+    server_url: str, token_file: Path, source: str, spool: Path, *extra: str
+) -> subprocess.Popen[str]:
+    """`fleet-agent run` from this checkout reading two H200s through the capture-driven fake
+    NVML every 0.1 s (GPU collector only, reconnect backoff capped at 0.3 s); `extra` flags
+    appended. Output piped as text."""
+    return subprocess.Popen(
+        [
+            *(sys.executable, "-m", "agents.cli", "run"),
+            *("--server", server_url, "--token-file", str(token_file), "--source", source),
+            *("--spool-dir", str(spool), "--interval-s", "0.1"),
+            *("--nvml", f"fake:{CAPTURE}::2", "--collectors", "gpu", "--backoff-cap-s", "0.3"),
+            *extra,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
