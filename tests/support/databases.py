@@ -25,11 +25,11 @@ from django.db import connections, transaction
 from fleet.storage.partitions import django_runner, ensure_between, families
 from fleetwatch.env import database_from_url, sqlite_database
 from tests.support import services
-from tests.support.server import FleetServer
+from tests.support.server import SQLITE_FILE, FleetServer
 
 ROOT = Path(__file__).resolve().parents[2]
 T = 1_800_000_000  # an hour boundary: buckets line up with round numbers
-DB_FILE = "fleetwatch.sqlite3"
+DB_FILE = SQLITE_FILE  # the embedded tier's file, as the servers name it
 
 
 @dataclass
