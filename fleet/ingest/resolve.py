@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import time
 from dataclasses import dataclass
+from http import HTTPStatus
 from typing import Any
 
 import orjson
@@ -18,7 +19,7 @@ import orjson
 from agents.protocol import MAX_GPUS_PER_NODE
 from agents.protocol.validate import Batch, ProtocolError
 from fleet.health.limits import STORED_LIMITS, reported_column
-from fleet.ingest.inventory import Inventory
+from fleet.ingest.inventory import RELOAD_MIN_S, Inventory
 from fleet.ingest.tally import UNKNOWN_GPU_FIELD, writer_statement
 from fleet.storage.db import Database, Row
 from fleet.storage.dialect import POSTGRESQL, json_param
@@ -134,8 +135,11 @@ class Resolver:
 
     def _node_id(self, conn: Connection) -> int:
         ref = self.inventory.nodes.get(conn.name)
-        if ref is None and self.inventory.maybe_reload(self.db):
-            ref = self.inventory.nodes.get(conn.name)
+        if ref is not None:
+            return ref.id
+        if not self.inventory.maybe_reload(self.db):
+            raise _not_read_yet(f"node {conn.name}")
+        ref = self.inventory.nodes.get(conn.name)
         if ref is None:
             raise ProtocolError(403, "source", f"node {conn.name} is not in the inventory")
         return ref.id
@@ -161,8 +165,11 @@ class Resolver:
 
     def _lookup(self, table: dict[tuple[int, str], int], key: tuple[int, str], what: str) -> int:
         found = table.get(key)
-        if found is None and self.inventory.maybe_reload(self.db):
-            found = table.get(key)
+        if found is not None:
+            return found
+        if not self.inventory.maybe_reload(self.db):
+            raise _not_read_yet(what)
+        found = table.get(key)
         if found is None:
             raise ProtocolError(400, what.split()[0], f"{what} is not in this site's inventory")
         return found
@@ -335,3 +342,16 @@ def _events(batch: Batch, node_id: int | None) -> list[Row]:
 
 def _num(value: Any) -> float | None:
     return float(value) if type(value) in (int, float) else None
+
+
+def _not_read_yet(what: str) -> ProtocolError:
+    """A name this writer has not seen, while its inventory was read under RELOAD_MIN_S ago
+    (for another miss): the entity may have been added since, so the batch is answered
+    "resend later" (503), never refused — an agent stops on 403, drops the batch on 400.
+    The resend comes after the next read, which settles it either way."""
+    return ProtocolError(
+        HTTPStatus.SERVICE_UNAVAILABLE,
+        what.split()[0] if not what.startswith("node ") else "source",
+        f"{what} is not in the inventory as this server last read it, under "
+        f"{RELOAD_MIN_S:g} s ago: resend",
+    )

@@ -50,7 +50,14 @@ def stored_limits(server: FleetServer, node: str, index: int) -> tuple[Any, ...]
 
 
 def send(server: FleetServer, token: str, batch: dict[str, Any]) -> None:
-    status, body = post_json(server.url + "/api/v1/ingest", batch, token)
+    """Sent as an agent sends: resent while the server answers 503 (a node imported moments
+    ago, before the ingest child's next read of the inventory)."""
+
+    def answered() -> tuple[int, Any] | None:
+        status, body = post_json(server.url + "/api/v1/ingest", batch, token)
+        return None if status == 503 else (status, body)
+
+    status, body = wait_until(answered, 10, "an answer other than 503", every=0.2)
     assert status == 200 and "refused" not in body, body
 
 
