@@ -57,7 +57,9 @@ def send(server: FleetServer, token: str, batch: dict[str, Any]) -> None:
         status, body = post_json(server.url + "/api/v1/ingest", batch, token)
         return None if status == 503 else (status, body)
 
-    status, body = wait_until(answered, 10, "an answer other than 503", every=0.2)
+    answer = wait_until(answered, 10, "an answer other than 503", every=0.2)
+    assert answer is not None
+    status, body = answer
     assert status == 200 and "refused" not in body, body
 
 
