@@ -192,6 +192,9 @@ else:
         # kombu's default is ./control, relative to whatever directory the worker runs in
         "control_folder": str(CELERY_QUEUE_DIR / "control"),
         "store_processed": False,
+        # kombu polls the folder each 1 s by default: a 1 s evaluation tick (expiring in
+        # 0.9 s) could wait longer than its life and be discarded as revoked (seen in CI).
+        "polling_interval": 0.1,
     }
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ACKS_LATE = True
