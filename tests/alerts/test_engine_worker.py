@@ -22,12 +22,7 @@ worker = celery_workers.worker_on_own_queue  # shared by the module's tests
 
 
 def inlet_now(worker: Worker, node: int, celsius: float) -> None:
-    now = time.time()
-    worker.db.insert(
-        "fw_node_latest",
-        ("node_id", "ts", "temp_inlet_c", "temp_inlet_c_ts"),
-        [(node, now, celsius, now)],
-    )
+    worker.db.store("node", (node,), time.time(), temp_inlet_c=celsius)
 
 
 def test_worker_fires_an_instance_when_sent_alerts_evaluate(worker: Worker) -> None:

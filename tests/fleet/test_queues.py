@@ -312,12 +312,7 @@ def test_a_prometheus_that_stalls_delays_no_evaluation_tick_and_no_delivery(
     run.wait_for("evaluate once", lambda: run.tick() > 0)
     run.wait_for("send a pull to the stalled Prometheus", lambda: run.stall.held() > 0)
     watch_from = time.monotonic()
-    now = time.time()
-    run.db.insert(
-        "fw_node_latest",
-        ("node_id", "ts", "temp_inlet_c", "temp_inlet_c_ts"),
-        [(NODE_ID, now, 52.5, now)],
-    )
+    run.db.store("node", (NODE_ID,), time.time(), temp_inlet_c=52.5)
 
     ticks: list[tuple[float, float]] = []  # (monotonic, tick) at each new tick seen
     held: list[int] = []  # pulls hanging on the listener, at each look

@@ -135,20 +135,10 @@ class Cluster:
         """Only one rule, over one node's inlet temperature, and a route to `path`."""
         only_inlet_rule(self.db.alias)
         Route.objects.using(self.db.alias).create(name="ops", webhook_url=receiver.url(path))
-        now = time.time()
-        self.db.insert(
-            "fw_node_latest",
-            ("node_id", "ts", "temp_inlet_c", "temp_inlet_c_ts"),
-            [(node, now, celsius, now)],
-        )
+        self.db.store("node", (node,), time.time(), temp_inlet_c=celsius)
 
     def inlet(self, node: int, celsius: float) -> None:
-        now = time.time()
-        self.db.execute(
-            "UPDATE fw_node_latest SET ts = %s, temp_inlet_c = %s, temp_inlet_c_ts = %s"
-            " WHERE node_id = %s",
-            (now, celsius, now, node),
-        )
+        self.db.store("node", (node,), time.time(), temp_inlet_c=celsius)
 
 
 @pytest.fixture

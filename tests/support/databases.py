@@ -22,7 +22,10 @@ from typing import Any
 import pytest
 from django.db import connections, transaction
 
+from fleet.storage.db import open_db
+from fleet.storage.latest import LatestDelta
 from fleet.storage.partitions import django_runner, ensure_between, families
+from fleet.storage.samples import SampleWrite, write_samples
 from fleetwatch.env import database_from_url, sqlite_database
 from tests.support import services
 from tests.support.server import SQLITE_FILE, FleetServer
@@ -47,6 +50,21 @@ class TierDb:
         with connections[self.alias].cursor() as cur:
             cur.execute(sql, params)
             return list(cur.fetchall()) if cur.description else []
+
+    def store(self, kind: str, key: tuple[int, ...], at: float, **values: Any) -> None:
+        """One sample of `kind` for `key` taken and received at `at`, stored as the ingest
+        pipeline stores an agent's batch: raw row, late marks and latest state in one
+        transaction (`write_samples`), from a storage connection of its own."""
+        sample = {"ts": at, **values}
+        write = SampleWrite()
+        write.add_samples(kind, [(key, sample)])
+        latest = LatestDelta()
+        latest.add(kind, key, sample, at)
+        storage = open_db(dict(connections.settings[self.alias]))
+        try:
+            write_samples(storage, write, latest)
+        finally:
+            storage.close()
 
     def insert(self, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
         marks = ", ".join(["%s"] * len(columns))
