@@ -20,7 +20,7 @@ from fleet.health import STALE_AFTER_S
 from fleet.models import Site
 from fleet.read.pue import DAY_S, RollingPue, kept_s, power_series, rolling_pues
 from fleet.read.site_summary import site_payloads
-from fleet.words import pue_words
+from fleet.words import pue_history_words, pue_words, span_words
 
 # The chart's spans: (key, label, seconds, tier). The first is drawn first and extended
 # by live pushes; the rest are a click away.
@@ -56,12 +56,9 @@ class RollingRow:
 
     @property
     def status(self) -> str:
-        if self.pue.enough:
-            return "full window"
-        kept = kept_s(self.pue.tier)
-        if kept < self.pue.window_s:
-            return f"not enough history: {span_words(int(kept))} of history is kept"
-        return "not enough history"
+        p = self.pue
+        kept = kept_s(p.tier)
+        return pue_history_words(p.label, p.window_s, p.covered_s, kept, p.enough, p.annual)
 
 
 @dataclass
@@ -70,7 +67,7 @@ class SitePower:
     name: str
     now: dict[str, Any]  # fleet.read.site_summary's figures
     rolling: list[RollingRow]
-    chart: dict[str, dict[str, Any]]  # per span key: power_series
+    chart: dict[str, dict[str, Any]]  # per span key: power_series, with its window
 
     # The site payload's own words (fleet/read/site_summary.py), as the live push says them.
     @property
@@ -98,15 +95,6 @@ def mwh(kwh: float) -> str:
     return f"{kwh / 1000:,.1f} MWh" if kwh >= 1000 else f"{kwh:,.1f} kWh"
 
 
-def span_words(seconds: int) -> str:
-    """A span at the grain the rollups have: minutes, hours, then days."""
-    if seconds < 3600:
-        return f"{seconds // 60} min"
-    if seconds < 2 * DAY_S:
-        return f"{seconds / 3600:.0f} h"
-    return f"{seconds / DAY_S:.0f} d"
-
-
 def visible_sites(user: Any) -> list[tuple[int, str]]:
     sites = Site.objects.order_by("name")
     allowed = access.visible_site_ids(user)
@@ -123,7 +111,10 @@ def power_page(sites: list[tuple[int, str]], now: float) -> list[SitePower]:
             name,
             figures[site_id],
             [RollingRow(r) for r in rolling_pues(site_id, now)],
-            {key: power_series(site_id, now - span, tier) for key, _, span, tier in CHART_SPANS},
+            {
+                key: power_series(site_id, now - span, now, tier)
+                for key, _, span, tier in CHART_SPANS
+            },
         )
         for site_id, name in sites
     ]

@@ -106,6 +106,29 @@ def pue_words(pue: float | None, category: int | None, category_words: str | Non
     return f"{pue:.2f} (category {category}: {category_words})"
 
 
+def span_words(seconds: int) -> str:
+    """A span of history at the grain the rollups have: minutes, hours, then days."""
+    if seconds < 3600:
+        return f"{seconds // 60} min"
+    if seconds < 2 * 86400:
+        return f"{seconds / 3600:.0f} h"
+    return f"{seconds / 86400:.0f} d"
+
+
+def pue_history_words(
+    label: str, window_s: int, covered_s: int, kept_s: float, enough: bool, annual: bool
+) -> str:
+    """Whether a rolling PUE's window is full and, if not, why: retention keeps less than
+    the window, or history has not reached back that far yet (fleet/read/pue.py judges)."""
+    if enough:
+        return "full window"
+    if kept_s < window_s:
+        return f"not enough history: {span_words(int(kept_s))} of history is kept"
+    # The 12-month figure is the one reported (ISO/IEC 30134-2): it is named as such.
+    needs = f"annual PUE needs {label}" if annual else f"needs {label}"
+    return f"{needs}: {span_words(covered_s)} so far"
+
+
 def headroom_words(headroom_c: float | None) -> str:
     """Headroom to the GPU's own slowdown limit, never a fleet-wide temperature."""
     if headroom_c is None:

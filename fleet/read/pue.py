@@ -6,7 +6,12 @@ rollup bucket holds the mean power over its span, so a bucket's energy is its me
 length, and over a window PUE = Σ facility energy / Σ IT energy. Only buckets where both
 meters reported count, so a gap in one meter does not skew the ratio; how much of the
 window those buckets cover is said with the figure, because history is kept only so long
-(settings.RETENTION_1M_HOURS / RETENTION_1H_HOURS).
+(settings.RETENTION_1M_HOURS for the 1-minute means; RETENTION_FACILITY_1H_HOURS, 400 days
+by default, for the hourly ones, so a year fits).
+
+The 12-month window is the annual PUE ISO/IEC 30134-2 reports: it counts as a full window
+only once history reaches back to its start (a year of data), never from a shorter span
+scaled up; the 24 h and 30 d figures are operational estimates and need 90 % of their span.
 """
 
 from __future__ import annotations
@@ -26,11 +31,12 @@ from fleet.storage.schema import TIER_SECONDS, rollup_table
 ENOUGH_FRACTION = 0.9
 
 DAY_S = 86_400
+ANNUAL_S = 365 * DAY_S
 # The rolling windows the power page shows: (label, seconds).
 WINDOWS: tuple[tuple[str, int], ...] = (
     ("24 h", DAY_S),
     ("30 d", 30 * DAY_S),
-    ("12 months", 365 * DAY_S),
+    ("12 months", ANNUAL_S),
 )
 
 
@@ -46,9 +52,16 @@ class RollingPue:
     first: int | None  # start of the oldest bucket counted (Unix seconds)
     last: int | None  # end of the newest bucket counted
     category: int | None  # the lowest category reported in the window (the weakest claim)
+    from_start: bool  # the oldest bucket counted is the window's first: history reaches back
+
+    @property
+    def annual(self) -> bool:
+        return self.window_s >= ANNUAL_S
 
     @property
     def enough(self) -> bool:
+        if self.annual and not self.from_start:
+            return False  # ISO/IEC 30134-2's annual PUE takes a year of data
         return self.covered_s >= ENOUGH_FRACTION * self.window_s
 
     @property
@@ -72,13 +85,14 @@ def rolling_pue(
     """PUE over the `window_s` before `now`, from energy (see the module's docstring)."""
     tier = tier_for(window_s)
     step = TIER_SECONDS[tier]
+    since = now - window_s
     row = _one(
         using,
         "SELECT COUNT(*), SUM(total_power_w_mean), SUM(it_power_w_mean), MIN(bucket),"
         f" MAX(bucket), MIN(pue_category_min) FROM {rollup_table('facility', tier)}"
         " WHERE site_id = %s AND bucket >= %s AND bucket + %s <= %s"
         " AND total_power_w_mean IS NOT NULL AND it_power_w_mean > 0",
-        [site_id, now - window_s, step, now],
+        [site_id, since, step, now],
     )
     count, total_w, it_w, first, last, category = row
     facility_kwh = float(total_w or 0.0) * step / 3.6e6  # W × s → kWh
@@ -96,6 +110,7 @@ def rolling_pue(
         first=None if first is None else int(first),
         last=None if last is None else int(last) + step,
         category=category,
+        from_start=first is not None and first < since + step,
     )
 
 
@@ -104,10 +119,11 @@ def rolling_pues(site_id: int, now: float, using: str = DEFAULT_DB_ALIAS) -> lis
 
 
 def power_series(
-    site_id: int, since: float, tier: str = "1m", using: str = DEFAULT_DB_ALIAS
-) -> dict[str, list[Any]]:
+    site_id: int, since: float, until: float, tier: str = "1m", using: str = DEFAULT_DB_ALIAS
+) -> dict[str, Any]:
     """Facility and IT power (bucket means, W) from `since`, for the chart: bucket starts
-    in Unix seconds, and None where a meter did not report."""
+    in Unix seconds, None where a meter did not report, and the window itself (`start`,
+    `end`): the chart's time axis spans it however little history there is."""
     with connections[using].cursor() as cur:
         cur.execute(
             "SELECT bucket, total_power_w_mean, it_power_w_mean"
@@ -117,6 +133,8 @@ def power_series(
         )
         rows = cur.fetchall()
     return {
+        "start": since,
+        "end": until,
         "t": [int(r[0]) for r in rows],
         "facility_w": [r[1] for r in rows],
         "it_w": [r[2] for r in rows],

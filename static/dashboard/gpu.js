@@ -29,6 +29,10 @@
   let appendFrom = null;
   let drawn = []; // per chart: the metrics it drew, in trace order
   let drawnSeries = {}; // the series the charts were drawn from (their limit lines follow it)
+  // The time axis: the window the server answered for (start, end in epoch s), not the
+  // data's extent, so a GPU with a minute of history shows it at the right end of its 24 h.
+  // Live answers slide it forward, keeping the first answer's width.
+  let shown = null;
 
   function css(name, fallback) {
     return getComputedStyle(document.documentElement).getPropertyValue(name).trim() || fallback;
@@ -85,7 +89,7 @@
       paper_bgcolor: "rgba(0,0,0,0)",
       plot_bgcolor: "rgba(0,0,0,0)",
       font: { color: text, size: 12 },
-      xaxis: { type: "date", gridcolor: grid },
+      xaxis: { type: "date", gridcolor: grid, ...(shown ? { range: xRange() } : {}) },
       yaxis: { title: { text: chart.unit }, gridcolor: grid, rangemode: chart.unit === "°C" ? "normal" : "tozero" },
       legend: { orientation: "h", y: -0.2 },
       shapes: lines.map((l) => l.shape),
@@ -94,7 +98,10 @@
     };
   }
 
+  function xRange() { return [shown.start * 1000, shown.end * 1000]; }
+
   function draw(body) {
+    shown = { start: body.start, end: body.end };
     drawn = CHARTS.map((chart) => {
       const traces = [];
       const metrics = [];
@@ -124,7 +131,7 @@
     });
     appendFrom = hasPoints(body) ? body.end : null;
     drawnSeries = body.series;
-    if (body.reasons) drawReasons(body.reasons.spans, firstPoint(body) ?? body.start, body.end);
+    if (body.reasons) drawReasons(body.reasons.spans);
     const perBucket = body.tier === "raw" && body.step_s === 1 ? "each sample" : `${body.step_s} s buckets`;
     const sources = [...new Set(body.parts.map((p) => TIER_WORDS[p.tier]))].join(", then ");
     status.textContent = `Last ${config.range}: ${perBucket} (mean per bucket) from ${sources || "no stored data"}.`;
@@ -133,7 +140,7 @@
 
   // The clock-event reasons as a timeline: one row per reason (its name on the axis, so
   // colour is not the signal), a bar wherever the GPU reported it.
-  function drawReasons(spans, start, end) {
+  function drawReasons(spans) {
     const el = document.getElementById("chart-reasons");
     const rows = new Map(); // reason name -> {x, y} with null breaks between spans
     for (const span of spans) {
@@ -155,17 +162,10 @@
     }));
     const look = layout({ el: "chart-reasons", unit: "" }, []);
     look.height = 80 + 28 * rows.size;
-    look.xaxis.range = [start * 1000, end * 1000];
     look.yaxis = { type: "category", automargin: true, gridcolor: look.xaxis.gridcolor };
     look.showlegend = false;
     el.innerHTML = "";
     Plotly.newPlot(el, traces, look, { displaylogo: false, responsive: true });
-  }
-
-  // Where the data starts: the timeline lines up with the charts, which start there.
-  function firstPoint(body) {
-    const times = Object.values(body.series).flatMap((s) => s.points.filter((p) => p[1] !== null).map((p) => p[0]));
-    return times.length ? Math.min(...times) : null;
   }
 
   function hasPoints(body) {
@@ -184,6 +184,12 @@
       }
       Plotly.extendTraces(CHARTS[i].el, update, metrics.map((_, j) => j));
     });
+    if (body.end > shown.end) {
+      shown = { start: shown.start + body.end - shown.end, end: body.end };
+      drawn.forEach((metrics, i) => {
+        if (metrics.length) Plotly.relayout(CHARTS[i].el, { "xaxis.range": xRange() });
+      });
+    }
     appendFrom = body.end;
   }
 

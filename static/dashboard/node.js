@@ -21,7 +21,7 @@
     return getComputedStyle(document.documentElement).getPropertyValue(name).trim() || fallback;
   }
 
-  function drawChart(chart, series) {
+  function drawChart(chart, series, start, end) {
     const el = document.getElementById(chart.el);
     const traces = chart.traces
       .filter(([metric]) => series[metric] && series[metric].points.some((p) => p[1] !== null))
@@ -38,7 +38,9 @@
       height: 220, margin: { l: 56, r: 12, t: 8, b: 36 },
       paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "rgba(0,0,0,0)",
       font: { color: css("--text", "#e6edf3"), size: 12 },
-      xaxis: { type: "date", gridcolor: grid }, yaxis: { title: { text: chart.unit }, gridcolor: grid, rangemode: chart.unit === "°C" ? "normal" : "tozero" },
+      // The window the server answered for, not the data's extent (a fresh host's minute
+      // of history sits at the right end of its 24 h).
+      xaxis: { type: "date", gridcolor: grid, range: [start * 1000, end * 1000] }, yaxis: { title: { text: chart.unit }, gridcolor: grid, rangemode: chart.unit === "°C" ? "normal" : "tozero" },
       legend: { orientation: "h", y: -0.25 }, showlegend: true,
     }, { displaylogo: false, responsive: true });
   }
@@ -51,7 +53,7 @@
       const response = await fetch("/api/v1/history?" + q.toString(), { credentials: "same-origin" });
       if (!response.ok) throw new Error(String(response.status));
       const body = await response.json();
-      CHARTS.forEach((chart) => drawChart(chart, body.series));
+      CHARTS.forEach((chart) => drawChart(chart, body.series, body.start, body.end));
       status.textContent = `Last 24 h: ${body.step_s} s buckets (mean per bucket).`;
       document.body.dataset.charts = "drawn";
     } catch (err) {

@@ -54,6 +54,9 @@
       margin: { t: 10, r: 10, b: 40, l: 60 },
       paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "rgba(0,0,0,0)",
       font: { color: css.color },
+      // The window the server sent, not the data's extent: a minute of history in a 24 h
+      // chart is a minute at its right end, not a chart one minute wide.
+      xaxis: { type: "date", range: [series.start * 1000, series.end * 1000] },
       yaxis: { title: { text: "kW" }, rangemode: "tozero" },
       legend: { orientation: "h" },
     }, { displaylogo: false, responsive: true });
@@ -69,11 +72,14 @@
     // not the 30-day one, which holds hourly means.
     const day = state.charts[id].day;
     day.t.push(s.ts); day.facility_w.push(s.total_power_w); day.it_w.push(s.it_power_w);
+    // The window slides with the pushes, keeping the width the server gave it.
+    if (s.ts > day.end) { day.start += s.ts - day.end; day.end = s.ts; }
     const el = document.getElementById("chart-" + id);
     if (!el || el.dataset.chart !== "drawn" || el.dataset.span !== "day") return;
     const at = [new Date(s.ts * 1000)];
     const kw = (w) => (w === null ? null : w / 1000);
     window.Plotly.extendTraces(el, { x: [at, at], y: [[kw(s.total_power_w)], [kw(s.it_power_w)]] }, [0, 1]);
+    window.Plotly.relayout(el, { "xaxis.range": [day.start * 1000, day.end * 1000] });
   }
 
   // ---- live

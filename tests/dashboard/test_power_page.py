@@ -135,10 +135,10 @@ def test_rolling_pue_rows_say_their_span_and_when_history_is_short(
     )
     page = fold(client.get("/power/").content.decode())
     assert "30 d 1.30 (category 2: PDU output)" in page
-    assert "6 h of 30 d not enough history" in page
+    assert "6 h of 30 d needs 30 d: 6 h so far" in page
     assert "12 months 1.30 (category 2: PDU output)" in page
     # facility hours are kept 400 days: a year is only short of history, not of retention
-    assert "6 h of 365 d not enough history" in page
+    assert "6 h of 365 d annual PUE needs 12 months: 6 h so far" in page
     assert "24 h no data – no history" in page  # no 1-minute means at all
     with override_settings(RETENTION_FACILITY_1H_HOURS=90 * 24):
         page = fold(client.get("/power/").content.decode())
@@ -160,7 +160,8 @@ def test_the_chart_gets_the_last_days_and_months_facility_and_it_power(
     found = re.search(r'<script id="power-data" type="application/json">(.*?)</script>', html)
     assert found is not None
     charts = json.loads(found.group(1))["charts"][str(site.pk)]
-    assert charts["month"] == {"t": [], "facility_w": [], "it_w": []}  # no hourly means yet
+    assert (charts["month"]["t"], charts["month"]["facility_w"]) == ([], [])  # no hours yet
+    assert charts["day"].pop("end") - charts["day"].pop("start") == DAY_S  # the whole window
     assert charts["day"] == {
         "t": [minute - 120, minute - 60],
         "facility_w": [1.3e6, 1.4e6],

@@ -13,6 +13,7 @@ from fleet.storage.partitions import (
     slot,
 )
 from fleet.storage.retention import apply_retention
+from fleet.storage.schema import ENTITY_COLUMNS
 from tests.support import databases
 from tests.support.databases import T, TierDb, cover_test_clock
 
@@ -179,3 +180,34 @@ def test_sqlite_tables_are_not_partitioned_so_there_are_none_to_make(db: TierDb)
 
     assert ensure_partitions(T, using=db.alias) == []
     assert describe(using=db.alias) == []
+
+
+def test_site_energy_hours_go_after_400_days_while_gpu_and_node_hours_keep_90(
+    db: TierDb,
+) -> None:
+    assert (FACILITY_HOUR_KEEP, HOUR_KEEP) == (400 * DAY, 90 * DAY)  # the defaults
+    cover_test_clock(db, ("rack", "feed", "loop"), behind={"1h": _BEHIND["1h"]})
+    # days before T; 435: a month older, so a whole PostgreSQL partition goes too
+    ages = (89, 91, 399, 401, 435)
+    site_kinds = ("facility", "rack", "feed", "loop")
+    for kind in (*site_kinds, "gpu", "node"):
+        keys = ENTITY_COLUMNS[kind]
+        rows = [(*([1] * len(keys)), T - age * DAY, 60) for age in ages]
+        db.insert(f"fw_{kind}_1h", (*keys, "bucket", "n"), rows)
+
+    apply_retention(T, using=db.alias)
+
+    def ages_left(table: str) -> set[int]:
+        return {(T - int(b)) // DAY for (b,) in db.execute(f"SELECT bucket FROM {table}")}
+
+    def oracle(keep: float) -> set[int]:
+        return {a for a in ages if T - a * DAY >= kept_from(db, "1h", T - keep)}
+
+    for kind in site_kinds:
+        assert ages_left(f"fw_{kind}_1h") == oracle(FACILITY_HOUR_KEEP), kind
+        assert {89, 91, 399} <= ages_left(f"fw_{kind}_1h") and 435 not in oracle(FACILITY_HOUR_KEEP)
+    for kind in ("gpu", "node"):
+        assert ages_left(f"fw_{kind}_1h") == oracle(HOUR_KEEP), kind
+    if db.vendor == "sqlite":  # rows, not whole partitions: the cut-off to the second
+        assert ages_left("fw_facility_1h") == {89, 91, 399}
+        assert ages_left("fw_gpu_1h") == {89}
