@@ -58,6 +58,8 @@ def build_batch(
         batch["node_info"] = reading.node_info
     if reading.events:
         batch["events"] = reading.events
+    if reading.workloads:
+        batch["workloads"] = reading.workloads
     batch["agent"] = agent
     return batch
 

@@ -53,11 +53,18 @@ class AgentConfig:
     bmc_user: str = ""
     bmc_password_file: str = ""
     ipmitool: str = "ipmitool"
-    collectors: str = "gpu,host,power,tuning"
+    collectors: str = "gpu,host,power,tuning,workloads"
     # Collector plugins: "package.module:factory" entries, comma-separated; each factory
     # takes the AgentConfig and returns a Collector (see docs/agent.md).
     plugins: str = ""
     log_level: str = "info"
+    # Who runs on each GPU (docs/agent.md): seconds between reads on the slow lane (0: off);
+    # the /proc the PIDs are looked up in (the host's: run in the host PID namespace); the
+    # kubelet's pod-resources socket ("": not asked); scontrol for Slurm jobs ("": not run).
+    workloads_s: float = 10.0
+    proc_root: Path = Path("/proc")
+    kubelet_pod_resources_socket: str = ""
+    scontrol: str = "scontrol"
     # `[[facility.targets]]`: the devices a facility agent polls (docs/facility.md). The
     # tables are checked by `agents.facility.targets.build_collectors`, not here.
     facility_targets: list[dict[str, Any]] = field(default_factory=list)

@@ -134,3 +134,4 @@ def merge_slow(into: Reading, slow: Reading) -> None:
     into.gpu_info.extend(slow.gpu_info)
     into.node_info.update(slow.node_info)
     into.events.extend(slow.events)
+    into.workloads.extend(slow.workloads)

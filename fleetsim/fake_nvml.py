@@ -12,7 +12,8 @@ subclasses, so `Nvml` cannot tell it from the driver. What it answers:
   the wall time. That is what makes the benchmark honest about the slow calls.
 
 Scenario knobs for tests: several GPUs, a GPU whose power readings are NotSupported, a GPU
-that falls off the bus at a given trace time, MIG instances, injected XID events.
+that falls off the bus at a given trace time, MIG instances, injected XID events, processes
+on a GPU or a MIG slot (`FakeProcess`: PID, memory, SM use).
 """
 
 from __future__ import annotations
@@ -61,6 +62,9 @@ _CALL_COST = {
     "nvmlDeviceGetRemappedRows": "remapped_rows",
     "nvmlDeviceGetPcieThroughput": "pcie_tx",
     "nvmlDeviceGetComputeRunningProcesses": "compute_processes",
+    # Not in the capture: a cost table may add them (bench/attribution.py does).
+    "nvmlDeviceGetGraphicsRunningProcesses": "graphics_processes",
+    "nvmlDeviceGetProcessUtilization": "process_utilization",
 }
 _THROTTLE_FIELDS = frozenset({74, 75, 269, 270, 271})
 _DEFAULT_COST = (3.0, 2.4)  # µs wall, µs CPU: "most getters take 2–10 µs"
@@ -118,6 +122,16 @@ class MigInstance:
 
 
 @dataclass(slots=True)
+class FakeProcess:
+    """A process on a GPU (or a MIG slot): host PID, memory held, SM use (0: idle)."""
+
+    pid: int
+    used_mib: int
+    sm_pct: int = 0
+    graphics: bool = False
+
+
+@dataclass(slots=True)
 class CallStats:
     calls: int = 0
     wall_s: float = 0.0
@@ -145,6 +159,7 @@ class FakeNvml:
         lost_at: dict[int, float] | None = None,
         mig: dict[int, list[MigInstance]] | None = None,
         nvlinks: int = 0,
+        processes: dict[int | tuple[int, int], list[FakeProcess]] | None = None,
     ) -> None:
         self.capture_dir = capture_dir
         inventory = json.loads((capture_dir / "nvml_inventory.json").read_text())
@@ -169,6 +184,8 @@ class FakeNvml:
         # The captured VM had no NVLink peers (NotSupported); an HGX board has 18 links.
         self.nvlinks = nvlinks
         self.nvlink_errors = {"crc": 0, "replay": 0, "recovery": 0}
+        # GPU index, or (GPU index, MIG slot) -> its processes; tests change it between reads.
+        self.processes = dict(processes or {})
         # call name -> hook run before answering (tests use it to hold a call open)
         self.before: dict[str, Callable[[], None]] = {}
         self.stats = CallStats()
@@ -296,8 +313,10 @@ class FakeNvml:
             return f"{self.device['name']} MIG {self._mig_instance(handle).profile}"
         return str(self.device["name"])
 
-    def _nvmlDeviceGetUUID(self, handle: FakeHandle) -> str:
+    def _nvmlDeviceGetUUID(self, handle: Any) -> str:
         base: str = self.device["uuid"]
+        if isinstance(handle, FakeMigHandle):
+            return f"MIG-{handle.parent:08x}-{handle.slot:04x}-4000-8000-{base[-12:]}"
         return base[:-2] + f"{handle.index:02x}" if handle.index else base
 
     def _nvmlDeviceGetSerial(self, handle: FakeHandle) -> str:
@@ -395,6 +414,24 @@ class FakeNvml:
     def _nvmlDeviceGetComputeInstanceId(self, handle: FakeMigHandle) -> int:
         return self._mig_instance(handle).ci
 
+    def _nvmlDeviceGetComputeRunningProcesses(self, handle: Any) -> list[_Obj]:
+        return self._process_infos(handle, graphics=False)
+
+    def _nvmlDeviceGetGraphicsRunningProcesses(self, handle: Any) -> list[_Obj]:
+        return self._process_infos(handle, graphics=True)
+
+    def _nvmlDeviceGetProcessUtilization(self, handle: Any, since_us: int) -> list[_Obj]:
+        if isinstance(handle, FakeMigHandle):  # nvml.h: not supported on MIG devices
+            raise _error(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        now_us = int(self.clock() * 1e6) + 1
+        busy = [p for p in self.processes.get(handle.index, []) if p.sm_pct > 0]
+        if not busy or since_us >= now_us:
+            raise _error(pynvml.NVML_ERROR_NOT_FOUND)  # nothing newer: idle
+        return [_Obj({"pid": p.pid, "timeStamp": now_us, "smUtil": p.sm_pct}) for p in busy]
+
+    def _nvmlDeviceGetMinorNumber(self, handle: FakeHandle) -> int:
+        return handle.index
+
     def _nvmlDeviceGetSupportedEventTypes(self, handle: FakeHandle) -> int:
         return int(self.device["supported_event_types"])
 
@@ -462,6 +499,22 @@ class FakeNvml:
         if isinstance(value, float):
             return _FieldAnswer(fid, 0, 0, _Value(dVal=value))
         return _FieldAnswer(fid, 0, 4, _Value(sllVal=int(value)))
+
+    def _process_infos(self, handle: Any, graphics: bool) -> list[_Obj]:
+        key = (handle.parent, handle.slot) if isinstance(handle, FakeMigHandle) else handle.index
+        mig = isinstance(handle, FakeMigHandle)
+        return [
+            _Obj(
+                {
+                    "pid": p.pid,
+                    "usedGpuMemory": p.used_mib * 1024 * 1024,
+                    "gpuInstanceId": self._mig_instance(handle).gi if mig else 0xFFFFFFFF,
+                    "computeInstanceId": self._mig_instance(handle).ci if mig else 0xFFFFFFFF,
+                }
+            )
+            for p in self.processes.get(key, [])
+            if p.graphics == graphics
+        ]
 
     def _mig_instance(self, handle: FakeMigHandle) -> MigInstance:
         return self.mig[handle.parent][handle.slot]

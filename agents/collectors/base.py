@@ -28,6 +28,8 @@ class Reading:
     gpu_info: list[dict[str, Any]] = field(default_factory=list)
     node_info: dict[str, Any] = field(default_factory=dict)
     events: list[dict[str, Any]] = field(default_factory=list)
+    # The `workloads` part: who runs on each GPU (agents/collectors/workloads.py).
+    workloads: list[dict[str, Any]] = field(default_factory=list)
 
     def add(self, kind: str, sample: dict[str, Any]) -> None:
         self.samples.setdefault(kind, []).append(sample)
@@ -38,6 +40,7 @@ class Reading:
         self.gpu_info.extend(other.gpu_info)
         self.node_info.update(other.node_info)
         self.events.extend(other.events)
+        self.workloads.extend(other.workloads)
 
 
 class Collector(Protocol):

@@ -46,6 +46,22 @@ def build_collectors(config: AgentConfig) -> list[Collector]:
                 pcie_throughput_every=config.pcie_throughput_every,
             )
         )
+    if config.enabled("workloads") and config.nvml != "off" and config.workloads_s > 0:
+        from agents.attribution.cgroups import ProcReader
+        from agents.attribution.slurm import Scontrol
+        from agents.collectors.workloads import WorkloadCollector
+        from agents.nvml.wrapper import Nvml
+
+        collectors.append(
+            WorkloadCollector(
+                Nvml(nvml_library(config)),
+                ProcReader(config.proc_root),
+                interval_s=config.interval_s,
+                every_s=config.workloads_s,
+                pod_resources_socket=config.kubelet_pod_resources_socket,
+                scontrol=Scontrol(config.scontrol),
+            )
+        )
     if config.enabled("host"):
         from agents.collectors.host import HostCollector
 

@@ -83,6 +83,15 @@ class MemoryInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class GpuProcess:
+    """A process with a context on a GPU: its host PID and the GPU memory it holds (None
+    where the driver cannot tell, as under Windows WDDM)."""
+
+    pid: int
+    used_bytes: int | None
+
+
+@dataclass(frozen=True, slots=True)
 class NvmlEvent:
     device: DeviceHandle
     event_type: int
@@ -246,6 +255,63 @@ class Nvml:
             index, "nvlink_state", lambda: self.lib.nvmlDeviceGetNvLinkState(handle, link)
         )
         return None if state is None else int(state) == pynvml.NVML_FEATURE_ENABLED
+
+    # -- who runs here (the workloads collector, on the slow lane) ----------------------------
+
+    def running_processes(
+        self, index: int, handle: DeviceHandle, where: str = ""
+    ) -> list[GpuProcess] | None:
+        """Compute and graphics contexts, one entry per PID (a process with both holds one
+        pool of memory: the larger figure). `handle` may be a MIG device's, `where` names it
+        for the unsupported memo. Host PIDs: the driver ignores PID namespaces. None when
+        neither list is supported (on a MIG parent, without privileges)."""
+        compute = self._read(
+            index,
+            f"compute_processes{where}",
+            lambda: self.lib.nvmlDeviceGetComputeRunningProcesses(handle),
+        )
+        graphics = self._read(
+            index,
+            f"graphics_processes{where}",
+            lambda: self.lib.nvmlDeviceGetGraphicsRunningProcesses(handle),
+        )
+        if compute is None and graphics is None:
+            return None
+        used: dict[int, int | None] = {}
+        for info in [*(compute or ()), *(graphics or ())]:
+            pid, memory = int(info.pid), info.usedGpuMemory
+            before = used.get(pid)
+            used[pid] = memory if before is None else max(before, memory or 0)
+        return [GpuProcess(pid, None if m is None else int(m)) for pid, m in used.items()]
+
+    def process_sm_utilization(
+        self, index: int, handle: DeviceHandle, since_us: int
+    ) -> list[tuple[int, int, int]] | None:
+        """(pid, timestamp µs, SM %) samples newer than `since_us` (CPU time in µs; 0: all the
+        driver holds). Only processes with non-zero use in a sample period appear, so an empty
+        list means idle: NVML's NOT_FOUND ("nothing newer") is that, not a failure. None when
+        unsupported (every MIG device: nvml.h)."""
+        key = "process_utilization"
+        if (index, key) in self._unsupported:
+            return None
+        try:
+            samples = self.lib.nvmlDeviceGetProcessUtilization(handle, since_us)
+        except pynvml.NVMLError as exc:
+            # pynvml raises even for SUCCESS when the size probe finds no samples at all.
+            if int(getattr(exc, "value", -1)) in (pynvml.NVML_SUCCESS, pynvml.NVML_ERROR_NOT_FOUND):
+                return []
+            self._failed(index, key, exc)
+            return None
+        except AttributeError:
+            self._unsupported.add((index, key))
+            return None
+        return [(int(s.pid), int(s.timeStamp), int(s.smUtil)) for s in samples]
+
+    def minor_number(self, index: int, handle: DeviceHandle) -> int | None:
+        """N of `/dev/nvidiaN`: how Slurm's GRES indexes map to NVML's (doc/html/gres.shtml)."""
+        return self._read_int(
+            index, "minor_number", lambda: self.lib.nvmlDeviceGetMinorNumber(handle)
+        )
 
     # -- limits, read once -------------------------------------------------------------------
 

@@ -26,6 +26,15 @@ from agents.protocol import (
     SOURCE_KINDS,
 )
 from agents.protocol.metrics import ENTITY_KEYS, METRICS, SAMPLE_KINDS
+from agents.protocol.workloads import (
+    MAX_MEMORY_MIB,
+    MAX_PID,
+    MAX_PROCESSES_PER_GPU,
+    MAX_TEXT,
+    MAX_UID,
+    MAX_WORKLOAD_ENTRIES,
+    OWNER_TEXT,
+)
 
 SCHEMA_ID = "https://fleetwatch.invalid/schema/agent-batch-v1.json"
 # JSON Schema cannot compare with the server's clock, so the window is stated in words.
@@ -102,6 +111,65 @@ def cadence_schema() -> dict[str, Any]:
     }
 
 
+_TEXT = {"type": "string", "minLength": 1, "maxLength": MAX_TEXT, "pattern": "^[^\\u0000]*$"}
+
+
+def owner_schema() -> dict[str, Any]:
+    """Who a process or an allocation belongs to: one shape per `kind`."""
+    shapes = []
+    for kind, (required, optional) in OWNER_TEXT.items():
+        properties: dict[str, Any] = {"kind": {"const": kind}}
+        properties.update({name: _TEXT for name in sorted(required | optional)})
+        needed = ["kind", *sorted(required)]
+        if kind == "user":
+            properties["uid"] = {"type": "integer", "minimum": 0, "maximum": MAX_UID}
+            needed.append("uid")
+        shapes.append(
+            {
+                "type": "object",
+                "properties": properties,
+                "required": needed,
+                "additionalProperties": False,
+            }
+        )
+    return {"oneOf": shapes}
+
+
+def workload_schema() -> dict[str, Any]:
+    """One GPU (or MIG device) of a node: what the scheduler gave, and who runs on it."""
+    process = {
+        "type": "object",
+        "properties": {
+            "pid": {"type": "integer", "minimum": 1, "maximum": MAX_PID, "description": "host PID"},
+            "memory_mib": {"type": "number", "minimum": 0, "maximum": MAX_MEMORY_MIB},
+            "sm_pct": {
+                "type": ["number", "null"],
+                "minimum": 0,
+                "maximum": 100,
+                "description": "mean SM % since the last snapshot; null where NVML has none (MIG)",
+            },
+            "owner": {"$ref": "#/$defs/owner"},
+        },
+        "required": ["pid", "sm_pct", "owner"],
+        "additionalProperties": False,
+    }
+    return {
+        "type": "object",
+        "properties": {
+            "ts": {"type": "number", "minimum": 1_000_000_000, "description": TS_HELP},
+            "gpu": {"type": "integer", "minimum": 0, "maximum": 1023},
+            "mig": {**_TEXT, "description": "the MIG device's UUID"},
+            "allocation": {
+                "oneOf": [{"type": "null"}, {"$ref": "#/$defs/owner"}],
+                "description": "what the scheduler gave (pod-resources, Slurm GRES); null: none",
+            },
+            "processes": {"type": "array", "maxItems": MAX_PROCESSES_PER_GPU, "items": process},
+        },
+        "required": ["ts", "gpu", "allocation", "processes"],
+        "additionalProperties": False,
+    }
+
+
 def batch_schema() -> dict[str, Any]:
     properties: dict[str, Any] = {
         "protocol": {"const": PROTOCOL_VERSION},
@@ -147,6 +215,12 @@ def batch_schema() -> dict[str, Any]:
     }
     for kind in SAMPLE_KINDS:
         properties[kind] = {"type": "array", "items": {"$ref": f"#/$defs/{kind}"}}
+    properties["workloads"] = {
+        "type": "array",
+        "maxItems": MAX_WORKLOAD_ENTRIES,
+        "description": "node sources only: who runs on each GPU, a full snapshot per GPU",
+        "items": {"$ref": "#/$defs/workload"},
+    }
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "$id": SCHEMA_ID,
@@ -156,7 +230,11 @@ def batch_schema() -> dict[str, Any]:
         "properties": properties,
         "required": ["protocol", "source", "seq"],
         "additionalProperties": False,
-        "$defs": {kind: sample_schema(kind) for kind in SAMPLE_KINDS},
+        "$defs": {
+            **{kind: sample_schema(kind) for kind in SAMPLE_KINDS},
+            "owner": owner_schema(),
+            "workload": workload_schema(),
+        },
     }
 
 

@@ -31,6 +31,7 @@ from agents.protocol import (
     parse_source,
 )
 from agents.protocol.metrics import ENTITY_KEYS, METRICS, SAMPLE_KINDS, SampleKind
+from agents.protocol.workloads import check_workloads
 
 _NUM = (int, float)
 
@@ -62,6 +63,7 @@ class Batch:
     sample_s: float | None = None
     batch_s: float | None = None
     fields_s: dict[str, float] = field(default_factory=dict)  # slower fields' own intervals
+    workloads: list[dict[str, Any]] = field(default_factory=list)  # who runs on each GPU
 
     @property
     def gpu_samples(self) -> int:
@@ -83,6 +85,7 @@ _TOP_KEYS = frozenset(
         "node_info",
         "events",
         "agent",
+        "workloads",
     }
     | set(SAMPLE_KINDS)
 )
@@ -142,6 +145,13 @@ def validate_batch(obj: Any, now: float) -> Batch:
     batch.node_info = _object(obj, "node_info")
     batch.agent = _object(obj, "agent")
     _check_info(batch)
+    if "workloads" in obj:
+        batch.workloads = check_workloads(
+            obj["workloads"],
+            source.partition(":")[0],
+            lambda ts, where: _timestamp(ts, where, "workload", oldest, newest),
+            lambda where, reason: ProtocolError(400, where, reason),
+        )
     return batch
 
 
