@@ -22,7 +22,6 @@ import sys
 import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from urllib.parse import urlsplit
 
 from celery import Celery
 
@@ -32,8 +31,6 @@ from tests.support.server import ROOT
 
 __all__ = ("QUEUES", "CeleryProc", "private_broker", "producer", "stop_all", "stopping")
 
-# The same key as tests/support/stack.py's claim, so the two never take one database.
-CLAIM_KEY = "fwtest:stack-claim"
 SPLIT_FROM_DEFAULT = (NOTIFICATIONS, MAINTENANCE)
 
 
@@ -147,29 +144,10 @@ def producer(tier: str, var_dir: Path, redis_url: str | None = None) -> Celery:
 @contextlib.contextmanager
 def private_broker(tier: str) -> Iterator[str | None]:
     """A broker nobody else consumes from. Embedded: None (the filesystem transport lives
-    in the test's own var dir). Services: the shared Redis at an empty database number,
-    claimed with a key and flushed afterwards, so every queue of the app is the test's own."""
+    in the test's own var dir). Services: a Redis database number of the test's own
+    (`services.private_redis`)."""
     if tier != "services":
         yield None
         return
-    import redis
-
-    parts = urlsplit(services.services_redis_url())
-    for db in range(15, 0, -1):
-        url = parts._replace(path=f"/{db}").geturl()
-        client = redis.Redis.from_url(url)
-        try:
-            if client.dbsize() == 0 and client.set(CLAIM_KEY, uuid.uuid4().hex, nx=True):
-                break
-        finally:
-            client.close()
-    else:
-        raise RuntimeError(f"no empty Redis database at {parts.geturl()} (1–15 are all in use)")
-    try:
+    with services.private_redis() as url:
         yield url
-    finally:
-        client = redis.Redis.from_url(url)
-        try:
-            client.flushdb()
-        finally:
-            client.close()

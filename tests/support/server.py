@@ -288,20 +288,24 @@ class FleetServer:
     @contextlib.contextmanager
     def started(cls, var_dir: Path, tier: str = "embedded", **kwargs: Any) -> Iterator[FleetServer]:
         db_name = None
-        if tier == "services":
-            db_name = f"fwtest_{uuid.uuid4().hex[:10]}"
-            template = migrated_postgres(kwargs.get("extra_env") or {})
-            kwargs["database_url"] = services.create_database(
-                services.services_database_url(), db_name, template=template
-            )
-            kwargs.setdefault("redis_url", services.services_redis_url())
-        server = cls(var_dir, **kwargs)
-        server.migrated = db_name is not None
-        try:
-            server.prepare()
-            server.start()
-            yield server
-        finally:
-            server.stop()
+        with contextlib.ExitStack() as own:
+            if tier == "services":
+                db_name = f"fwtest_{uuid.uuid4().hex[:10]}"
+                template = migrated_postgres(kwargs.get("extra_env") or {})
+                kwargs["database_url"] = services.create_database(
+                    services.services_database_url(), db_name, template=template
+                )
+                if not kwargs.get("redis_url"):
+                    # a Redis of its own: channel groups and queues are named alike in every
+                    # test's server, and other test processes may run beside this one
+                    kwargs["redis_url"] = own.enter_context(services.private_redis())
+            server = cls(var_dir, **kwargs)
+            server.migrated = db_name is not None
+            try:
+                server.prepare()
+                server.start()
+                yield server
+            finally:
+                server.stop()
             if db_name:
                 services.drop_database(services.services_database_url(), db_name)

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
+import uuid
+from collections.abc import Iterator
 from urllib.parse import urlsplit
 
 DEFAULT_DATABASE_URL = "postgres://postgres@127.0.0.1:5432/postgres"
@@ -77,3 +80,34 @@ def drop_database(admin_url: str, name: str) -> None:
 
     with psycopg.connect(_conninfo(admin_url), autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+CLAIM_KEY = "fwtest:redis-claim"
+
+
+@contextlib.contextmanager
+def private_redis() -> Iterator[str]:
+    """The shared Redis at a database number nobody else uses (empty), claimed with a key
+    and flushed afterwards: every queue, channel group and key of the app is the test's own,
+    even while other test processes use the same Redis."""
+    import redis
+
+    parts = urlsplit(services_redis_url())
+    for db in range(15, 0, -1):
+        url = parts._replace(path=f"/{db}").geturl()
+        client = redis.Redis.from_url(url)
+        try:
+            if client.dbsize() == 0 and client.set(CLAIM_KEY, uuid.uuid4().hex, nx=True):
+                break
+        finally:
+            client.close()
+    else:
+        raise RuntimeError(f"no empty Redis database at {parts.geturl()} (1–15 are all in use)")
+    try:
+        yield url
+    finally:
+        client = redis.Redis.from_url(url)
+        try:
+            client.flushdb()
+        finally:
+            client.close()

@@ -31,13 +31,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from fleetwatch.celery import QUEUES
-from tests.support import services
+from tests.support.celery_proc import private_broker
 from tests.support.server import ROOT, FleetServer
-
-CLAIM_KEY = "fwtest:stack-claim"
 
 
 @dataclass(frozen=True)
@@ -80,32 +77,6 @@ class Instance:
             f"{self.rule:28} {self.entity:10} {self.state:8} started {rel(self.started_at)}"
             f" fired {rel(self.fired_at)} resolved {rel(self.resolved_at)}  {where}"
         )
-
-
-def claim_redis_db(base_url: str) -> tuple[str, int]:
-    """A Redis database number nobody uses (empty), claimed with a key; its URL."""
-    import redis
-
-    parts = urlsplit(base_url)
-    for db in range(15, 0, -1):
-        url = parts._replace(path=f"/{db}").geturl()
-        client = redis.Redis.from_url(url)
-        try:
-            if client.dbsize() == 0 and client.set(CLAIM_KEY, str(uuid.uuid4()), nx=True):
-                return url, db
-        finally:
-            client.close()
-    raise RuntimeError(f"no empty Redis database at {base_url} (1–15 are all in use)")
-
-
-def release_redis_db(url: str) -> None:
-    import redis
-
-    client = redis.Redis.from_url(url)
-    try:
-        client.flushdb()
-    finally:
-        client.close()
 
 
 def _epoch(value: Any) -> float | None:
@@ -378,11 +349,9 @@ class Stack:
         facility_interval_s: float = 1.0,
         sim_args: list[str] | None = None,
     ) -> Iterator[Stack]:
-        redis_url = None
-        if tier == "services":
-            redis_url, _ = claim_redis_db(services.services_redis_url())
-        try:
-            with SiteServer.started(
+        with (
+            private_broker(tier) as redis_url,
+            SiteServer.started(
                 var_dir,
                 tier=tier,
                 redis_url=redis_url,
@@ -390,21 +359,19 @@ class Stack:
                 slack_url=slack_url,
                 slack_min_severity=slack_min_severity,
                 extra_env={"FLEETWATCH_ALERT_EVAL_S": str(eval_s)},
-            ) as server:
-                assert isinstance(server, SiteServer)
-                stack = cls(
-                    server,
-                    faults=faults,
-                    eval_s=eval_s,
-                    facility_interval_s=facility_interval_s,
-                    sim_args=sim_args or [],
-                )
-                try:
-                    stack.start_celery()
-                    stack.start_simulator()
-                    yield stack
-                finally:
-                    stack.stop()
-        finally:
-            if redis_url:
-                release_redis_db(redis_url)
+            ) as server,
+        ):
+            assert isinstance(server, SiteServer)
+            stack = cls(
+                server,
+                faults=faults,
+                eval_s=eval_s,
+                facility_interval_s=facility_interval_s,
+                sim_args=sim_args or [],
+            )
+            try:
+                stack.start_celery()
+                stack.start_simulator()
+                yield stack
+            finally:
+                stack.stop()
