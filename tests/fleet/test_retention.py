@@ -60,11 +60,6 @@ def rolled(db: TierDb, table: str, start: float, stop: float, every: int) -> Non
     db.insert(table, ("node_id", "gpu", "bucket", "n"), rows)
 
 
-def facility_hours(db: TierDb, start: float, stop: float) -> None:
-    rows = [(1, t, 60) for t in range(int(start), int(stop), HOUR)]
-    db.insert("fw_facility_1h", ("site_id", "bucket", "n"), rows)
-
-
 def covered(db: TierDb, tier: str, kind: str, done_until: float) -> None:
     db.insert(
         "fw_rollup_state",
@@ -105,18 +100,6 @@ def test_each_tier_keeps_its_retention_window(db: TierDb) -> None:
     assert oldest(db, "fw_gpu_1m", "bucket") == (minute_from, (T - minute_from) // 60)
     assert oldest(db, "fw_gpu_1h", "bucket") == (hour_from, (T - hour_from) // HOUR)
     assert db.execute("SELECT seq FROM fleet_event") == [(2,)]
-
-
-def test_facility_hours_are_kept_for_an_annual_pue_past_the_gpu_cut_off(db: TierDb) -> None:
-    rolled(db, "fw_gpu_1h", T - FACILITY_HOUR_KEEP - 40 * DAY, T, HOUR)
-    facility_hours(db, T - FACILITY_HOUR_KEEP - 40 * DAY, T)
-
-    apply_retention(T, using=db.alias)
-
-    assert oldest(db, "fw_gpu_1h", "bucket")[0] == kept_from(db, "1h", T - HOUR_KEEP)
-    year_ago = T - 365 * DAY
-    assert oldest(db, "fw_facility_1h", "bucket")[0] <= year_ago - 30 * DAY
-    assert oldest(db, "fw_facility_1h", "bucket")[0] == kept_from(db, "1h", T - FACILITY_HOUR_KEEP)
 
 
 def test_raw_samples_the_minute_rollup_has_not_covered_are_kept(db: TierDb) -> None:
