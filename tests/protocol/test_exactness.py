@@ -22,7 +22,7 @@ def test_sent_at_must_be_a_number_when_present(value: Any) -> None:
     assert refused(batch(sent_at=value)).field == "sent_at"
 
 
-@pytest.mark.parametrize("value", [NOW, int(NOW)])
+@pytest.mark.parametrize("value", [NOW, int(NOW)], ids=["float", "int"])
 def test_a_numeric_sent_at_passes(value: float) -> None:
     validate_batch(batch(sent_at=value), NOW)
 
