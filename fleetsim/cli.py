@@ -39,7 +39,9 @@ def register(subparsers: Any) -> Callable[[argparse.Namespace], int]:
     p.add_argument("--interval", type=float, default=1.0, help="seconds between samples")
     p.add_argument("--duration", type=float, default=None, help="stop after this many seconds")
     p.add_argument("--spool-dir", type=Path, default=None)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--seed", type=int, default=0, help="seeds the physics and the job schedule (default 0)"
+    )
     p.add_argument(
         "--site-direct",
         action="store_true",
@@ -51,6 +53,19 @@ def register(subparsers: Any) -> Callable[[argparse.Namespace], int]:
         type=float,
         default=5.0,
         help="seconds between polls of the site's devices (default 5)",
+    )
+    p.add_argument(
+        "--no-jobs",
+        action="store_true",
+        help="no pods or Slurm jobs on the GPUs (no `workloads` part): each node's load "
+        "wanders on its own",
+    )
+    p.add_argument(
+        "--jobs-dir",
+        type=Path,
+        default=None,
+        help="where each node's fake /proc and pod-resources socket go "
+        "(default: jobs/ in the spool directory)",
     )
     return simulate
 
@@ -82,6 +97,8 @@ def simulate(args: argparse.Namespace) -> int:
         seed=args.seed,
         site_devices=not args.site_direct,
         facility_interval_s=args.facility_interval,
+        jobs=not args.no_jobs,
+        jobs_dir=args.jobs_dir,
     )
     simulator = Simulator(settings, inventory, plan)
 

@@ -13,7 +13,11 @@ subclasses, so `Nvml` cannot tell it from the driver. What it answers:
 
 Scenario knobs for tests: several GPUs, a GPU whose power readings are NotSupported, a GPU
 that falls off the bus at a given trace time, MIG instances, injected XID events, processes
-on a GPU or a MIG slot (`FakeProcess`: PID, memory, SM use).
+on a GPU or a MIG slot (`FakeProcess`: PID, memory, SM use), the GPUs' own UUIDs.
+
+Without a capture (`capture_dir=None`) it is a bare, idle device that answers the process
+and MIG calls: what the simulator's workloads need on each virtual node
+(fleetsim/workloads.py), from an install that has no tests/data.
 """
 
 from __future__ import annotations
@@ -23,7 +27,8 @@ import json
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -148,10 +153,24 @@ def _not_supported_in(value: Any) -> bool:
     return isinstance(value, str) and "NotSupported" in value
 
 
+# A bare device's facts.
+_BARE_DEVICE: dict[str, Any] = {
+    "name": "NVIDIA H200",
+    "uuid": "GPU-00000000-0000-4000-8000-000000000000",
+    "serial": "0",
+    "memory_info": {"total": 143771 * 1024 * 1024},
+    "mig_mode": [0, 0],
+    "remapped_rows": [0, 0, 0, 0],
+    "supported_event_types": 0,
+}
+# Every reading of the bare device is 0 (its trace is one idle row that answers any key).
+_BARE_ROW: dict[str, Any] = defaultdict(float, t=0.0, phase="idle")
+
+
 class FakeNvml:
     def __init__(
         self,
-        capture_dir: Path,
+        capture_dir: Path | None,
         gpus: int = 1,
         clock: Callable[[], float] | None = None,
         spend_costs: bool = False,
@@ -160,20 +179,29 @@ class FakeNvml:
         mig: dict[int, list[MigInstance]] | None = None,
         nvlinks: int = 0,
         processes: dict[int | tuple[int, int], list[FakeProcess]] | None = None,
+        uuids: Sequence[str] = (),
     ) -> None:
         self.capture_dir = capture_dir
-        inventory = json.loads((capture_dir / "nvml_inventory.json").read_text())
-        self.device = inventory["devices"][0]
-        self.driver = inventory["driver"]
-        self.idle_fields: dict[str, Any] = inventory["field_values_idle"]
+        self.device: dict[str, Any] = dict(_BARE_DEVICE)
+        self.driver = "580.159.04"
+        self.idle_fields: dict[str, Any] = {}
+        self.trace: list[dict[str, Any]] = [_BARE_ROW]
+        self.costs: dict[str, dict[str, Any]] = {"idle": {}, "under_load": {}}
+        if capture_dir is not None:
+            inventory = json.loads((capture_dir / "nvml_inventory.json").read_text())
+            self.device = inventory["devices"][0]
+            self.driver = inventory["driver"]
+            self.idle_fields = inventory["field_values_idle"]
+            with (capture_dir / "nvml_trace.csv").open() as handle:
+                self.trace = [_parse_row(row) for row in csv.DictReader(handle)]
+            costs = json.loads((capture_dir / "nvml_call_costs.json").read_text())["costs"]
+            self.costs = costs
         self._field_names = {
             getattr(pynvml, name): name for name in self.idle_fields if hasattr(pynvml, name)
         }
-        with (capture_dir / "nvml_trace.csv").open() as handle:
-            self.trace = [_parse_row(row) for row in csv.DictReader(handle)]
         self.trace_span_s = self.trace[-1]["t"] + 0.25
-        costs = json.loads((capture_dir / "nvml_call_costs.json").read_text())["costs"]
-        self.costs: dict[str, dict[str, Any]] = costs
+        # GPU index -> UUID where the caller names them (the simulator: its gpu_info UUIDs)
+        self.uuids = list(uuids)
         self.gpus = gpus
         started = time.monotonic()
         self.clock = clock or (lambda: time.monotonic() - started)
@@ -314,10 +342,21 @@ class FakeNvml:
         return str(self.device["name"])
 
     def _nvmlDeviceGetUUID(self, handle: Any) -> str:
-        base: str = self.device["uuid"]
         if isinstance(handle, FakeMigHandle):
-            return f"MIG-{handle.parent:08x}-{handle.slot:04x}-4000-8000-{base[-12:]}"
-        return base[:-2] + f"{handle.index:02x}" if handle.index else base
+            return self.mig_uuid(handle.parent, handle.slot)
+        return self.gpu_uuid(handle.index)
+
+    def gpu_uuid(self, index: int) -> str:
+        """GPU `index`'s UUID: the caller's, else the capture's with the index in its tail."""
+        if index < len(self.uuids):
+            return self.uuids[index]
+        base: str = self.device["uuid"]
+        return base[:-2] + f"{index:02x}" if index else base
+
+    def mig_uuid(self, parent: int, slot: int) -> str:
+        """The UUID of MIG slot `slot` on GPU `parent` (what a device plugin lists)."""
+        base = self.gpu_uuid(parent)
+        return f"MIG-{parent:08x}-{slot:04x}-4000-8000-{base[-12:]}"
 
     def _nvmlDeviceGetSerial(self, handle: FakeHandle) -> str:
         return str(int(self.device["serial"]) + handle.index)

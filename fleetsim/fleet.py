@@ -30,6 +30,7 @@ from agents import __version__
 from agents.collectors.base import Reading
 from fleetsim.faults import Fault, FaultPlan
 from fleetsim.inventory import Inventory, Loop, Node, Rack
+from fleetsim.jobs import GpuLoad, JobSchedule, MigSlice
 from fleetsim.physics import CONTACT_SPREAD_K, GpuModel, HostModel, Workload, spec_for
 
 WATER_CP_KJ_PER_KG_K = 4.186
@@ -77,6 +78,10 @@ class VirtualNode:
     pending_events: list[dict[str, Any]] = field(default_factory=list)
     lost_until: dict[int, float] = field(default_factory=dict)  # gpu index -> elapsed
     tripped_at: dict[int, float] = field(default_factory=dict)  # gpu index -> elapsed
+    # Each GPU's load from the job schedule (fleetsim/jobs.py); None: the node-wide
+    # `workload` drives every GPU alike.
+    loads: dict[int, GpuLoad] | None = None
+    mig: dict[int, tuple[MigSlice, ...]] = field(default_factory=dict)  # GPUs in MIG mode
 
     @property
     def name(self) -> str:
@@ -103,16 +108,41 @@ class VirtualNode:
                     gpu.reset()
                     self.tripped_at.pop(gpu.index, None)
             return
+        if self.loads is not None and not full_load:
+            self._step_jobs(dt, coolant_c, self.loads, elapsed_s)
+            self.host.step(dt, self.load, inlet_c)
+            return
         self.load = 1.0 if full_load else self.workload.step(dt)
         for gpu in self.gpus:
             jitter = 0.0 if self.load < 0.01 else gpu.rng.uniform(-0.02, 0.0)
             if gpu.step(dt, 0.0 if gpu.lost else max(0.0, self.load + jitter), coolant_c):
-                self.tripped_at[gpu.index] = elapsed_s
-                self.pending_events += fell_off_the_bus_events(gpu.index, time.time())
+                self._tripped(gpu, elapsed_s)
             elif gpu.tripped and self._reset_due(gpu, elapsed_s):
                 gpu.reset()
                 del self.tripped_at[gpu.index]
         self.host.step(dt, self.load, inlet_c)
+
+    def _step_jobs(
+        self, dt: float, coolant_c: float, loads: dict[int, GpuLoad], elapsed_s: float
+    ) -> None:
+        """Each GPU as the jobs on it drive it; the host works as hard as its GPUs on average."""
+        for gpu in self.gpus:
+            load = loads.get(gpu.index, GpuLoad())
+            util, power = (0.0, 0.0) if gpu.lost else (load.util, load.power)
+            if gpu.step(dt, util, coolant_c, power):
+                self._tripped(gpu, elapsed_s)
+            elif gpu.tripped and self._reset_due(gpu, elapsed_s):
+                gpu.reset()
+                del self.tripped_at[gpu.index]
+            if not gpu.lost:
+                gpu.mem_used_mib = 615.0 + load.memory_mib
+        self.load = sum(loads.get(g.index, GpuLoad()).power for g in self.gpus) / max(
+            1, len(self.gpus)
+        )
+
+    def _tripped(self, gpu: GpuModel, elapsed_s: float) -> None:
+        self.tripped_at[gpu.index] = elapsed_s
+        self.pending_events += fell_off_the_bus_events(gpu.index, time.time())
 
     def _reset_due(self, gpu: GpuModel, elapsed_s: float) -> bool:
         off_for = elapsed_s - self.tripped_at.get(gpu.index, elapsed_s)
@@ -142,7 +172,7 @@ class VirtualNode:
         if with_info:  # as the real agent: a GPU it lost is not described
             models = dict(self.node.gpus)
             reading.gpu_info = [
-                g.info(self.name, models.get(g.index, "")) for g in self.gpus if not g.lost
+                self._info(g, models.get(g.index, "")) for g in self.gpus if not g.lost
             ]
             # The simulator runs this checkout's agent code: its version is the agent's.
             reading.node_info = {
@@ -152,6 +182,16 @@ class VirtualNode:
             }
         reading.events, self.pending_events = self.pending_events, []
         return reading
+
+    def _info(self, gpu: GpuModel, model: str) -> dict[str, Any]:
+        info = gpu.info(self.name, model)
+        slices = self.mig.get(gpu.index)
+        if slices:  # as agents/collectors/gpu.py describes a GPU in MIG mode
+            info["mig_mode"] = True
+            info["mig"] = [
+                {"gi": s.gi, "ci": 0, "profile": s.profile, "mem_mib": s.mem_mib} for s in slices
+            ]
+        return info
 
 
 @dataclass(slots=True)
@@ -196,10 +236,16 @@ class LoopState:
 
 class SiteModel:
     def __init__(
-        self, inventory: Inventory, faults: FaultPlan | None = None, seed: int = 0
+        self,
+        inventory: Inventory,
+        faults: FaultPlan | None = None,
+        seed: int = 0,
+        jobs: JobSchedule | None = None,
     ) -> None:
         self.inventory = inventory
         self.faults = faults or FaultPlan()
+        # The job schedule, when the simulator runs one: it drives each GPU's load.
+        self.jobs = jobs
         self.nodes: dict[str, VirtualNode] = {}
         self.racks: dict[str, RackState] = {}
         for rack in inventory.racks:
@@ -223,6 +269,8 @@ class SiteModel:
             virtual = VirtualNode(
                 node, rack_state.rack, HostModel(rng, len(gpus)), gpus, Workload(rng)
             )
+            if jobs is not None:
+                virtual.mig = jobs.mig(node.name)
             self.nodes[node.name] = virtual
             rack_state.nodes.append(virtual)
         self.loops = {
@@ -248,6 +296,9 @@ class SiteModel:
         self.outdoor_c = _outdoor_c(wall if wall is not None else time.time())
         chiller = self.faults.any_active("chiller-degraded", elapsed_s)
         self._one_shot_faults(dt, elapsed_s)
+        if self.jobs is not None:
+            for node in self.nodes.values():
+                node.loads = self.jobs.loads(node.name, elapsed_s)
         for loop in self.loops.values():
             self._step_loop_supply(loop, dt, elapsed_s)
         for rack in self.racks.values():

@@ -134,8 +134,10 @@ class GpuModel:
     mem_used_mib: float = 615.0
     contact_k: float = 0.0  # this GPU's own offset over the coolant, ± CONTACT_SPREAD_K
 
-    def step(self, dt: float, load: float, coolant_c: float) -> bool:
+    def step(self, dt: float, load: float, coolant_c: float, power: float | None = None) -> bool:
         """Advance `dt` seconds at utilisation `load` (0..1), local coolant at `coolant_c`.
+        `power` (0..1, default `load`) is the demand over idle where it parts from the SM
+        activity: a hung collective's kernels keep the SMs "busy" at little power.
 
         Returns True on the step the GPU reaches its shutdown temperature and trips: it is
         then lost (no power, no samples) until reset; the caller reports the XID 79.
@@ -144,7 +146,7 @@ class GpuModel:
             self._cool_while_off(dt, coolant_c)
             return False
         offset = COOLANT_OFFSET_C.get(self.cooling, 10.9) + self.contact_k
-        demand_w = IDLE_W + load * (UNCAPPED_FULL_W - IDLE_W)
+        demand_w = IDLE_W + (load if power is None else power) * (UNCAPPED_FULL_W - IDLE_W)
         bits, allowed_w = self._limits(demand_w, load)
         target_w = min(demand_w, allowed_w)
         # The driver's average lags the instant reading by about its 1 s window.
@@ -284,7 +286,7 @@ class GpuModel:
         """`gpu_info`: the device's own limits, absolute and in the "T.Limit" form."""
         return {
             "gpu": self.index,
-            "uuid": f"GPU-sim-{node}-{self.index}",
+            "uuid": gpu_uuid(node, self.index),
             "model": model or self.spec.model,
             "mem_total_mib": self.spec.mem_total_mib,
             "driver": "580.159.04",
@@ -303,6 +305,11 @@ class GpuModel:
                 "tlimit_mem_max_c": 0.0,
             },
         }
+
+
+def gpu_uuid(node: str, index: int) -> str:
+    """A simulated GPU's UUID, as its `gpu_info` and its node's fake NVML report it."""
+    return f"GPU-sim-{node}-{index}"
 
 
 @dataclass(slots=True)

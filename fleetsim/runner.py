@@ -13,6 +13,11 @@ The site batch is, by default, what the real facility collectors read from loopb
 showing the model (SNMP PDUs, Redfish CDUs, Modbus meters; `fleetsim/devices.py`), every
 `facility_interval_s`; with `site_devices=False` it is the model's readings, every tick.
 
+With `jobs` on (`fleet-agent simulate` turns it on; `--no-jobs` off), a seeded schedule of
+pods and Slurm jobs drives each GPU's load (fleetsim/jobs.py), and each node's batch carries
+the `workloads` part its real collector reads from a fake `/proc`, fake NVML process lists, a
+fake `scontrol` and a pod-resources server under `jobs_dir` (fleetsim/workloads.py).
+
 The virtual nodes share the host, so they share one `AgentClock`: read once per tick for
 the samples' time, and a step of the host's wall clock is a note in every running node's
 next batch, as each real agent on such a host would report it.
@@ -39,6 +44,8 @@ from fleetsim.devices import SiteDevicePoll
 from fleetsim.faults import FaultPlan
 from fleetsim.fleet import SiteModel
 from fleetsim.inventory import Inventory
+from fleetsim.jobs import JobSchedule
+from fleetsim.workloads import SimWorkloads
 
 log = get_logger("fleetsim")
 
@@ -58,6 +65,10 @@ class SimSettings:
     site_devices: bool = True
     # Facility devices are polled every few seconds in practice, not at the node tick.
     facility_interval_s: float = 5.0
+    # Pods and Slurm jobs on the GPUs, seen through a fake /proc etc. under `jobs_dir`
+    # (default: `jobs` beside the spool directories).
+    jobs: bool = False
+    jobs_dir: Path | None = None
 
 
 @dataclass(slots=True)
@@ -82,7 +93,9 @@ class Simulator:
         self.settings = settings
         self.inventory = inventory
         self.faults = faults
-        self.model = SiteModel(inventory, faults, settings.seed)
+        schedule = JobSchedule(inventory.nodes, settings.seed) if settings.jobs else None
+        self.model = SiteModel(inventory, faults, settings.seed, jobs=schedule)
+        self.workloads: SimWorkloads | None = None
         self.site_collectors = site_collectors(self.model, settings.interval_s)
         self.devices: SiteDevicePoll | None = None
         if settings.site_devices:
@@ -148,12 +161,18 @@ class Simulator:
         for agent in self.agents.values():
             agent.outbox = self._open(agent)
         try:
+            if self.model.jobs is not None and self.workloads is None:
+                jobs_dir = self.settings.jobs_dir or self.settings.spool_root / "jobs"
+                self.workloads = SimWorkloads(self.model, jobs_dir, self.settings.interval_s)
+                log.info("simulator runs jobs", jobs_dir=str(jobs_dir), seed=self.settings.seed)
             if self.devices is not None:
                 await self.devices.start()
             started = time.monotonic()  # fault times count from here, not from start-up
             async for ts in self.ticker.ticks():
                 elapsed = time.monotonic() - started
                 self.model.step(self.settings.interval_s, elapsed, ts)
+                if self.workloads is not None:
+                    self.workloads.sync(elapsed)
                 await self._apply_agent_faults(elapsed)
                 self._reenrol_rejected()
                 self._emit(round(ts, 3))
@@ -181,6 +200,8 @@ class Simulator:
             agent.outbox.ticks_skipped = self.ticker.skipped
             reading = self.model.node_reading(name, ts, agent.needs_info)
             reading.events.extend(dict(note) for note in notes)
+            if self.workloads is not None and self.workloads.due(name, self.stats.ticks):
+                reading.merge(self.workloads.read(name, ts))
             agent.outbox.submit(reading)
             agent.needs_info = False
             self.stats.batches += 1
@@ -266,3 +287,6 @@ class Simulator:
             await self.devices.stop(timeout_s=flush_timeout_s)  # its last poll goes out too
         outboxes = [a.outbox for a in [*self.agents.values(), self.site] if a and a.outbox]
         await asyncio.gather(*(o.close(flush_timeout_s) for o in outboxes))
+        if self.workloads is not None:
+            self.workloads.close()
+            self.workloads = None
