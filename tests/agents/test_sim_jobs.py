@@ -17,10 +17,13 @@ from agents.collectors.base import Reading
 from agents.outbox import build_batch
 from agents.protocol.validate import validate_batch
 from fleetsim import workloads as sim_workloads
+from fleetsim.faults import FaultPlan
 from fleetsim.fleet import SiteModel
-from fleetsim.inventory import Feed, Inventory, Loop, Node, Rack
+from fleetsim.inventory import Feed, Inventory, Loop, Node, Rack, fetch_inventory
 from fleetsim.jobs import HANG_AFTER_S, Job, JobSchedule
+from fleetsim.runner import SimSettings, Simulator
 from fleetsim.workloads import NodeWorkloads, SimWorkloads
+from tests.support.stub_server import ENROLL_TOKEN, StubBackend
 
 SEED = 3
 WALL = 1_795_996_000.0
@@ -84,7 +87,7 @@ def _timeline(model: SiteModel, until: float, dt: float) -> list[tuple[str, str,
 
 
 def test_the_schedule_is_the_same_for_a_seed_whatever_the_tick_and_another_seed_differs() -> None:
-    hours = 6 * 3600.0
+    hours = 4 * 3600.0  # past every first wave (1–2 h) into drawn ones
     assert _timeline(_model(), hours, 10.0) == _timeline(_model(), hours, 7.0)
     assert _timeline(_model(), hours, 10.0) != _timeline(_model(SEED + 1), hours, 10.0)
 
@@ -222,3 +225,15 @@ def test_without_grpcio_pods_are_still_named_by_cgroup_but_not_allocated(
         assert entry["processes"][0]["owner"]["kind"] == "pod"
     finally:
         workloads.close()
+
+
+async def test_the_simulator_sends_each_nodes_workloads_and_clears_its_proc_on_stopping(
+    backend: StubBackend, tmp_path: Path
+) -> None:
+    inventory = fetch_inventory(backend.url, ENROLL_TOKEN).first_nodes(2)
+    settings = SimSettings(backend.url, ENROLL_TOKEN, tmp_path, interval_s=0.1, jobs=True)
+    await Simulator(settings, inventory, FaultPlan()).run(duration_s=0.3)
+    sent = {b["source"]: b["workloads"] for b in backend.store.batches if "workloads" in b}
+    assert sorted(sent) == ["node:gpu-a01-01", "node:gpu-a01-02"]
+    assert all(len(entries) == 8 for entries in sent.values())
+    assert not list(tmp_path.glob("jobs/*/proc"))
