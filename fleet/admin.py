@@ -15,7 +15,10 @@ from django.db.models import QuerySet
 from django.forms import BaseInlineFormSet
 from django.http import HttpRequest
 
-from fleet import admin_access  # noqa: F401  (site roles; Fleetwatch's name on the admin)
+from fleet import (
+    admin_access,  # noqa: F401  (site roles; Fleetwatch's name on the admin)
+    admin_workloads,  # noqa: F401  (who runs on each GPU, read-only)
+)
 from fleet.admin_base import (
     CountingAdmin,
     ModelAdmin,

@@ -24,6 +24,7 @@ from fleet.ingest.tally import UNKNOWN_GPU_FIELD, writer_statement
 from fleet.storage.db import Database, Row
 from fleet.storage.dialect import POSTGRESQL, json_param
 from fleet.storage.samples import SampleWrite
+from fleet.storage.workloads import snapshots_of
 
 # Which sample kinds each source kind may write (docs/protocol.md, "Sources and tokens").
 ALLOWED_KINDS: dict[str, frozenset[str]] = {
@@ -97,6 +98,8 @@ class Resolver:
                 out.add_samples("node", [((node_id,), s) for s in nodes])
             out.events = events
             out.statements.extend(self._info_statements(node_id, batch))
+            site_id = self.inventory.nodes[conn.name].site_id
+            out.workloads = snapshots_of(node_id, site_id, batch.workloads)
             return out, left_out
         for kind in ("rack", "feed", "loop"):
             samples = batch.samples.get(kind)

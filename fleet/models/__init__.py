@@ -13,6 +13,7 @@ from fleet.models.prometheus import PrometheusSource, PulledGPU, UnmatchedSeries
 from fleet.models.racks import PowerFeed, Rack
 from fleet.models.rejections import RejectionTally
 from fleet.models.sites import Hall, Site
+from fleet.models.workloads import GpuAllocation, Workload, WorkloadSnapshot
 
 __all__ = (
     "GPU",
@@ -20,6 +21,7 @@ __all__ = (
     "EnrollmentToken",
     "Event",
     "FacilityMeter",
+    "GpuAllocation",
     "Hall",
     "IngestWriter",
     "Node",
@@ -33,6 +35,8 @@ __all__ = (
     "SiteRoleChoices",
     "SourceToken",
     "UnmatchedSeries",
+    "Workload",
+    "WorkloadSnapshot",
     "hash_token",
     "new_secret",
     "pue_category_for_roles",

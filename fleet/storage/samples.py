@@ -8,6 +8,7 @@ imports. One call stores, in ONE transaction on either engine:
   (`fleet.storage.late`): INSERTs only, so the commit never waits on a rollup or retention,
 - events (keyed by source, seq and position),
 - statements that keep inventory facts current (GPU limits, node info, source stats),
+- who runs on each GPU, as intervals opened, kept and closed (`fleet.storage.workloads`),
 - and, when given, the latest-state merge (`fleet.storage.latest`), per field newest-wins.
 
 Either all of it is stored or none of it is; the exception tells the caller why
@@ -26,6 +27,7 @@ from fleet.storage.db import Database, Row, Tx
 from fleet.storage.late import Mark, insert_marks
 from fleet.storage.latest import Key, LatestDelta, merge_latest, metric_names
 from fleet.storage.schema import ENTITY_COLUMNS
+from fleet.storage.workloads import Snapshot, store_workloads
 
 Sample = dict[str, Any]
 
@@ -37,6 +39,7 @@ class SampleWrite:
     samples: dict[str, list[tuple[Key, Sample]]] = field(default_factory=dict)
     events: list[Row] = field(default_factory=list)
     statements: list[tuple[str, Row]] = field(default_factory=list)
+    workloads: list[Snapshot] = field(default_factory=list)  # nodes' workloads snapshots
 
     def add_samples(self, kind: str, items: Iterable[tuple[Key, Sample]]) -> None:
         self.samples.setdefault(kind, []).extend(items)
@@ -46,9 +49,10 @@ class SampleWrite:
             self.add_samples(kind, items)
         self.events.extend(other.events)
         self.statements.extend(other.statements)
+        self.workloads.extend(other.workloads)
 
     def __bool__(self) -> bool:
-        return bool(self.samples or self.events or self.statements)
+        return bool(self.samples or self.events or self.statements or self.workloads)
 
 
 def write_samples(
@@ -84,6 +88,8 @@ def _write(tx: Tx, write: SampleWrite, latest: LatestDelta | None) -> None:
     if write.events:
         tx.insert_events(write.events)
     run_statements(tx, write.statements)
+    if write.workloads:
+        store_workloads(tx, write.workloads)
     if latest is not None and len(latest):
         merge_latest(tx, latest)
 

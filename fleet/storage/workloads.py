@@ -1,0 +1,294 @@
+"""A node's `workloads` snapshots stored as intervals (fleet/models/workloads.py), set-based,
+in the commit that stores the batch's samples (`fleet.storage.samples.write_samples`).
+
+A snapshot lists everything on the node's GPUs at one time, so for each node it applies:
+
+- open an interval for each (GPU, MIG device, workload, source) not open yet;
+- bump `last_seen` (and peak memory) of those still open;
+- close (`ended` = the snapshot's time) those open for the node that it no longer lists.
+
+A snapshot applies only if it is newer than the node's last one (`fleet_workloadsnapshot`):
+a resent batch, or one older than what is stored, changes nothing. The agent's first
+snapshot after a restart is just the next one: what still runs continues its interval.
+
+Per commit it runs a handful of statements whatever the number of nodes (more only when a
+commit holds several snapshots of one node): no per-row work in the database.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from fleet.storage.db import Row, Tx
+from fleet.storage.dialect import rows_source
+
+# The descriptive fields of an owner kept on its workload row (all text but `uid`).
+FIELDS = (
+    "namespace",
+    "pod",
+    "pod_uid",
+    "container",
+    "container_id",
+    "job",
+    "step",
+    "user",
+    "uid",
+    "account",
+)
+SCHEDULER = "scheduler"
+PROCESS = "process"
+_SQLITE_MAX_PARAMS = 32766  # as fleet/storage/db.py: one statement's bound values
+# PostgreSQL type names of the columns each statement binds (`rows_source`).
+_NODE_TS = ("int", "float8")
+_WORKLOAD_KEY = ("int", "text", "text")
+_WORKLOAD = (*_WORKLOAD_KEY, *("bigint" if n == "uid" else "text" for n in FIELDS), "float8")
+_ALLOCATION = ("int", "int", "int", "text", "bigint", "text", "float8", "float8", "int", "float8")
+
+OwnerKey = tuple[str, str]  # (kind, stable key)
+
+
+@dataclass(frozen=True, slots=True)
+class Seen:
+    """One workload on one GPU (or MIG device) in one snapshot, as one source shows it."""
+
+    gpu: int
+    mig: str  # "" for a whole GPU
+    owner: OwnerKey
+    source: str
+    pid: int | None = None
+    memory_mib: float | None = None
+
+
+@dataclass(slots=True)
+class Snapshot:
+    """Everything one node's workloads collector saw at `ts`."""
+
+    node_id: int
+    site_id: int
+    ts: float
+    seen: list[Seen] = field(default_factory=list)
+    owners: dict[OwnerKey, dict[str, Any]] = field(default_factory=dict)
+
+
+def owner_key(owner: dict[str, Any]) -> OwnerKey:
+    """An owner's stable identity within its site. Pods go by namespace/pod where a name is
+    known (the scheduler's allocation names them), else by UID (a process's cgroup)."""
+    kind = str(owner["kind"])
+    if kind == "slurm":
+        return kind, str(owner["job"])
+    if kind == "container":
+        return kind, str(owner["container_id"])
+    if kind == "user":
+        return kind, str(owner["uid"])
+    namespace, pod = owner.get("namespace"), owner.get("pod")
+    if namespace or pod:
+        return kind, f"{namespace or ''}/{pod or ''}"
+    if owner.get("pod_uid"):
+        return kind, str(owner["pod_uid"])
+    if owner.get("container_id"):
+        return kind, f"container {owner['container_id']}"
+    return kind, "unknown pod"
+
+
+def snapshots_of(node_id: int, site_id: int, entries: list[dict[str, Any]]) -> list[Snapshot]:
+    """A batch's validated `workloads` entries as one snapshot per time, oldest first."""
+    by_ts: dict[float, Snapshot] = {}
+    for entry in entries:
+        ts = float(entry["ts"])
+        snap = by_ts.get(ts)
+        if snap is None:
+            snap = by_ts[ts] = Snapshot(node_id, site_id, ts)
+        _add_entry(snap, entry)
+    return [by_ts[ts] for ts in sorted(by_ts)]
+
+
+def _add_entry(snap: Snapshot, entry: dict[str, Any]) -> None:
+    gpu, mig = int(entry["gpu"]), str(entry.get("mig") or "")
+    allocation = entry["allocation"]
+    if allocation is not None:
+        snap.seen.append(Seen(gpu, mig, _owner(snap, allocation), SCHEDULER))
+    # An owner's processes on one GPU are one interval: lowest PID, memory added up.
+    pids: dict[OwnerKey, int] = {}
+    memory: dict[OwnerKey, float | None] = {}
+    for process in entry["processes"]:
+        key = _owner(snap, process["owner"])
+        pids[key] = min(pids.get(key, process["pid"]), process["pid"])
+        held = process.get("memory_mib")
+        if held is not None or key not in memory:
+            memory[key] = None if held is None else (memory.get(key) or 0.0) + held
+    for key, pid in pids.items():
+        snap.seen.append(Seen(gpu, mig, key, PROCESS, pid, memory[key]))
+
+
+def _owner(snap: Snapshot, owner: dict[str, Any]) -> OwnerKey:
+    key = owner_key(owner)
+    known = snap.owners.setdefault(key, {})
+    for name in FIELDS:
+        if owner.get(name) is not None:
+            known[name] = owner[name]
+    return key
+
+
+# -- storing ------------------------------------------------------------------------------
+
+
+def store_workloads(tx: Tx, snapshots: Sequence[Snapshot]) -> None:
+    """Apply `snapshots` (of any nodes, in any order) inside `tx`."""
+    for generation in _generations(snapshots):
+        current = _advance(tx, generation)
+        if not current:
+            continue
+        ids = _workload_ids(tx, current)
+        _open_or_bump(tx, current, ids)
+        _close_absent(tx, sorted(s.node_id for s in current))
+
+
+def _generations(snapshots: Sequence[Snapshot]) -> Iterator[list[Snapshot]]:
+    """Each node's snapshots in time order, one per node per generation: the first
+    generation holds every node's oldest, and so on (one, nearly always)."""
+    per_node: dict[int, dict[float, Snapshot]] = {}
+    for snap in snapshots:
+        per_node.setdefault(snap.node_id, {}).setdefault(snap.ts, snap)  # a resend: once
+    ordered = [[byts[ts] for ts in sorted(byts)] for _, byts in sorted(per_node.items())]
+    depth = max((len(snaps) for snaps in ordered), default=0)
+    for k in range(depth):
+        yield [snaps[k] for snaps in ordered if k < len(snaps)]
+
+
+_ADVANCE = (
+    "INSERT INTO fleet_workloadsnapshot (node_id, ts) {rows}"
+    " ON CONFLICT (node_id) DO UPDATE SET ts = excluded.ts"
+    " WHERE excluded.ts > fleet_workloadsnapshot.ts RETURNING node_id"
+)
+
+
+def _advance(tx: Tx, generation: list[Snapshot]) -> list[Snapshot]:
+    """The snapshots newer than their node's last one; each node's mark moves to them.
+    The mark's row lock also keeps two writers of one node (a reconnect to the other
+    server process) from interleaving their intervals."""
+    rows = [(s.node_id, s.ts) for s in generation]  # in node order: no deadlock
+    advanced: set[int] = set()
+    for sql, params in _chunked(tx.vendor, _ADVANCE, rows, _NODE_TS):
+        advanced.update(int(row[0]) for row in tx.execute(sql, params))
+    return [s for s in generation if s.node_id in advanced]
+
+
+# Quoted: `user` is a reserved word in PostgreSQL.
+_COLUMNS = ", ".join(f'"{name}"' for name in FIELDS)
+
+
+def _workload_ids(tx: Tx, current: list[Snapshot]) -> dict[tuple[int, str, str], int]:
+    """(site, kind, key) → workload id for every owner named, creating those that are new
+    and filling in fields learned since (a Slurm job's account, say)."""
+    wanted: dict[tuple[int, str, str], dict[str, Any]] = {}
+    first_seen: dict[tuple[int, str, str], float] = {}
+    for snap in current:
+        for (kind, key), fields in snap.owners.items():
+            wanted.setdefault((snap.site_id, kind, key), {}).update(fields)
+            first_seen.setdefault((snap.site_id, kind, key), snap.ts)
+    keys = sorted(wanted)
+    stored = _select_workloads(tx, keys)
+    missing = [k for k in keys if k not in stored]
+    if missing:
+        rows = [(*k, *_field_values(wanted[k]), first_seen[k]) for k in missing]
+        sql = (
+            f"INSERT INTO fleet_workload (site_id, kind, key, {_COLUMNS}, first_seen)"
+            " {rows} ON CONFLICT (site_id, kind, key) DO NOTHING"
+        )
+        for statement, params in _chunked(tx.vendor, sql, rows, _WORKLOAD):
+            tx.execute(statement, params)
+        stored |= _select_workloads(tx, missing)
+    _update_fields(tx, wanted, stored)
+    return {k: row[0] for k, row in stored.items()}
+
+
+def _select_workloads(tx: Tx, keys: list[tuple[int, str, str]]) -> dict[tuple[int, str, str], Row]:
+    sql = (
+        f"SELECT site_id, kind, key, id, {_COLUMNS} FROM fleet_workload"
+        " WHERE (site_id, kind, key) IN ({rows})"
+    )
+    found: dict[tuple[int, str, str], Row] = {}
+    for statement, params in _chunked(tx.vendor, sql, keys, _WORKLOAD_KEY):
+        for row in tx.execute(statement, params):
+            found[(int(row[0]), str(row[1]), str(row[2]))] = tuple(row[3:])
+    return found
+
+
+def _field_values(fields: dict[str, Any]) -> Row:
+    """The row's columns: text fields '' when unknown (as Django stores a blank), uid NULL."""
+    return tuple(fields.get(name, None if name == "uid" else "") for name in FIELDS)
+
+
+def _update_fields(
+    tx: Tx,
+    wanted: dict[tuple[int, str, str], dict[str, Any]],
+    stored: dict[tuple[int, str, str], Row],
+) -> None:
+    """A field the agent now reports, or reports changed, replaces the stored one; one it
+    leaves out keeps what was stored. Rare: the usual snapshot updates no workload."""
+    changes = []
+    for key, fields in wanted.items():
+        row = stored[key]
+        old = dict(zip(FIELDS, row[1:], strict=True))
+        new = old | fields
+        if new != old:
+            changes.append((*_field_values(new), row[0]))
+    if changes:
+        assignments = ", ".join(f'"{name}" = %s' for name in FIELDS)
+        tx.execute_many(f"UPDATE fleet_workload SET {assignments} WHERE id = %s", changes)
+
+
+_OPEN_OR_BUMP = (
+    "INSERT INTO fleet_gpuallocation (site_id, node_id, gpu, mig, workload_id, source,"
+    " started, last_seen, pid, memory_mib) {rows}"
+    " ON CONFLICT (node_id, gpu, mig, workload_id, source) WHERE ended IS NULL"
+    " DO UPDATE SET last_seen = excluded.last_seen, memory_mib = CASE"
+    " WHEN fleet_gpuallocation.memory_mib IS NULL"
+    " OR excluded.memory_mib > fleet_gpuallocation.memory_mib"
+    " THEN excluded.memory_mib ELSE fleet_gpuallocation.memory_mib END"
+)
+
+
+def _open_or_bump(tx: Tx, current: list[Snapshot], ids: dict[tuple[int, str, str], int]) -> None:
+    rows: dict[tuple[int, int, str, int, str], Row] = {}
+    for snap in current:
+        for seen in snap.seen:
+            workload = ids[(snap.site_id, *seen.owner)]
+            key = (snap.node_id, seen.gpu, seen.mig, workload, seen.source)
+            # The validator refuses two entries for one GPU at one time: a key repeats
+            # only within one entry, where _add_entry already merged it.
+            rows[key] = (snap.site_id, *key, snap.ts, snap.ts, seen.pid, seen.memory_mib)
+    # In key order: two writers lock the rows they share in the same order.
+    ordered = [rows[k] for k in sorted(rows)]
+    for sql, params in _chunked(tx.vendor, _OPEN_OR_BUMP, ordered, _ALLOCATION):
+        tx.execute(sql, params)
+
+
+_CLOSE_ABSENT = (
+    "UPDATE fleet_gpuallocation SET ended = ({mark})"
+    " WHERE ended IS NULL AND node_id IN ({nodes}) AND last_seen < ({mark})"
+).replace(
+    "{mark}",
+    "SELECT w.ts FROM fleet_workloadsnapshot w WHERE w.node_id = fleet_gpuallocation.node_id",
+)
+
+
+def _close_absent(tx: Tx, nodes: list[int]) -> None:
+    """Close what the nodes' snapshots (their marks, just moved) no longer list: every
+    interval they still show was bumped to the snapshot's time a statement ago."""
+    per_stmt = _SQLITE_MAX_PARAMS
+    for start in range(0, len(nodes), per_stmt):
+        chunk = nodes[start : start + per_stmt]
+        tx.execute(_CLOSE_ABSENT.replace("{nodes}", ", ".join(["%s"] * len(chunk))), chunk)
+
+
+def _chunked(
+    vendor: str, sql: str, rows: Sequence[Sequence[Any]], types: tuple[str, ...]
+) -> Iterator[tuple[str, Row]]:
+    """`sql` with its `{rows}` bound to `rows`, as many per statement as SQLite may bind."""
+    per_stmt = max(1, _SQLITE_MAX_PARAMS // len(types))
+    for start in range(0, len(rows), per_stmt):
+        source, params = rows_source(vendor, types, rows[start : start + per_stmt])
+        yield sql.replace("{rows}", source), params

@@ -1,0 +1,56 @@
+"""Workload intervals on every database tier: the same snapshots, stored through the one
+write path from a storage connection of the writer's own (SQLite and PostgreSQL), open,
+keep and close the same intervals, and a resend changes nothing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import connections
+
+from fleet.models import GpuAllocation, Hall, Node, Rack, Site
+from fleet.storage.db import open_db
+from fleet.storage.samples import SampleWrite, write_samples
+from fleet.storage.workloads import snapshots_of
+from tests.support import databases
+from tests.support.databases import T, TierDb
+
+db = databases.fresh_tier_db  # each test's own database, both tiers
+
+JOB = {"kind": "slurm", "job": "4242", "user": "ana", "account": "physics"}
+ANA = {"kind": "user", "uid": 1000, "user": "ana"}
+
+
+def a_node(db: TierDb) -> tuple[int, int]:
+    site = Site.objects.using(db.alias).create(slug="s1", name="Site 1")
+    hall = Hall.objects.using(db.alias).create(site=site, name="A")
+    rack = Rack.objects.using(db.alias).create(hall=hall, name="A01", power_budget_kw=40)
+    node = Node.objects.using(db.alias).create(name="gpu-a01-01", rack=rack)
+    return node.id, site.id
+
+
+def store(db: TierDb, node: tuple[int, int], ts: float, *entries: dict[str, Any]) -> None:
+    write = SampleWrite()
+    write.workloads = snapshots_of(*node, [{"ts": ts, **e} for e in entries])
+    storage = open_db(dict(connections.settings[db.alias]))
+    try:
+        write_samples(storage, write)
+    finally:
+        storage.close()
+
+
+def test_intervals_open_keep_and_close_alike_on_every_tier(db: TierDb) -> None:
+    node = a_node(db)
+    job = {"gpu": 0, "allocation": JOB, "processes": [{"pid": 77, "sm_pct": 9.0, "owner": JOB}]}
+    ana = {"gpu": 1, "allocation": None, "processes": [{"pid": 7, "sm_pct": None, "owner": ANA}]}
+    idle: dict[str, Any] = {"gpu": 1, "allocation": None, "processes": []}
+    store(db, node, T, job, ana)
+    store(db, node, T + 10, job, idle)
+    store(db, node, T + 10, job, idle)  # resent
+    rows = GpuAllocation.objects.using(db.alias).order_by("gpu", "source")
+    got = [(a.gpu, a.workload.key, a.source, a.started, a.last_seen, a.ended) for a in rows]
+    assert got == [
+        (0, "4242", "process", T, T + 10, None),
+        (0, "4242", "scheduler", T, T + 10, None),
+        (1, "1000", "process", T, T, T + 10),
+    ]
