@@ -30,6 +30,11 @@ fmt: $(STAMP)
 typecheck: $(STAMP)
 	FLEETWATCH_TESTING=1 SECRET_KEY=typecheck-only-not-secret $(BIN)/mypy .
 
+# Test files run side by side in TEST_WORKERS processes (pytest-xdist; a file's tests stay
+# together, so a module's server or scenario starts once): most of the suite's time is
+# spent waiting on servers, workers and simulated physics, not on the CPU.
+TEST_WORKERS ?= 3
+
 # The embedded tier always; the PostgreSQL + Redis tier where they answer
 # (FLEETWATCH_TEST_DATABASE_URL / _REDIS_URL, else DATABASE_URL / REDIS_URL,
 # else the local ports). REQUIRE_SERVICES=1 makes a missing service fatal; REQUIRE_BROWSER=1
@@ -39,7 +44,7 @@ test: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
 	FLEETWATCH_TESTING=1 SECRET_KEY=typecheck-only-not-secret $(BIN)/mypy .
-	$(BIN)/pytest -q --durations=25
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=25
 
 # Lint, types and every test that starts no process, no browser and needs no PostgreSQL or
 # Redis (tests/support/speeds.py marks the others `process`; FLEETWATCH_CHECK=1 fails any

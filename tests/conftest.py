@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.support import services, speeds
+from tests.support import django_data, services, speeds
 from tests.support.browser import launched_chromium
 from tests.support.server import FleetServer
 
@@ -73,6 +73,12 @@ def pytest_runtest_makereport(
     return report
 
 
+@pytest.hookimpl(wrapper=True, trylast=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Generator[None]:
+    yield  # every fixture torn down: a committing test's flush is done
+    django_data.restore_after_flush(item)
+
+
 EXIT_GRACE_S = 60.0
 
 
@@ -80,7 +86,11 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     """A test that leaves a non-daemon thread running keeps the interpreter from exiting
     after the summary (a CI run hung 74 minutes on one). Daemon threads still run while
     the interpreter waits for the others, so this one ends the process if the wait passes
-    the grace period: the run fails with the stuck threads' stacks instead of hanging."""
+    the grace period: the run fails with the stuck threads' stacks instead of hanging.
+    Not in a pytest-xdist worker: its process lives on past this, serving the controller
+    (which has its own watchdog), and its thread pools end at its exit as usual."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return
     threading.Thread(target=_exit_if_stuck, name="exit-watchdog", daemon=True).start()
 
 

@@ -18,6 +18,7 @@ from dashboard import consumers
 from fleet.access import can_operate, visible_site_ids
 from fleet.models import Rack, Site, SiteRole
 from tests.support import people, roles
+from tests.support.django_data import COMMITS
 from tests.support.live_sockets import closed_with, live_paths, socket
 from tests.support.roles import firing, person, rack_url, signed_in
 
@@ -77,7 +78,7 @@ def test_someone_with_no_role_can_still_sign_out(sites: tuple[Site, Site]) -> No
     assert pat.get("/").status_code == 302  # signed out: back to the sign-in page
 
 
-@pytest.mark.django_db(transaction=True)  # the sockets read from other threads
+@COMMITS  # the sockets read from other threads
 async def test_live_sockets_refuse_someone_with_no_role(sites: tuple[Site, Site]) -> None:
     demo, _ = sites
     pat = await database_sync_to_async(person)("pat")

@@ -17,10 +17,11 @@ from dashboard import consumers
 from fleet.models import GPU, CoolingLoop, Node, Rack, Site
 from fleet.read.live import LIVE_UPDATE, LivePublisher, rack_changed_group, site_group
 from tests.support import live_sockets
+from tests.support.django_data import COMMITS
 from tests.support.latest import store_latest as store
 from tests.support.live_sockets import WAIT_S, closed_with, live_paths, socket
 
-pytestmark = pytest.mark.django_db(transaction=True)  # the sockets read from other threads
+pytestmark = COMMITS  # the sockets read from other threads
 
 fresh_hub = live_sockets.fresh_hub  # autouse
 site = live_sockets.two_rack_site

@@ -16,10 +16,11 @@ from fleet.models import Node, Rack, Site
 from fleet.read import payloads
 from fleet.read.live import LivePublisher, rack_changed_group
 from tests.support import live_sockets
+from tests.support.django_data import COMMITS
 from tests.support.latest import store_latest as store
 from tests.support.live_sockets import socket
 
-pytestmark = pytest.mark.django_db(transaction=True)  # the sockets read from other threads
+pytestmark = COMMITS  # the sockets read from other threads
 
 fresh_hub = live_sockets.fresh_hub  # autouse
 site = live_sockets.two_rack_site

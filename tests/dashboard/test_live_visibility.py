@@ -18,11 +18,12 @@ from fleet.demo import DEMO_RACKS, seed_demo_site
 from fleet.models import CoolingLoop, Rack, Site
 from fleet.read.live import LIVE_UPDATE, site_group
 from tests.support import live_sockets
+from tests.support.django_data import COMMITS
 from tests.support.latest import store_latest as store
 from tests.support.live_sockets import closed_with, socket
 from tests.support.roles import person
 
-pytestmark = pytest.mark.django_db(transaction=True)  # the sockets read from other threads
+pytestmark = COMMITS  # the sockets read from other threads
 
 fresh_hub = live_sockets.fresh_hub  # autouse
 
