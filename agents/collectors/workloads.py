@@ -19,6 +19,7 @@ from dataclasses import replace
 from typing import Any
 
 from agents.attribution.cgroups import ProcReader
+from agents.attribution.joins import Held, join, sole_pod
 from agents.attribution.owners import Owner, PodOwner, SlurmOwner, as_wire
 from agents.attribution.slurm import Scontrol
 from agents.collectors.base import NotPresent, Reading, SlowRead
@@ -94,6 +95,7 @@ class WorkloadCollector:
                 entries.extend(self._gpu_entries(index, handle, now, pods))
             except GpuLost:
                 continue  # the GPU collector reports it as gpu_lost
+        self._join_pods(entries)
         self._slurm(entries)
         for entry in entries:
             owner = entry.pop("_allocation", None)
@@ -133,6 +135,7 @@ class WorkloadCollector:
         if mig:
             entry["mig"] = mig
         entry["_allocation"] = _pod_owner(pod_refs)
+        entry["_sole_pod"] = sole_pod(pod_refs)
         rows = []
         heaviest = sorted(processes, key=lambda p: -(p.used_bytes or 0))
         for process in heaviest[:MAX_PROCESSES_PER_GPU]:
@@ -160,6 +163,19 @@ class WorkloadCollector:
             self._last_seen_us[index] = max(self._last_seen_us.get(index, 0), stamp)
         return {pid: round(sum(v) / len(v), 1) for pid, v in by_pid.items()}
 
+    @staticmethod
+    def _join_pods(entries: list[dict[str, Any]]) -> None:
+        """Processes' pod UIDs and allocations' pod names joined, so that both name the pod
+        alike (agents/attribution/joins.py)."""
+        held = [Held(e.pop("_sole_pod"), [p["owner"] for p in e["processes"]]) for e in entries]
+        joins = join(held)
+        if not joins.pods:
+            return
+        for entry in entries:
+            entry["_allocation"] = joins.with_uid(entry["_allocation"])
+            for process in entry["processes"]:
+                process["owner"] = joins.named(process["owner"])
+
     # -- what the schedulers gave ------------------------------------------------------------
 
     def _pod_allocations(self) -> Mapping[str, Any]:
@@ -181,8 +197,11 @@ class WorkloadCollector:
         return allocations
 
     def _slurm(self, entries: list[dict[str, Any]]) -> None:
-        """Slurm jobs seen on this node's GPUs: their account on each process, and each GPU
-        their GRES names (mapped from GRES IDX through the minor numbers) as allocated."""
+        """Slurm jobs seen on this node's GPUs: their user and account on each process, and
+        each GPU their GRES names (mapped from GRES IDX through the minor numbers) as
+        allocated. A job is one owner on both sides: its user is scontrol's `UserId` (the
+        process's own user only where scontrol names none), so a process and the allocation
+        of one job never disagree on who or which account."""
         if not self.scontrol.supported:
             return
         by_gpu = {e["gpu"]: e for e in entries if "mig" not in e}
@@ -194,10 +213,8 @@ class WorkloadCollector:
                 info = self.scontrol.job(owner.job)
                 if info is None:
                     continue
-                process["owner"] = replace(
-                    owner, user=owner.user or info.user, account=info.account
-                )
-                job = SlurmOwner(owner.job, None, owner.user or info.user, info.account)
+                job = SlurmOwner(owner.job, None, info.user or owner.user, info.account)
+                process["owner"] = replace(owner, user=job.user, account=job.account)
                 for idx in info.gres_on(self.node):
                     held = (
                         by_gpu.get(self._gres_order[idx]) if idx < len(self._gres_order) else None
