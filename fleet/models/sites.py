@@ -5,7 +5,7 @@ from __future__ import annotations
 import zoneinfo
 
 from django.core.exceptions import ValidationError
-from django.core.validators import RegexValidator
+from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models
 
 __all__ = ("Hall", "Site")
@@ -24,6 +24,30 @@ class Site(models.Model):
     slug = models.CharField(max_length=50, unique=True, validators=[slug_validator])
     name = models.CharField(max_length=100)
     timezone = models.CharField(max_length=64, default="UTC", validators=[validate_timezone])
+    # What the energy ledger (fleet/read/ledger.py) prices and weighs a site's energy at:
+    # constants, blank where unknown (the ledger then leaves carbon or cost out).
+    grid_gco2_per_kwh = models.FloatField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(0)],
+        verbose_name="grid carbon intensity (gCO2/kWh)",
+        help_text="the grid's carbon intensity at this site, a constant",
+    )
+    tariff_per_kwh = models.FloatField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(0)],
+        verbose_name="energy tariff (per kWh)",
+        help_text="what a kWh costs at this site, in the site's currency",
+    )
+    gpu_hour_price = models.FloatField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(0)],
+        verbose_name="GPU-hour price",
+        help_text="optional: charged per GPU-hour held, on top of energy",
+    )
+    currency = models.CharField(max_length=3, blank=True, help_text="ISO 4217 code, e.g. EUR")
 
     class Meta:
         ordering = ("slug",)

@@ -1,0 +1,284 @@
+"""The energy ledger as set-based SQL, one statement shape for SQLite and PostgreSQL.
+
+`ledger_cte` builds a `WITH` clause whose last table, `led`, has one row per GPU and bucket
+of the window (a minute of the 1m tier, an hour of the 1h tier): its state, its holders,
+its own energy, its share of the node's non-GPU energy and its facility overhead. The
+statements here aggregate `led` in the database; fleet/read/ledger.py runs them.
+
+Every value put into the SQL text is an int (ids, epoch seconds) or a float from
+`LedgerRules`: nothing a user typed, so nothing is bound. docs/ledger.md says what each
+column means; tests/fleet/test_ledger.py holds it to a Python fold of the same rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from fleet.read import ledger_rules as r
+from fleet.read.ledger_rules import LedgerRules
+from fleet.storage.schema import TIER_SECONDS, rollup_table
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """What a ledger covers: a site's GPUs (or some of its nodes) over [a, b) of a tier;
+    `a` and `b` on the tier's bucket boundaries."""
+
+    site_id: int
+    a: int
+    b: int
+    tier: str = "1m"
+    node_ids: tuple[int, ...] | None = None
+
+    @property
+    def step(self) -> int:
+        return TIER_SECONDS[self.tier]
+
+
+def _f(value: float) -> str:
+    return repr(float(value))
+
+
+def _nodes(w: Window) -> str:
+    """The site's nodes (or the chosen ones among them)."""
+    chosen = ""
+    if w.node_ids is not None:
+        chosen = " AND n.id IN (" + (", ".join(str(int(i)) for i in w.node_ids) or "NULL") + ")"
+    return (
+        "SELECT n.id FROM fleet_node n JOIN fleet_rack k ON k.id = n.rack_id"
+        f" JOIN fleet_hall h ON h.id = k.hall_id WHERE h.site_id = {int(w.site_id)}{chosen}"
+    )
+
+
+def _gpu_rows(w: Window, rules: LedgerRules) -> str:
+    """The GPU rows around the window, each with the counter's previous reading: from one
+    bucket before the lookback (the first counted bucket needs its predecessor) to the
+    lookback past the window's end."""
+    lo, hi = w.a - rules.lookback_s - w.step, w.b + rules.lookback_s
+    return (
+        "SELECT node_id, gpu, bucket, util_gpu_pct_mean AS util, util_gpu_pct_max AS util_max,"
+        " power_w_mean AS power, power_limit_w_mean AS plimit, mem_used_mib_max AS mem,"
+        " energy_j_last AS e, LAG(energy_j_last) OVER w AS e_prev, LAG(bucket) OVER w AS b_prev"
+        f" FROM {rollup_table('gpu', w.tier)}"
+        f" WHERE node_id IN (SELECT id FROM nodes) AND bucket >= {lo} AND bucket < {hi}"
+        " WINDOW w AS (PARTITION BY node_id, gpu ORDER BY bucket)"
+    )
+
+
+def _energy(w: Window) -> str:
+    """Each bucket's GPU energy (J): the counter's increase since the previous bucket when
+    both carry it; a decrease is a driver reload, the counter restarted from zero, so its
+    value is what was used since. Otherwise mean power × the bucket, flagged estimated."""
+    counted = f"e IS NOT NULL AND e_prev IS NOT NULL AND b_prev = bucket - {w.step}"
+    return (
+        "SELECT node_id, gpu, bucket, util, util_max, power, plimit, mem,"
+        f" CASE WHEN {counted} THEN (CASE WHEN e < e_prev THEN e ELSE e - e_prev END)"
+        f" WHEN power IS NOT NULL THEN power * {w.step} ELSE 0 END AS gpu_e,"
+        f" CASE WHEN NOT ({counted}) AND power IS NOT NULL THEN 1 ELSE 0 END AS estimated,"
+        f" CASE WHEN {counted} AND e < e_prev THEN 1 ELSE 0 END AS reset"
+        " FROM g"
+    )
+
+
+def _allocations(w: Window, rules: LedgerRules) -> str:
+    """Intervals overlapping the rows read (docs/storage.md, Workload intervals)."""
+    lo, hi = w.a - rules.lookback_s - w.step, w.b + rules.lookback_s
+    return (
+        "SELECT node_id, gpu, workload_id, source, started, last_seen, ended"
+        f" FROM fleet_gpuallocation WHERE site_id = {int(w.site_id)} AND started < {hi}"
+        f" AND (ended IS NULL OR ended >= {lo}) AND COALESCE(ended, last_seen) >= {lo}"
+    )
+
+
+def _holding(w: Window) -> str:
+    """Each workload on each GPU in each bucket it overlaps. An open interval is known until
+    its `last_seen`; a closed one ends at `ended`, the first snapshot without it."""
+    return (
+        "SELECT m.node_id, m.gpu, m.bucket, al.workload_id, al.source FROM g m"
+        " JOIN al ON al.node_id = m.node_id AND al.gpu = m.gpu"
+        f" AND al.started < m.bucket + {w.step}"
+        " AND ((al.ended IS NULL AND al.last_seen >= m.bucket) OR al.ended > m.bucket)"
+    )
+
+
+_HOLDER_SUMMARY = (
+    "SELECT node_id, gpu, bucket,"
+    " MAX(CASE WHEN source = 'scheduler' THEN 1 ELSE 0 END) AS sched,"
+    " COUNT(DISTINCT CASE WHEN source = 'process' THEN workload_id END) AS procs"
+    " FROM hx GROUP BY node_id, gpu, bucket"
+)
+# The scheduler's allocation owns a GPU; a process owns it only where no allocation names
+# it (a bare node, a user's job). A pod's allocation and its processes are two workloads
+# (keyed by name and by UID): counting both would halve the pod's energy.
+_HOLDERS = (
+    "SELECT DISTINCT hx.node_id, hx.gpu, hx.bucket, hx.workload_id FROM hx"
+    " JOIN hs ON hs.node_id = hx.node_id AND hs.gpu = hx.gpu AND hs.bucket = hx.bucket"
+    " WHERE hx.source = 'scheduler' OR hs.sched = 0"
+)
+_HOLDER_COUNT = "SELECT node_id, gpu, bucket, COUNT(*) AS n FROM ho GROUP BY node_id, gpu, bucket"
+
+
+def _flags(rules: LedgerRules) -> str:
+    """Per bucket: is it idle, is it stalled (before the run-length rule)."""
+    idle_w = f"COALESCE(e.plimit * {_f(rules.idle_power_fraction)}, {_f(rules.idle_power_w)})"
+    stall_w = f"COALESCE(e.plimit * {_f(rules.stall_power_fraction)}, {_f(rules.stall_power_w)})"
+    return (
+        "SELECT e.*, COALESCE(nh.n, 0) AS holders, COALESCE(hs.procs, 0) AS procs,"
+        f" CASE WHEN nh.n IS NOT NULL AND e.util_max < {_f(rules.idle_util_pct)}"
+        f" AND e.power <= {idle_w} THEN 1 ELSE 0 END AS idle,"
+        f" CASE WHEN nh.n IS NOT NULL AND e.util >= {_f(rules.stall_util_pct)}"
+        f" AND e.power <= {stall_w} THEN 1 ELSE 0 END AS stall"
+        " FROM e LEFT JOIN nh ON nh.node_id = e.node_id AND nh.gpu = e.gpu AND nh.bucket = e.bucket"
+        " LEFT JOIN hs ON hs.node_id = e.node_id AND hs.gpu = e.gpu AND hs.bucket = e.bucket"
+    )
+
+
+def _runs(w: Window) -> str:
+    """Gaps and islands: consecutive buckets with the same flag share `bucket − step × their
+    rank`; a missing bucket breaks the run."""
+    rank = "ROW_NUMBER() OVER (PARTITION BY node_id, gpu, {0} ORDER BY bucket)"
+    return (
+        f"SELECT f.*, bucket - {w.step} * {rank.format('idle')} AS idle_run,"
+        f" bucket - {w.step} * {rank.format('stall')} AS stall_run FROM f"
+    )
+
+
+def _states(w: Window, rules: LedgerRules) -> str:
+    length = "COUNT(*) OVER (PARTITION BY node_id, gpu, {0}, {0}_run) * " + str(w.step)
+    lengths = (
+        f"SELECT x.*, {length.format('idle')} AS idle_s, {length.format('stall')} AS stall_s FROM x"
+    )
+    return (
+        "SELECT node_id, gpu, bucket, holders, gpu_e, power, estimated, reset,"
+        f" CASE WHEN util IS NULL AND power IS NULL THEN '{r.LOST}'"
+        f" WHEN holders = 0 THEN '{r.UNALLOCATED}'"
+        f" WHEN stall = 1 AND stall_s >= {60 * rules.stall_minutes} THEN '{r.STALLED}'"
+        f" WHEN idle = 1 AND idle_s >= {60 * rules.idle_minutes} THEN CASE WHEN procs > 0"
+        f" OR mem >= {_f(rules.held_memory_mib)} THEN '{r.IDLE_HELD_MEMORY}'"
+        f" ELSE '{r.ALLOCATED_IDLE}' END ELSE '{r.BUSY}' END AS state"
+        f" FROM ({lengths}) c WHERE bucket >= {w.a} AND bucket < {w.b}"
+    )
+
+
+def _node_rows(w: Window) -> str:
+    return (
+        f"SELECT node_id, bucket, power_w_mean AS npower FROM {rollup_table('node', w.tier)}"
+        f" WHERE node_id IN (SELECT id FROM nodes) AND bucket >= {w.a} AND bucket < {w.b}"
+    )
+
+
+_GPU_SUMS = (
+    "SELECT node_id, bucket, COUNT(*) AS ngpus, SUM(COALESCE(power, 0)) AS gpower"
+    " FROM st GROUP BY node_id, bucket"
+)
+
+
+def _node_share(w: Window) -> str:
+    """Each GPU's share of its node's non-GPU energy in the bucket: node power minus its
+    GPUs' power, never below zero, split evenly over the GPUs that reported."""
+    return (
+        "SELECT gs.node_id, gs.bucket, CASE WHEN nd.npower > gs.gpower"
+        f" THEN (nd.npower - gs.gpower) * {w.step} / gs.ngpus ELSE 0 END AS share"
+        " FROM gs LEFT JOIN nd ON nd.node_id = gs.node_id AND nd.bucket = gs.bucket"
+    )
+
+
+def _pue(w: Window) -> str:
+    """Each hour's PUE from the facility meters of the same tier: Σ facility / Σ IT."""
+    return (
+        "SELECT bucket - bucket % 3600 AS hour,"
+        " SUM(total_power_w_mean) / SUM(it_power_w_mean) AS pue"
+        f" FROM {rollup_table('facility', w.tier)} WHERE site_id = {int(w.site_id)}"
+        f" AND bucket >= {w.a} AND bucket < {w.b} AND total_power_w_mean IS NOT NULL"
+        " AND it_power_w_mean > 0 GROUP BY bucket - bucket % 3600"
+    )
+
+
+# One row per GPU and bucket: energies in J; `over` is the facility overhead on its IT
+# energy, (PUE − 1) × (GPU + node share), 0 in an hour with no PUE (or one below 1).
+_LEDGER = (
+    "SELECT st.node_id, st.gpu, st.bucket, st.state, st.holders, st.gpu_e,"
+    " COALESCE(ns.share, 0) AS node_e, st.estimated, st.reset,"
+    " CASE WHEN pu.pue > 1 THEN (st.gpu_e + COALESCE(ns.share, 0)) * (pu.pue - 1) ELSE 0 END"
+    " AS over, CASE WHEN pu.pue IS NULL THEN 0 ELSE 1 END AS has_pue FROM st"
+    " LEFT JOIN ns ON ns.node_id = st.node_id AND ns.bucket = st.bucket"
+    " LEFT JOIN pu ON pu.hour = st.bucket - st.bucket % 3600"
+)
+
+
+def ledger_cte(w: Window, rules: LedgerRules) -> str:
+    """`WITH …` ending in `led` (and `ho`, the holders of each GPU-bucket)."""
+    parts: Sequence[tuple[str, str]] = (
+        ("nodes", _nodes(w)),
+        ("g", _gpu_rows(w, rules)),
+        ("e", _energy(w)),
+        ("al", _allocations(w, rules)),
+        ("hx", _holding(w)),
+        ("hs", _HOLDER_SUMMARY),
+        ("ho", _HOLDERS),
+        ("nh", _HOLDER_COUNT),
+        ("f", _flags(rules)),
+        ("x", _runs(w)),
+        ("st", _states(w, rules)),
+        ("nd", _node_rows(w)),
+        ("gs", _GPU_SUMS),
+        ("ns", _node_share(w)),
+        ("pu", _pue(w)),
+        ("led", _LEDGER),
+    )
+    return "WITH " + ", ".join(f"{name} AS ({sql})" for name, sql in parts)
+
+
+_SUMS = "COUNT(*), SUM(gpu_e), SUM(node_e), SUM(over), SUM(estimated), SUM(reset), SUM(1 - has_pue)"
+
+
+def per_gpu_sql(w: Window, rules: LedgerRules) -> str:
+    """node, GPU, state, buckets, GPU J, node-share J, overhead J, estimated buckets,
+    counter resets, buckets without a PUE, most holders at once."""
+    return (
+        f"{ledger_cte(w, rules)} SELECT node_id, gpu, state, {_SUMS}, MAX(holders)"
+        " FROM led GROUP BY node_id, gpu, state"
+    )
+
+
+def per_state_sql(w: Window, rules: LedgerRules) -> str:
+    """The efficiency page's aggregate: state, then the sums of `per_gpu_sql`."""
+    return f"{ledger_cte(w, rules)} SELECT state, {_SUMS} FROM led GROUP BY state"
+
+
+def per_workload_sql(w: Window, rules: LedgerRules) -> str:
+    """workload, state, GPU-buckets, GPU J, node-share J, overhead J, estimated buckets
+    (each a share: a bucket held by n workloads counts 1/n to each), most holders at once."""
+    share = "1.0 / led.holders"
+    return (
+        f"{ledger_cte(w, rules)} SELECT ho.workload_id, led.state, SUM({share}),"
+        f" SUM(led.gpu_e * {share}), SUM(led.node_e * {share}), SUM(led.over * {share}),"
+        f" SUM(led.estimated * {share}), MAX(led.holders) FROM led JOIN ho"
+        " ON ho.node_id = led.node_id AND ho.gpu = led.gpu AND ho.bucket = led.bucket"
+        " GROUP BY ho.workload_id, led.state"
+    )
+
+
+def nodes_without_gpus_sql(w: Window) -> str:
+    """Node energy (J) in buckets where none of the node's GPUs has a row, and its overhead:
+    the pool's (nothing held can be charged for it)."""
+    gpu_table = rollup_table("gpu", w.tier)
+    return (
+        f"WITH nodes AS ({_nodes(w)}), nd AS ({_node_rows(w)}), pu AS ({_pue(w)})"
+        f" SELECT SUM(nd.npower * {w.step}),"
+        f" SUM(CASE WHEN pu.pue > 1 THEN nd.npower * {w.step} * (pu.pue - 1) ELSE 0 END)"
+        " FROM nd LEFT JOIN pu ON pu.hour = nd.bucket - nd.bucket % 3600"
+        f" WHERE nd.npower IS NOT NULL AND NOT EXISTS (SELECT 1 FROM {gpu_table} gr"
+        " WHERE gr.node_id = nd.node_id AND gr.bucket = nd.bucket)"
+    )
+
+
+def metered_sql(w: Window) -> str:
+    """The facility meters over the window: total J, IT J, buckets counted."""
+    return (
+        f"SELECT SUM(total_power_w_mean) * {w.step}, SUM(it_power_w_mean) * {w.step}, COUNT(*)"
+        f" FROM {rollup_table('facility', w.tier)} WHERE site_id = {int(w.site_id)}"
+        f" AND bucket >= {w.a} AND bucket < {w.b} AND total_power_w_mean IS NOT NULL"
+        " AND it_power_w_mean > 0"
+    )
