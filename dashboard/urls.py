@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.urls import URLPattern, path
 
-from dashboard import gpu, history, muting, node, power, views
+from dashboard import capacity, gpu, history, muting, node, power, views
 
 urlpatterns: list[URLPattern] = [
     path("", views.fleet_overview, name="fleet-overview"),
@@ -11,6 +11,7 @@ urlpatterns: list[URLPattern] = [
     path("gpus/<int:gpu_id>/", gpu.gpu_view, name="gpu"),
     path("cooling/", views.cooling, name="cooling"),
     path("power/", power.power_view, name="power"),
+    path("capacity/", capacity.capacity_view, name="capacity"),
     path("alerts/", views.alerts, name="alerts"),
     path("alerts/acknowledge", views.acknowledge_alerts, name="alerts-acknowledge"),
     path("alerts/silences/new", muting.silence_form, name="silence-new"),

@@ -1,0 +1,177 @@
+"""The SQL of stranded capacity (fleet/read/capacity.py): each rack's measured draw per
+rollup bucket and its p95/p99 over a window, on both engines.
+
+A rack's draw in a bucket follows `fleet.health.rack_power`, the rule the live pages use
+(its words: `fleet.words.SOURCE_WORDS`): the rack's own meter (PDU) where it reported,
+else the sum of its nodes' meters where every node that reported in the bucket has one,
+else the sum of its GPUs' power (an undercount). A node "reported" in a bucket when it has
+a node or a GPU row there, as a node is fresh live when either is.
+
+Percentiles are `percentile_cont` (linear interpolation between the two nearest ranks) on
+PostgreSQL. SQLite has no ordered-set aggregates, so the same interpolation is written out
+with window functions: rank i (from 0) of n values, position p × (n − 1), the two rows
+around it weighted by the fraction. tests/fleet/test_capacity.py holds both to a
+pure-Python oracle.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import connections
+
+from fleet.storage.dialect import POSTGRESQL
+from fleet.storage.schema import TIER_SECONDS, latest_table, rollup_table
+
+__all__ = ("RackDraw", "enforced_limits", "rack_draws", "rack_utilisation")
+
+# The racks of one site, for every statement below.
+_SITE_RACKS = (
+    "SELECT r.id FROM fleet_rack r JOIN fleet_hall h ON h.id = r.hall_id WHERE h.site_id = %s"
+)
+
+
+# A NULL of the bucket means' type: PostgreSQL reads a bare NULL in a CTE as text.
+_NULL = "CAST(NULL AS DOUBLE PRECISION)"
+
+
+@dataclass(frozen=True, slots=True)
+class RackDraw:
+    rack_id: int
+    p95_w: float
+    p99_w: float
+    buckets: int  # buckets with a measured draw
+    sources: dict[str, int]  # power source → buckets it gave the draw
+
+
+def _series_sql(tier: str) -> str:
+    """Rack draw per bucket with its source; parameters: (site, since, until) × 3."""
+    step = TIER_SECONDS[tier]
+
+    def window(table: str) -> str:  # whole buckets inside [since, until)
+        return f"{table}.bucket >= %s AND {table}.bucket + {step} <= %s"
+
+    return f"""
+node_w AS (
+  SELECT n.rack_id, r.node_id, r.bucket, r.power_w_mean AS meter, {_NULL} AS gpus
+  FROM {rollup_table("node", tier)} r JOIN fleet_node n ON n.id = r.node_id
+  WHERE n.rack_id IN ({_SITE_RACKS}) AND {window("r")}
+),
+gpu_w AS (
+  SELECT n.rack_id, g.node_id, g.bucket, {_NULL} AS meter, SUM(g.power_w_mean) AS gpus
+  FROM {rollup_table("gpu", tier)} g JOIN fleet_node n ON n.id = g.node_id
+  WHERE n.rack_id IN ({_SITE_RACKS}) AND {window("g")}
+  GROUP BY n.rack_id, g.node_id, g.bucket
+),
+per_node AS (
+  SELECT rack_id, node_id, bucket, MAX(meter) AS meter, MAX(gpus) AS gpus
+  FROM (SELECT * FROM node_w UNION ALL SELECT * FROM gpu_w) both_kinds
+  GROUP BY rack_id, node_id, bucket
+),
+nodes AS (
+  SELECT rack_id, bucket, COUNT(*) AS reporting, COUNT(meter) AS metered,
+    SUM(meter) AS meters, SUM(gpus) AS gpus
+  FROM per_node GROUP BY rack_id, bucket
+),
+pdu AS (
+  SELECT m.rack_id, m.bucket, m.power_w_mean AS w FROM {rollup_table("rack", tier)} m
+  WHERE m.rack_id IN ({_SITE_RACKS}) AND {window("m")} AND power_w_mean IS NOT NULL
+),
+bucket_keys AS (SELECT rack_id, bucket FROM pdu UNION SELECT rack_id, bucket FROM nodes),
+series AS (
+  SELECT k.rack_id, k.bucket,
+    CASE WHEN p.w IS NOT NULL THEN p.w
+      WHEN c.metered = c.reporting THEN c.meters ELSE c.gpus END AS w,
+    CASE WHEN p.w IS NOT NULL THEN 'pdu'
+      WHEN c.metered = c.reporting THEN 'nodes' ELSE 'gpus' END AS source
+  FROM bucket_keys k
+  LEFT JOIN pdu p ON p.rack_id = k.rack_id AND p.bucket = k.bucket
+  LEFT JOIN nodes c ON c.rack_id = k.rack_id AND c.bucket = k.bucket
+),
+drawn AS (SELECT rack_id, w, source FROM series WHERE w IS NOT NULL)
+"""
+
+
+def _interpolated(p: float) -> str:
+    """percentile_cont(p) over ranked rows (i from 0, n per rack), as a SUM's argument."""
+    pos = f"({p} * (n - 1))"
+    low = f"CAST({pos} AS INTEGER)"  # positions are never negative: truncation is floor
+    frac = f"({pos} - {low})"
+    return (
+        f"CASE WHEN i = {low} THEN w * (1 - {frac}) WHEN i = {low} + 1 THEN w * {frac} ELSE 0 END"
+    )
+
+
+def _percentiles_sql(tier: str, vendor: str) -> str:
+    head = "WITH " + _series_sql(tier)
+    if vendor == POSTGRESQL:
+        return head + (
+            "SELECT rack_id, percentile_cont(0.95) WITHIN GROUP (ORDER BY w),"
+            " percentile_cont(0.99) WITHIN GROUP (ORDER BY w), COUNT(*)"
+            " FROM drawn GROUP BY rack_id"
+        )
+    return head + (
+        ", ranked AS (SELECT rack_id, w,"
+        " ROW_NUMBER() OVER (PARTITION BY rack_id ORDER BY w) - 1 AS i,"
+        " COUNT(*) OVER (PARTITION BY rack_id) AS n FROM drawn)"
+        f" SELECT rack_id, SUM({_interpolated(0.95)}), SUM({_interpolated(0.99)}), MAX(n)"
+        " FROM ranked GROUP BY rack_id"
+    )
+
+
+def _params(site_id: int, since: float, until: float) -> list[Any]:
+    return [site_id, int(since), int(until)] * 3
+
+
+def rack_draws(site_id: int, since: float, until: float, tier: str, using: str) -> list[RackDraw]:
+    """Each rack of the site with a measured draw in [since, until): its p95 and p99 (W)
+    over the tier's bucket means, how many buckets, and which source gave them."""
+    vendor = connections[using].vendor
+    with connections[using].cursor() as cur:
+        cur.execute(_percentiles_sql(tier, vendor), _params(site_id, since, until))
+        figures = cur.fetchall()
+        cur.execute(
+            "WITH " + _series_sql(tier) + "SELECT rack_id, source, COUNT(*) FROM drawn"
+            " GROUP BY rack_id, source",
+            _params(site_id, since, until),
+        )
+        counted = cur.fetchall()
+    sources: dict[int, dict[str, int]] = {}
+    for rack_id, source, count in counted:
+        sources.setdefault(int(rack_id), {})[str(source)] = int(count)
+    return [
+        RackDraw(int(r), float(p95), float(p99), int(n), sources.get(int(r), {}))
+        for r, p95, p99, n in figures
+    ]
+
+
+def rack_utilisation(
+    site_id: int, since: float, until: float, tier: str, using: str
+) -> dict[int, float]:
+    """Each rack's mean GPU utilisation (%) over the window: the mean of its GPUs' bucket
+    means, every GPU-bucket weighing the same."""
+    step = TIER_SECONDS[tier]
+    with connections[using].cursor() as cur:
+        cur.execute(
+            f"SELECT n.rack_id, AVG(g.util_gpu_pct_mean) FROM {rollup_table('gpu', tier)} g"
+            " JOIN fleet_node n ON n.id = g.node_id"
+            f" WHERE n.rack_id IN ({_SITE_RACKS}) AND g.bucket >= %s AND g.bucket + {step} <= %s"
+            " AND g.util_gpu_pct_mean IS NOT NULL GROUP BY n.rack_id",
+            [site_id, int(since), int(until)],
+        )
+        return {int(r): float(u) for r, u in cur.fetchall()}
+
+
+def enforced_limits(site_id: int, since: float, using: str) -> dict[tuple[int, int], float]:
+    """Each GPU's enforced power limit now (W), by (node id, GPU index): its latest value,
+    where that was sampled inside the window."""
+    with connections[using].cursor() as cur:
+        cur.execute(
+            f"SELECT l.node_id, l.gpu, l.power_limit_w FROM {latest_table('gpu')} l"
+            " JOIN fleet_node n ON n.id = l.node_id"
+            f" WHERE n.rack_id IN ({_SITE_RACKS}) AND l.power_limit_w IS NOT NULL"
+            " AND l.power_limit_w_ts >= %s",
+            [site_id, since],
+        )
+        return {(int(n), int(g)): float(w) for n, g, w in cur.fetchall()}
