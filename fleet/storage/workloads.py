@@ -39,6 +39,10 @@ FIELDS = (
 )
 SCHEDULER = "scheduler"
 PROCESS = "process"
+# An allocation read from a pulled dcgm-exporter series' pod labels (fleet/ingest/prometheus/
+# pull_pods.py), not from the node's own scheduler: kept apart so a reader can tell them.
+# Not among the model's choices (AllocationSource): the column enforces none in the database.
+EXPORTER = "exporter"
 _SQLITE_MAX_PARAMS = 32766  # as fleet/storage/db.py: one statement's bound values
 # PostgreSQL type names of the columns each statement binds (`rows_source`).
 _NODE_TS = ("int", "float8")
@@ -92,23 +96,26 @@ def owner_key(owner: dict[str, Any]) -> OwnerKey:
     return kind, "unknown pod"
 
 
-def snapshots_of(node_id: int, site_id: int, entries: list[dict[str, Any]]) -> list[Snapshot]:
-    """A batch's validated `workloads` entries as one snapshot per time, oldest first."""
+def snapshots_of(
+    node_id: int, site_id: int, entries: list[dict[str, Any]], allocated_by: str = SCHEDULER
+) -> list[Snapshot]:
+    """A batch's validated `workloads` entries as one snapshot per time, oldest first; their
+    allocations' source is `allocated_by` (SCHEDULER from an agent, EXPORTER from a pull)."""
     by_ts: dict[float, Snapshot] = {}
     for entry in entries:
         ts = float(entry["ts"])
         snap = by_ts.get(ts)
         if snap is None:
             snap = by_ts[ts] = Snapshot(node_id, site_id, ts)
-        _add_entry(snap, entry)
+        _add_entry(snap, entry, allocated_by)
     return [by_ts[ts] for ts in sorted(by_ts)]
 
 
-def _add_entry(snap: Snapshot, entry: dict[str, Any]) -> None:
+def _add_entry(snap: Snapshot, entry: dict[str, Any], allocated_by: str) -> None:
     gpu, mig = int(entry["gpu"]), str(entry.get("mig") or "")
     allocation = entry["allocation"]
     if allocation is not None:
-        snap.seen.append(Seen(gpu, mig, _owner(snap, allocation), SCHEDULER))
+        snap.seen.append(Seen(gpu, mig, _owner(snap, allocation), allocated_by))
     # An owner's processes on one GPU are one interval: lowest PID, memory added up.
     pids: dict[OwnerKey, int] = {}
     memory: dict[OwnerKey, float | None] = {}

@@ -10,8 +10,10 @@ One pull of one source (`pull_source`):
    none is recorded (`UnmatchedSeries`), GPUs whose node has a live agent are skipped
    (the agent wins), blanks and implausible values are dropped, units converted
    (fleet/ingest/prometheus/mapping.py); a change of the last XID becomes an XID event;
-3. everything is stored through the one write path, `write_samples`, with its latest-state
-   delta, so pages, rules and rollups see it like agent data.
+3. the pods the GPUs' series name (`pod`/`namespace`/`container`) become each node's
+   workloads snapshot (fleet/ingest/prometheus/pull_pods.py);
+4. everything is stored through the one write path, `write_samples`, with its latest-state
+   delta, so pages, rules, rollups and allocation intervals see it like agent data.
 
 A Prometheus that cannot be reached or answers an error marks the source down with the
 error (`last_status`, `last_error`) and stores nothing: its GPUs age into "no data" like
@@ -30,6 +32,7 @@ from typing import Any
 from fleet.ingest.prometheus.mapping import XID_FIELD, convert, is_blank
 from fleet.ingest.prometheus.pull_db import DjangoDb
 from fleet.ingest.prometheus.pull_match import GpuRef, Labels, Matcher, identity, load_matcher
+from fleet.ingest.prometheus.pull_pods import PodLabels
 from fleet.ingest.prometheus.pull_query import Points, SourceDown, fetch_range, fetch_recent
 from fleet.models import PrometheusSource, PulledGPU, UnmatchedSeries
 from fleet.models.prometheus import PullStatus
@@ -58,6 +61,7 @@ class Pulled:
     skipped_agent: int = 0
     newest: float | None = None
     marks: dict[str, float] = field(default_factory=dict)  # instance → newest point read
+    pod_gpus: int = 0  # GPUs given a pod from their labels
 
     def summary(self) -> dict[str, Any]:
         rows = sum(len(items) for items in self.write.samples.values())
@@ -65,6 +69,7 @@ class Pulled:
             "series": self.series,
             "rows": rows,
             "gpus": len(self.gpus),
+            "gpus_with_pod": self.pod_gpus,
             "unmatched": len(self.unmatched),
             "blank_or_implausible": self.skipped_blank,
             "agent_wins": self.skipped_agent,
@@ -83,6 +88,7 @@ class Builder:
         self.marks = marks
         self.out = Pulled()
         self.rows: dict[tuple[int, int, float], dict[str, Any]] = {}
+        self.pods = PodLabels()
 
     def add(self, labels: Labels, points: Points) -> None:
         out = self.out
@@ -122,11 +128,23 @@ class Builder:
             sample[converted[0]] = converted[1]
             out.gpus[ref.gpu_id] = ref
 
+    def add_pods(self, labels: Labels, points: Points) -> None:
+        """A series of `pod_query`'s answer: its GPU's pod, at its newest time not stored."""
+        ref = self.matcher.match(labels)
+        if isinstance(ref, str) or ref.node_id in self.matcher.agent_nodes:
+            return  # the field series of an unmatched GPU are recorded already
+        stored = self.marks.get(labels.get("instance", ""), 0.0)
+        times = [float(t) for t, _ in points if float(t) > stored]
+        if times:
+            self.pods.add(ref, labels, max(times))
+
     def finish(self) -> Pulled:
         out, rows = self.out, self.rows
         if rows:
             out.write.add_samples("gpu", [((k[0], k[1]), s) for k, s in rows.items()])
             out.newest = max(k[2] for k in rows)
+        out.write.workloads.extend(self.pods.snapshots(self.matcher.site_id))
+        out.pod_gpus = self.pods.gpus()
         return out
 
 
@@ -178,7 +196,7 @@ def pull_source(source: PrometheusSource, now: float | None = None) -> dict[str,
     marks = source.watermarks if isinstance(source.watermarks, dict) else {}
     builder = Builder(load_matcher(source, now), marks)
     try:
-        fetch_recent(source, now, builder.add)
+        fetch_recent(source, now, builder.add, builder.add_pods)
     except SourceDown as exc:
         return mark_down(source, now, str(exc))
     fetched = time.perf_counter()

@@ -28,6 +28,7 @@ class GpuRef:
 class Matcher:
     host_labels: tuple[str, ...]
     instance_map: dict[str, str]
+    site_id: int = 0  # the source's site, which its workloads snapshots belong to
     by_uuid: dict[str, GpuRef] = field(default_factory=dict)
     by_node_index: dict[tuple[str, int], GpuRef] = field(default_factory=dict)
     node_names: set[str] = field(default_factory=set)
@@ -76,7 +77,7 @@ def load_matcher(source: PrometheusSource, now: float) -> Matcher:
     """The site's GPUs by UUID and by (node name, index), and its live agents."""
     hosts = tuple(h.strip() for h in source.host_labels.split(",") if h.strip())
     mapping = source.instance_map if isinstance(source.instance_map, dict) else {}
-    matcher = Matcher(hosts, {str(k): str(v) for k, v in mapping.items()})
+    matcher = Matcher(hosts, {str(k): str(v) for k, v in mapping.items()}, source.site_id)
     rows = GPU.objects.filter(node__rack__hall__site=source.site_id).values_list(
         "id", "node_id", "index", "uuid", "node__name"
     )

@@ -97,11 +97,31 @@ def scrape_time_query(source: PrometheusSource, name: str) -> str:
 
 
 REFERENCE_FIELD = "DCGM_FI_DEV_GPU_TEMP"  # in every dcgm-exporter list
+_POD_BY = ("GPU_I_ID", "namespace", "pod", "container")
 
 
-def fetch_recent(source: PrometheusSource, now: float, sink: Sink) -> None:
+def pod_query(source: PrometheusSource) -> str:
+    """Each GPU's series that name a pod, with their pod labels (fleet/ingest/prometheus/
+    pull_pods.py): those renamed `exported_*` by the scrape, and those naming a pod that is
+    not their scrape target's own (`up` carries a target's labels: where the scrape set
+    `pod`, a GPU without one shows the exporter's pod). Empty labels never match `!=""`."""
+    by = ",".join((*identity_labels(source), *_POD_BY, *(f"exported_{n}" for n in _POD_BY[1:])))
+
+    def of(matcher: str) -> str:
+        selector = ",".join(m for m in (extra_matchers(source), matcher) if m)
+        return f"group by ({by}) ({REFERENCE_FIELD}{{{selector}}})"
+
+    renamed, named = of('exported_pod!=""'), of('pod!=""')
+    own = "group by (instance, namespace, pod) (up)"
+    return f"{renamed} or ({named} unless on (instance, namespace, pod) {own})"
+
+
+def fetch_recent(
+    source: PrometheusSource, now: float, sink: Sink, pods: Sink | None = None
+) -> None:
     """Each pulled field's newest value per GPU, stamped with its scrape's time, handed to
-    `sink` field by field as the answers arrive (matching overlaps the next queries).
+    `sink` field by field as the answers arrive (matching overlaps the next queries); then,
+    where `pods` is given, each series `pod_query` answers, stamped alike.
 
     Every field of a target comes from one scrape, so one field's scrape times (per
     `instance`) serve all of them; a field whose target that answer lacks asks for its
@@ -138,6 +158,11 @@ def fetch_recent(source: PrometheusSource, now: float, sink: Sink) -> None:
                     continue  # a target Prometheus stopped scraping: its last value is old
                 labels["__name__"] = name
                 sink(labels, ((ts, s["value"][1]),))
+    if pods is not None:
+        for s in _ask(partial(client.query_raw, pod_query(source), at), source):
+            ts = scraped.get(s["metric"].get("instance", ""))
+            if ts is not None and ts >= oldest:
+                pods(s["metric"], ((ts, s["value"][1]),))
 
 
 def fetch_range(
