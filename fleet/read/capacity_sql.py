@@ -93,6 +93,12 @@ drawn AS (SELECT rack_id, w, source FROM series WHERE w IS NOT NULL)
 """
 
 
+# The sources a bucket's draw can come from (`fleet.health.PowerSource`, less "none"),
+# counted per rack in the statement that ranks the draws.
+SOURCES = ("pdu", "nodes", "gpus")
+_SOURCE_COUNTS = ", ".join(f"SUM(CASE WHEN source = '{s}' THEN 1 ELSE 0 END)" for s in SOURCES)
+
+
 def _interpolated(p: float) -> str:
     """percentile_cont(p) over ranked rows (i from 0, n per rack), as a SUM's argument."""
     pos = f"({p} * (n - 1))"
@@ -108,15 +114,15 @@ def _percentiles_sql(tier: str, vendor: str) -> str:
     if vendor == POSTGRESQL:
         return head + (
             "SELECT rack_id, percentile_cont(0.95) WITHIN GROUP (ORDER BY w),"
-            " percentile_cont(0.99) WITHIN GROUP (ORDER BY w), COUNT(*)"
+            f" percentile_cont(0.99) WITHIN GROUP (ORDER BY w), COUNT(*), {_SOURCE_COUNTS}"
             " FROM drawn GROUP BY rack_id"
         )
     return head + (
-        ", ranked AS (SELECT rack_id, w,"
+        ", ranked AS (SELECT rack_id, w, source,"
         " ROW_NUMBER() OVER (PARTITION BY rack_id ORDER BY w) - 1 AS i,"
         " COUNT(*) OVER (PARTITION BY rack_id) AS n FROM drawn)"
-        f" SELECT rack_id, SUM({_interpolated(0.95)}), SUM({_interpolated(0.99)}), MAX(n)"
-        " FROM ranked GROUP BY rack_id"
+        f" SELECT rack_id, SUM({_interpolated(0.95)}), SUM({_interpolated(0.99)}), MAX(n),"
+        f" {_SOURCE_COUNTS} FROM ranked GROUP BY rack_id"
     )
 
 
@@ -130,19 +136,16 @@ def rack_draws(site_id: int, since: float, until: float, tier: str, using: str) 
     vendor = connections[using].vendor
     with connections[using].cursor() as cur:
         cur.execute(_percentiles_sql(tier, vendor), _params(site_id, since, until))
-        figures = cur.fetchall()
-        cur.execute(
-            "WITH " + _series_sql(tier) + "SELECT rack_id, source, COUNT(*) FROM drawn"
-            " GROUP BY rack_id, source",
-            _params(site_id, since, until),
-        )
-        counted = cur.fetchall()
-    sources: dict[int, dict[str, int]] = {}
-    for rack_id, source, count in counted:
-        sources.setdefault(int(rack_id), {})[str(source)] = int(count)
+        rows = cur.fetchall()
     return [
-        RackDraw(int(r), float(p95), float(p99), int(n), sources.get(int(r), {}))
-        for r, p95, p99, n in figures
+        RackDraw(
+            int(r[0]),
+            float(r[1]),
+            float(r[2]),
+            int(r[3]),
+            {source: int(count) for source, count in zip(SOURCES, r[4:], strict=True) if count},
+        )
+        for r in rows
     ]
 
 
