@@ -91,32 +91,34 @@ def _allocations(w: Window, rules: LedgerRules) -> str:
     )
 
 
-def _holding(w: Window) -> str:
-    """Each workload on each GPU in each bucket it overlaps. An open interval is known until
-    its `last_seen`; a closed one ends at `ended`, the first snapshot without it."""
+def _overlaps(w: Window, bucket: str) -> str:
+    """Interval `al` overlaps the bucket starting at `bucket`: an open interval is known
+    until its `last_seen`; a closed one ends at `ended`, the first snapshot without it."""
     return (
-        "SELECT m.node_id, m.gpu, m.bucket, al.workload_id, al.source FROM g m"
-        " JOIN al ON al.node_id = m.node_id AND al.gpu = m.gpu"
-        f" AND al.started < m.bucket + {w.step}"
-        " AND ((al.ended IS NULL AND al.last_seen >= m.bucket) OR al.ended > m.bucket)"
+        f"al.started < {bucket} + {w.step}"
+        f" AND ((al.ended IS NULL AND al.last_seen >= {bucket}) OR al.ended > {bucket})"
     )
 
 
+def _holding(w: Window) -> str:
+    """Each interval on each GPU in each bucket it overlaps."""
+    return (
+        "SELECT m.node_id, m.gpu, m.bucket, al.workload_id, al.source FROM g m"
+        f" JOIN al ON al.node_id = m.node_id AND al.gpu = m.gpu AND {_overlaps(w, 'm.bucket')}"
+    )
+
+
+# The scheduler's allocation owns a GPU; a process owns it only where no allocation names
+# it (a bare node, a user's job). A pod's allocation and its processes are two workloads
+# (keyed by name and by UID): counting both would halve the pod's energy. `holders`: the
+# owning intervals, so a job on two MIG devices of a GPU counts twice.
 _HOLDER_SUMMARY = (
-    "SELECT node_id, gpu, bucket,"
-    " MAX(CASE WHEN source = 'scheduler' THEN 1 ELSE 0 END) AS sched,"
+    "SELECT node_id, gpu, bucket, SUM(CASE WHEN source = 'scheduler' THEN 1 ELSE 0 END) AS sched,"
+    " CASE WHEN SUM(CASE WHEN source = 'scheduler' THEN 1 ELSE 0 END) > 0"
+    " THEN SUM(CASE WHEN source = 'scheduler' THEN 1 ELSE 0 END) ELSE COUNT(*) END AS holders,"
     " COUNT(DISTINCT CASE WHEN source = 'process' THEN workload_id END) AS procs"
     " FROM hx GROUP BY node_id, gpu, bucket"
 )
-# The scheduler's allocation owns a GPU; a process owns it only where no allocation names
-# it (a bare node, a user's job). A pod's allocation and its processes are two workloads
-# (keyed by name and by UID): counting both would halve the pod's energy.
-_HOLDERS = (
-    "SELECT DISTINCT hx.node_id, hx.gpu, hx.bucket, hx.workload_id FROM hx"
-    " JOIN hs ON hs.node_id = hx.node_id AND hs.gpu = hx.gpu AND hs.bucket = hx.bucket"
-    " WHERE hx.source = 'scheduler' OR hs.sched = 0"
-)
-_HOLDER_COUNT = "SELECT node_id, gpu, bucket, COUNT(*) AS n FROM ho GROUP BY node_id, gpu, bucket"
 
 
 def _flags(rules: LedgerRules) -> str:
@@ -124,13 +126,13 @@ def _flags(rules: LedgerRules) -> str:
     idle_w = f"COALESCE(e.plimit * {_f(rules.idle_power_fraction)}, {_f(rules.idle_power_w)})"
     stall_w = f"COALESCE(e.plimit * {_f(rules.stall_power_fraction)}, {_f(rules.stall_power_w)})"
     return (
-        "SELECT e.*, COALESCE(nh.n, 0) AS holders, COALESCE(hs.procs, 0) AS procs,"
-        f" CASE WHEN nh.n IS NOT NULL AND e.util_max < {_f(rules.idle_util_pct)}"
+        "SELECT e.*, COALESCE(hs.holders, 0) AS holders, COALESCE(hs.sched, 0) AS sched,"
+        " COALESCE(hs.procs, 0) AS procs,"
+        f" CASE WHEN hs.holders IS NOT NULL AND e.util_max < {_f(rules.idle_util_pct)}"
         f" AND e.power <= {idle_w} THEN 1 ELSE 0 END AS idle,"
-        f" CASE WHEN nh.n IS NOT NULL AND e.util >= {_f(rules.stall_util_pct)}"
+        f" CASE WHEN hs.holders IS NOT NULL AND e.util >= {_f(rules.stall_util_pct)}"
         f" AND e.power <= {stall_w} THEN 1 ELSE 0 END AS stall"
-        " FROM e LEFT JOIN nh ON nh.node_id = e.node_id AND nh.gpu = e.gpu AND nh.bucket = e.bucket"
-        " LEFT JOIN hs ON hs.node_id = e.node_id AND hs.gpu = e.gpu AND hs.bucket = e.bucket"
+        " FROM e LEFT JOIN hs ON hs.node_id = e.node_id AND hs.gpu = e.gpu AND hs.bucket = e.bucket"
     )
 
 
@@ -150,7 +152,7 @@ def _states(w: Window, rules: LedgerRules) -> str:
         f"SELECT x.*, {length.format('idle')} AS idle_s, {length.format('stall')} AS stall_s FROM x"
     )
     return (
-        "SELECT node_id, gpu, bucket, holders, gpu_e, power, estimated, reset,"
+        "SELECT node_id, gpu, bucket, holders, sched, gpu_e, power, estimated, reset,"
         f" CASE WHEN util IS NULL AND power IS NULL THEN '{r.LOST}'"
         f" WHEN holders = 0 THEN '{r.UNALLOCATED}'"
         f" WHEN stall = 1 AND stall_s >= {60 * rules.stall_minutes} THEN '{r.STALLED}'"
@@ -161,54 +163,61 @@ def _states(w: Window, rules: LedgerRules) -> str:
     )
 
 
-def _node_rows(w: Window) -> str:
+def _node_totals() -> str:
+    """Per bucket, its node's GPUs that have a row and their power: a window over `st`, not
+    a join (two derived tables joined have no index to use)."""
     return (
-        f"SELECT node_id, bucket, power_w_mean AS npower FROM {rollup_table('node', w.tier)}"
-        f" WHERE node_id IN (SELECT id FROM nodes) AND bucket >= {w.a} AND bucket < {w.b}"
+        "SELECT st.*, COUNT(*) OVER (PARTITION BY node_id, bucket) AS ngpus,"
+        " SUM(COALESCE(power, 0)) OVER (PARTITION BY node_id, bucket) AS gpower FROM st"
     )
 
 
-_GPU_SUMS = (
-    "SELECT node_id, bucket, COUNT(*) AS ngpus, SUM(COALESCE(power, 0)) AS gpower"
-    " FROM st GROUP BY node_id, bucket"
-)
+def _pue() -> str:
+    """The PUE of a bucket's hour, Σ facility / Σ IT from the hourly rollup, else (an hour
+    not rolled up yet) of the bucket itself; NULL without both meters. Joins `fh` and `fm`."""
+    hourly = "CASE WHEN fh.it_power_w_mean > 0 THEN fh.total_power_w_mean / fh.it_power_w_mean END"
+    own = "CASE WHEN fm.it_power_w_mean > 0 THEN fm.total_power_w_mean / fm.it_power_w_mean END"
+    return f"COALESCE({hourly}, {own})"
 
 
-def _node_share(w: Window) -> str:
-    """Each GPU's share of its node's non-GPU energy in the bucket: node power minus its
-    GPUs' power, never below zero, split evenly over the GPUs that reported."""
+def _facility_joins(w: Window, alias: str) -> str:
+    """Primary-key lookups of the facility's row for the bucket and for its hour."""
+    site = int(w.site_id)
     return (
-        "SELECT gs.node_id, gs.bucket, CASE WHEN nd.npower > gs.gpower"
-        f" THEN (nd.npower - gs.gpower) * {w.step} / gs.ngpus ELSE 0 END AS share"
-        " FROM gs LEFT JOIN nd ON nd.node_id = gs.node_id AND nd.bucket = gs.bucket"
+        f" LEFT JOIN {rollup_table('facility', '1h')} fh ON fh.site_id = {site}"
+        f" AND fh.bucket = {alias}.bucket - {alias}.bucket % 3600"
+        f" LEFT JOIN {rollup_table('facility', w.tier)} fm ON fm.site_id = {site}"
+        f" AND fm.bucket = {alias}.bucket"
     )
 
 
-def _pue(w: Window) -> str:
-    """Each hour's PUE from the facility meters of the same tier: Σ facility / Σ IT."""
+def _ledger(w: Window) -> str:
+    """One row per GPU and bucket: energies in J. The GPU's share of its node's non-GPU
+    energy: node power minus its GPUs' power, never below zero, split evenly over the GPUs
+    that have a row. `over`: the facility overhead on its IT energy, (PUE − 1) × (GPU +
+    node share), 0 in an hour with no PUE (or one below 1)."""
+    share = (
+        f"CASE WHEN nr.power_w_mean > t.gpower THEN (nr.power_w_mean - t.gpower) * {w.step}"
+        " / t.ngpus ELSE 0 END"
+    )
+    pue = _pue()
     return (
-        "SELECT bucket - bucket % 3600 AS hour,"
-        " SUM(total_power_w_mean) / SUM(it_power_w_mean) AS pue"
-        f" FROM {rollup_table('facility', w.tier)} WHERE site_id = {int(w.site_id)}"
-        f" AND bucket >= {w.a} AND bucket < {w.b} AND total_power_w_mean IS NOT NULL"
-        " AND it_power_w_mean > 0 GROUP BY bucket - bucket % 3600"
+        "SELECT t.node_id, t.gpu, t.bucket, t.state, t.holders, t.sched, t.gpu_e,"
+        f" {share} AS node_e,"
+        f" t.estimated, t.reset, CASE WHEN {pue} > 1 THEN (t.gpu_e + {share}) * ({pue} - 1)"
+        f" ELSE 0 END AS over, CASE WHEN {pue} IS NULL THEN 0 ELSE 1 END AS has_pue FROM t"
+        f" LEFT JOIN {rollup_table('node', w.tier)} nr ON nr.node_id = t.node_id"
+        " AND nr.bucket = t.bucket" + _facility_joins(w, "t")
     )
 
 
-# One row per GPU and bucket: energies in J; `over` is the facility overhead on its IT
-# energy, (PUE − 1) × (GPU + node share), 0 in an hour with no PUE (or one below 1).
-_LEDGER = (
-    "SELECT st.node_id, st.gpu, st.bucket, st.state, st.holders, st.gpu_e,"
-    " COALESCE(ns.share, 0) AS node_e, st.estimated, st.reset,"
-    " CASE WHEN pu.pue > 1 THEN (st.gpu_e + COALESCE(ns.share, 0)) * (pu.pue - 1) ELSE 0 END"
-    " AS over, CASE WHEN pu.pue IS NULL THEN 0 ELSE 1 END AS has_pue FROM st"
-    " LEFT JOIN ns ON ns.node_id = st.node_id AND ns.bucket = st.bucket"
-    " LEFT JOIN pu ON pu.hour = st.bucket - st.bucket % 3600"
-)
+# Read by more than one later step: computed once, not inlined into each (SQLite re-ran
+# the window functions per use). PostgreSQL 12+ and SQLite 3.35+ know the hint.
+_SHARED = frozenset({"nodes", "g", "al", "hx", "hs", "led"})
 
 
 def ledger_cte(w: Window, rules: LedgerRules) -> str:
-    """`WITH …` ending in `led` (and `ho`, the holders of each GPU-bucket)."""
+    """`WITH …` ending in `led` (and `al`, the intervals around the window)."""
     parts: Sequence[tuple[str, str]] = (
         ("nodes", _nodes(w)),
         ("g", _gpu_rows(w, rules)),
@@ -216,18 +225,15 @@ def ledger_cte(w: Window, rules: LedgerRules) -> str:
         ("al", _allocations(w, rules)),
         ("hx", _holding(w)),
         ("hs", _HOLDER_SUMMARY),
-        ("ho", _HOLDERS),
-        ("nh", _HOLDER_COUNT),
         ("f", _flags(rules)),
         ("x", _runs(w)),
         ("st", _states(w, rules)),
-        ("nd", _node_rows(w)),
-        ("gs", _GPU_SUMS),
-        ("ns", _node_share(w)),
-        ("pu", _pue(w)),
-        ("led", _LEDGER),
+        ("t", _node_totals()),
+        ("led", _ledger(w)),
     )
-    return "WITH " + ", ".join(f"{name} AS ({sql})" for name, sql in parts)
+    return "WITH " + ", ".join(
+        f"{name} AS {'MATERIALIZED ' if name in _SHARED else ''}({sql})" for name, sql in parts
+    )
 
 
 _SUMS = "COUNT(*), SUM(gpu_e), SUM(node_e), SUM(over), SUM(estimated), SUM(reset), SUM(1 - has_pue)"
@@ -249,28 +255,32 @@ def per_state_sql(w: Window, rules: LedgerRules) -> str:
 
 def per_workload_sql(w: Window, rules: LedgerRules) -> str:
     """workload, state, GPU-buckets, GPU J, node-share J, overhead J, estimated buckets
-    (each a share: a bucket held by n workloads counts 1/n to each), most holders at once."""
+    (each a share: a bucket with n owning intervals counts 1/n to each), most holders at
+    once. Joined to the intervals themselves (indexed by node and GPU), not to a derived
+    table of holders: SQLite gives a derived table no index."""
     share = "1.0 / led.holders"
     return (
-        f"{ledger_cte(w, rules)} SELECT ho.workload_id, led.state, SUM({share}),"
+        f"{ledger_cte(w, rules)} SELECT al.workload_id, led.state, SUM({share}),"
         f" SUM(led.gpu_e * {share}), SUM(led.node_e * {share}), SUM(led.over * {share}),"
-        f" SUM(led.estimated * {share}), MAX(led.holders) FROM led JOIN ho"
-        " ON ho.node_id = led.node_id AND ho.gpu = led.gpu AND ho.bucket = led.bucket"
-        " GROUP BY ho.workload_id, led.state"
+        f" SUM(led.estimated * {share}), MAX(led.holders) FROM led JOIN al"
+        f" ON al.node_id = led.node_id AND al.gpu = led.gpu AND {_overlaps(w, 'led.bucket')}"
+        " AND (al.source = 'scheduler' OR led.sched = 0) WHERE led.holders > 0"
+        " GROUP BY al.workload_id, led.state"
     )
 
 
 def nodes_without_gpus_sql(w: Window) -> str:
     """Node energy (J) in buckets where none of the node's GPUs has a row, and its overhead:
     the pool's (nothing held can be charged for it)."""
-    gpu_table = rollup_table("gpu", w.tier)
+    gpu_table, node_table = rollup_table("gpu", w.tier), rollup_table("node", w.tier)
+    pue = _pue()
     return (
-        f"WITH nodes AS ({_nodes(w)}), nd AS ({_node_rows(w)}), pu AS ({_pue(w)})"
-        f" SELECT SUM(nd.npower * {w.step}),"
-        f" SUM(CASE WHEN pu.pue > 1 THEN nd.npower * {w.step} * (pu.pue - 1) ELSE 0 END)"
-        " FROM nd LEFT JOIN pu ON pu.hour = nd.bucket - nd.bucket % 3600"
-        f" WHERE nd.npower IS NOT NULL AND NOT EXISTS (SELECT 1 FROM {gpu_table} gr"
-        " WHERE gr.node_id = nd.node_id AND gr.bucket = nd.bucket)"
+        f"WITH nodes AS ({_nodes(w)}) SELECT SUM(nd.power_w_mean * {w.step}),"
+        f" SUM(CASE WHEN {pue} > 1 THEN nd.power_w_mean * {w.step} * ({pue} - 1) ELSE 0 END)"
+        f" FROM {node_table} nd{_facility_joins(w, 'nd')}"
+        f" WHERE nd.node_id IN (SELECT id FROM nodes) AND nd.bucket >= {w.a}"
+        f" AND nd.bucket < {w.b} AND nd.power_w_mean IS NOT NULL AND NOT EXISTS"
+        f" (SELECT 1 FROM {gpu_table} gr WHERE gr.node_id = nd.node_id AND gr.bucket = nd.bucket)"
     )
 
 

@@ -111,6 +111,17 @@ def seed(tdb: TierDb) -> Seed:
         total = it * PUE.get(bucket - bucket % 3600, 1.2)
         s.facility[bucket] = (total, it)
         facility_rows.append((site.id, bucket, 60, total, it))
+    hours = sorted({b - b % 3600 for b in s.facility})
+    hourly = [
+        (site.id, h, 60, *(sum(v[k] for b, v in s.facility.items() if h <= b < h + 3600) / 60
+                           for k in (0, 1)))
+        for h in hours
+    ]  # fmt: skip
+    tdb.insert(
+        "fw_facility_1h",
+        ("site_id", "bucket", "n", "total_power_w_mean", "it_power_w_mean"),
+        hourly,
+    )
     columns = ("util_gpu_pct_mean", "util_gpu_pct_max", "power_w_mean", "power_limit_w_mean")
     tdb.insert(
         "fw_gpu_1m",
@@ -192,9 +203,9 @@ def holders_of(s: Seed, node: int, gpu: int, bucket: int) -> tuple[list[int], in
         if n == node and g == gpu and start < bucket + 60
         and ((end is None and seen >= bucket) or (end is not None and end > bucket))
     ]  # fmt: skip
-    sched = sorted({wl for wl, src in on if src == "scheduler"})
+    sched = sorted(wl for wl, src in on if src == "scheduler")
     procs = len({wl for wl, src in on if src == "process"})
-    return (sched or sorted({wl for wl, _ in on})), procs
+    return (sched or sorted(wl for wl, _ in on)), procs
 
 
 def flags(s: Seed, key: tuple[int, int, int], rules: LedgerRules) -> tuple[bool, bool]:

@@ -1,0 +1,222 @@
+"""Energy-ledger benchmark: `.venv/bin/python bench/ledger.py [--gpus N] [--days D] [--tier T]`.
+
+Synthetic rollup rows for N GPUs (8 per node) over D days ending now: most GPUs train, some
+hold an allocation that runs nothing, some serve bursty inference, some are unallocated, a
+few hang or are lost; every node draws 800 W besides its GPUs; the facility meter reads
+1.4 × the nodes' power. Then the efficiency page's aggregate (`fleet.read.ledger.state_totals`:
+GPU-hours and energy per state, one statement) is timed, median of `--repeat`, and the whole
+ledger once (per GPU, per job, reconciliation).
+
+The tier: the page reads the 1-minute tier while it still holds the window (72 h by default)
+and hours beyond, where states are decided per hour (docs/ledger.md). 10,000 GPUs × 30 days
+is 7.2 M hour rows (432 M minute rows, more than the 1-minute tier keeps). SQLite always;
+PostgreSQL too when DATABASE_URL is set. Last line per database:
+`db=… tier=… gpus=… days=… ledger_query_s=… reconcile_error_pct=…`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from bench.environment import use_bench_settings  # noqa: E402
+
+use_bench_settings()
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "fleetwatch.settings")
+
+import django  # noqa: E402
+
+django.setup()
+
+from django.db import connections  # noqa: E402
+
+from fleet.read.ledger import ledger, state_totals  # noqa: E402
+from fleet.read.ledger_sql import Window  # noqa: E402
+from fleet.storage.schema import TIER_SECONDS  # noqa: E402
+from fleetwatch.env import database_from_url, sqlite_database  # noqa: E402
+from tests.support import services  # noqa: E402
+from tests.support.databases import register_alias  # noqa: E402
+from tests.support.server import FleetServer  # noqa: E402
+
+GPUS_PER_NODE = 8
+NODE_OTHER_W = 800.0
+PUE = 1.4
+LIMIT_W = 700.0
+
+
+def use(gpu: int, i: int) -> tuple[float | None, float | None, float | None, float]:
+    """(util mean, util max, power W, memory MiB) of GPU `gpu` in bucket `i`."""
+    case = gpu % 20
+    if case == 0:
+        return 0.0, 0.0, 70.0, 0.5  # allocated, runs nothing
+    if case in (1, 2):
+        return (12.0, 70.0, 250.0, 2e4) if i % 4 == 0 else (0.0, 0.0, 80.0, 2e4)  # inference
+    if case in (3, 4, 5):
+        return 0.0, 0.0, 60.0, 0.5  # unallocated
+    if case == 6 and gpu % 40 == 6:
+        return 100.0, 100.0, 150.0, 7e4  # a hung collective
+    if case == 7 and gpu % 60 == 7:
+        return None, None, None, 0.0  # lost
+    return 95.0, 100.0, 600.0, 6e4  # training
+
+
+def allocated(gpu: int) -> bool:
+    return gpu % 20 not in (3, 4, 5)
+
+
+def make_database(kind: str, workdir: Path) -> tuple[str, str | None]:
+    """A migrated database reachable as a Django alias; its alias and PostgreSQL name."""
+    alias = f"bench_{uuid.uuid4().hex[:6]}"
+    if kind == "sqlite":
+        FleetServer(workdir).migrate()
+        register_alias(alias, sqlite_database(str(workdir / "fleetwatch.sqlite3")))
+        return alias, None
+    name = f"fwbench_{uuid.uuid4().hex[:8]}"
+    url = services.create_database(services.services_database_url(), name)
+    FleetServer(workdir, database_url=url).migrate()
+    register_alias(alias, database_from_url(url))
+    return alias, name
+
+
+def execute(alias: str, sql: str, params: Any = ()) -> list[tuple[Any, ...]]:
+    with connections[alias].cursor() as cur:
+        cur.execute(sql, params)
+        return list(cur.fetchall()) if cur.description else []
+
+
+def insert(alias: str, table: str, columns: tuple[str, ...], rows: list[tuple[Any, ...]]) -> None:
+    conn = connections[alias]
+    if conn.vendor == "postgresql":
+        with (
+            conn.cursor() as cur,
+            cur.cursor.copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN") as copy,
+        ):
+            for row in rows:
+                copy.write_row(row)
+        return
+    marks = ", ".join(["%s"] * len(columns))
+    with conn.cursor() as cur:
+        cur.executemany(f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({marks})", rows)
+
+
+def seed(alias: str, gpus: int, a: int, b: int, tier: str) -> int:
+    """The inventory, intervals and rows; the site's id."""
+    step = TIER_SECONDS[tier]
+    execute(alias, "INSERT INTO fleet_site (slug, name, timezone, currency) VALUES"
+            " ('bench', 'Bench', 'UTC', '')")  # fmt: skip
+    site = execute(alias, "SELECT id FROM fleet_site WHERE slug = 'bench'")[0][0]
+    execute(alias, "INSERT INTO fleet_hall (site_id, name) VALUES (%s, 'H')", [site])
+    hall = execute(alias, "SELECT id FROM fleet_hall WHERE site_id = %s", [site])[0][0]
+    execute(alias, "INSERT INTO fleet_rack (hall_id, name, cooling, power_budget_kw, position)"
+            " VALUES (%s, 'R', 'liquid', 1000, 0)", [hall])  # fmt: skip
+    rack = execute(alias, "SELECT id FROM fleet_rack WHERE hall_id = %s", [hall])[0][0]
+    nodes = gpus // GPUS_PER_NODE
+    insert(alias, "fleet_node", ("name", "rack_id", "position", "model", "info"),
+           [(f"b{i:05d}", rack, 0, "", "{}") for i in range(nodes)])  # fmt: skip
+    ids = [r[0] for r in execute(alias, "SELECT id FROM fleet_node ORDER BY name")]
+    execute(alias, "INSERT INTO fleet_workload (site_id, kind, key, namespace, pod, pod_uid,"
+            " container, container_id, job, step, \"user\", account, first_seen) VALUES"
+            " (%s, 'slurm', 'j', '', '', '', '', '', 'j', '', 'ana', 'physics', %s)",
+            [site, a])  # fmt: skip
+    wl = execute(alias, "SELECT id FROM fleet_workload")[0][0]
+    insert(alias, "fleet_gpuallocation", ("site_id", "node_id", "gpu", "mig", "workload_id",
+           "source", "started", "last_seen", "ended"),
+           [(site, ids[g // GPUS_PER_NODE], g % GPUS_PER_NODE, "", wl, "scheduler", a - 3600,
+             b, None) for g in range(gpus) if allocated(g)])  # fmt: skip
+    buckets = range((b - a) // step)
+    for start in range(0, nodes, 50):  # 400 GPUs at a time: bounded memory
+        gpu_rows, node_rows = [], []
+        for n in range(start, min(start + 50, nodes)):
+            energy = [1e6] * GPUS_PER_NODE
+            for i in buckets:
+                watts = NODE_OTHER_W
+                for k in range(GPUS_PER_NODE):
+                    g = n * GPUS_PER_NODE + k
+                    util, util_max, power, mem = use(g, i)
+                    energy[k] += (power or 0.0) * step
+                    e = None if power is None else energy[k]
+                    gpu_rows.append((ids[n], k, a + i * step, 60, util, util_max, power, LIMIT_W,
+                                     mem, e))  # fmt: skip
+                    watts += power or 0.0
+                node_rows.append((ids[n], a + i * step, 60, watts))
+        insert(alias, f"fw_gpu_{tier}", ("node_id", "gpu", "bucket", "n", "util_gpu_pct_mean",
+               "util_gpu_pct_max", "power_w_mean", "power_limit_w_mean", "mem_used_mib_max",
+               "energy_j_last"), gpu_rows)  # fmt: skip
+        insert(alias, f"fw_node_{tier}", ("node_id", "bucket", "n", "power_w_mean"), node_rows)
+    it = execute(alias, f"SELECT bucket, SUM(power_w_mean) FROM fw_node_{tier} GROUP BY bucket")
+    insert(alias, f"fw_facility_{tier}", ("site_id", "bucket", "n", "total_power_w_mean",
+           "it_power_w_mean"), [(site, bk, 60, w * PUE, w) for bk, w in it])  # fmt: skip
+    for table in (f"fw_gpu_{tier}", f"fw_node_{tier}", "fleet_gpuallocation"):
+        execute(alias, f"ANALYZE {table}")
+    return int(site)
+
+
+def run(kind: str, gpus: int, days: float, tier: str, repeat: int) -> None:
+    step = TIER_SECONDS[tier]
+    b = int(time.time()) // 3600 * 3600
+    a = b - int(days * 86400) // step * step
+    with tempfile.TemporaryDirectory() as tmp:
+        alias, pg_name = make_database(kind, Path(tmp))
+        try:
+            t0 = time.perf_counter()
+            site = seed(alias, gpus, a, b, tier)
+            seeded = time.perf_counter() - t0
+            window = Window(site, a, b, tier)
+            times = []
+            for _ in range(repeat):
+                t1 = time.perf_counter()
+                totals = state_totals(window, using=alias)
+                times.append(time.perf_counter() - t1)
+            t2 = time.perf_counter()
+            led = ledger(window, using=alias)
+            whole = time.perf_counter() - t2
+        finally:
+            connections[alias].close()
+            if pg_name:
+                services.drop_database(services.services_database_url(), pg_name)
+    rows = gpus * (b - a) // step
+    print(f"db={kind}: {gpus} GPUs × {days:g} days, tier {tier}: {rows:,} GPU rows"
+          f" (seeded in {seeded:.1f} s)")  # fmt: skip
+    for state, line in sorted(totals.items()):
+        print(f"  {state:18} {line.gpu_hours:12,.0f} GPU-h {line.energy.total_kwh:14,.1f} kWh")
+    print(f"whole ledger (per GPU, per job, reconciliation): {whole:.2f} s")
+    error = led.reconcile_error_pct
+    print(
+        f"db={kind} tier={tier} gpus={gpus} days={days:g}"
+        f" ledger_query_s={statistics.median(times):.3f}"
+        f" reconcile_error_pct={'n/a' if error is None else f'{error:.3f}'}"
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--gpus", type=int, default=1000)
+    parser.add_argument("--days", type=float, default=1.0)
+    parser.add_argument("--tier", choices=("1m", "1h"), default=None,
+                        help="default: 1m up to 3 days, else 1h")  # fmt: skip
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--no-sqlite", action="store_true")
+    args = parser.parse_args()
+    tier = args.tier or ("1m" if args.days <= 3 else "1h")
+    print(
+        f"machine: {platform.machine()} {os.cpu_count()} cores, Python {platform.python_version()}"
+    )
+    if not args.no_sqlite:
+        run("sqlite", args.gpus, args.days, tier, args.repeat)
+    if os.environ.get("DATABASE_URL"):
+        run("postgresql", args.gpus, args.days, tier, args.repeat)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
