@@ -12,8 +12,8 @@ Per simulated node, under the simulator's working directory (`<jobs dir>/<node>/
   those PIDs with their memory and SM use, its MIG slices the schedule's;
 - a fake `scontrol` (the agent's `Scontrol` takes a callable in place of running the
   program) answering `scontrol -d -o show job <id>` from the schedule;
-- on Kubernetes nodes, when grpcio is installed, a pod-resources server on
-  `pod-resources/kubelet.sock` answering `List` with the pods holding the node's GPUs and
+- on Kubernetes nodes, when grpcio is installed, a pod-resources server on a unix socket
+  (in a short temporary folder: gRPC binds none of 106 characters or more) answering `List` with the pods holding the node's GPUs and
   MIG slices; without grpcio, pods' allocations are left out (their processes are still
   attributed by cgroup) and a log line says so.
 
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -43,14 +44,14 @@ from fleetsim.physics import gpu_uuid
 log = get_logger("fleetsim.workloads")
 
 WORKLOADS_S = 10.0  # the agent's default `workloads_s`
-# A unix socket's path must fit sockaddr_un.sun_path (108 bytes with its NUL).
-MAX_SOCKET_PATH = 107
 
 
 class NodeWorkloads:
     """One virtual node's `/proc`, NVML processes, scontrol and kubelet, and its collector."""
 
-    def __init__(self, node: VirtualNode, schedule: JobSchedule, root: Path, kubelet: bool) -> None:
+    def __init__(
+        self, node: VirtualNode, schedule: JobSchedule, root: Path, kubelet: Path | None
+    ) -> None:
         self.node = node
         self.schedule = schedule
         self.root = root
@@ -71,7 +72,7 @@ class NodeWorkloads:
                 for gpu, slices in node.mig.items()
             },
         )
-        self.kubelet = _Kubelet(self, root / "pod-resources" / "kubelet.sock") if kubelet else None
+        self.kubelet = _serve_kubelet(self, kubelet) if kubelet else None
         self.collector = WorkloadCollector(
             Nvml(self.nvml),
             ProcReader(self.proc),
@@ -179,6 +180,17 @@ class _Kubelet:
         Path(self.path).unlink(missing_ok=True)
 
 
+def _serve_kubelet(workloads: NodeWorkloads, path: Path) -> _Kubelet | None:
+    """A pod-resources server for the node, or None (logged) where gRPC cannot bind one."""
+    try:
+        return _Kubelet(workloads, path)
+    except RuntimeError as exc:  # gRPC's own answer to a socket it cannot bind
+        log.warning(
+            "no pod-resources socket: no pod allocations", node=workloads.node.name, error=str(exc)
+        )
+        return None
+
+
 def pod_resources(workloads: NodeWorkloads) -> Any:
     """The kubelet's `List` answer: each running pod's container and the GPUs (`GPU-<uuid>`)
     or MIG slice (`MIG-<uuid>`, resource `nvidia.com/mig-<profile>`) it holds, as NVIDIA's
@@ -224,15 +236,15 @@ class SimWorkloads:
         kubelets = kubelets_available()
         if not kubelets:
             log.info("grpcio is not installed: pods' GPU allocations are left out")
+        # The kubelets' sockets in a short folder of their own: gRPC binds a unix socket only
+        # when its path is under 106 characters, and the jobs dir may be deep (a test's tmp).
+        self.sockets = Path(tempfile.mkdtemp(prefix="fwsim-kubelets-"))
         self.nodes: dict[str, NodeWorkloads] = {}
-        for name, node in model.nodes.items():
+        for i, (name, node) in enumerate(model.nodes.items()):
             timeline = model.jobs.timelines[name]
-            socket = root / name / "pod-resources" / "kubelet.sock"
             serve = kubelets and timeline.scheduler == "kubernetes"
-            if serve and len(str(socket)) > MAX_SOCKET_PATH:
-                log.warning("jobs dir too deep for a unix socket: no pod allocations", node=name)
-                serve = False
-            self.nodes[name] = NodeWorkloads(node, model.jobs, root / name, serve)
+            socket = self.sockets / f"{i}.sock" if serve else None
+            self.nodes[name] = NodeWorkloads(node, model.jobs, root / name, socket)
         self._offsets = {name: i % self.every_ticks for i, name in enumerate(self.nodes)}
 
     def sync(self, t: float) -> None:
@@ -248,3 +260,4 @@ class SimWorkloads:
     def close(self) -> None:
         for node in self.nodes.values():
             node.close()
+        shutil.rmtree(self.sockets, ignore_errors=True)
