@@ -93,10 +93,12 @@ def test_the_part_is_read_on_the_slow_lane_every_ten_ticks_and_goes_into_the_bat
     finally:
         collectors.close()
     sent = [tick for tick, reading in enumerate(ticks) if reading.workloads]
-    assert sent == [1, 11]  # read at ticks 0 and 10, merged into the next tick's reading
+    # read at ticks 0 and 10 on the lane, each merged into the first reading that finds it
+    # done: that tick's own when the read beats the harvest, else the next one's
+    assert len(sent) == 2 and sent[0] in (0, 1) and sent[1] in (10, 11), sent
     threads = fake.stats.threads["nvmlDeviceGetComputeRunningProcesses"]
     assert all(name.startswith("slow-lane") for name in threads)
-    batch = build_batch("node:gpu01", 1, ticks[1], {})
+    batch = build_batch("node:gpu01", 1, ticks[sent[0]], {})
     assert len(validate_batch(batch, time.time()).workloads) == 3
 
 

@@ -1,22 +1,33 @@
-"""What the migrations put in the test database (the rule pack, groups, permissions)
-stays there for every test, whatever order the tests run in.
+"""Every test finds the test database as the migrations left it, whatever order the tests
+run in.
 
-A test that commits (`django_db(transaction=True)`) ends with Django's flush, which
-empties every table. Django runs such tests after all others for that reason; a
-pytest-xdist worker runs whole files in the order it is handed them, so a file after one
-with a committing test would find the rule pack gone. After each committing test the data
-are loaded back from the copy Django serialized when it created the test database (those
-tests say `serialized_rollback=True`, which asks for that copy)."""
+A test that commits (`django_db(transaction=True)`) ends with Django's flush, which empties
+every model's table — the migrations' data too (the rule pack, groups, permissions) — and
+leaves the storage tables that are not models (latest state, raw samples, rollups: `fw_*`)
+holding what the test committed. Django runs such tests after all others for that reason;
+a pytest-xdist worker runs whole files in the order it is handed them, so a file after one
+with a committing test would find the rule pack gone and another test's latest state.
+
+So, after each committing test, the models' data are loaded back from the copy Django
+serialized when it created the test database (those tests say `serialized_rollback=True`,
+which asks for it), and the storage tables are emptied: the migrations put no rows in them."""
 
 from __future__ import annotations
 
 import pytest
 from pytest_django.plugin import blocking_manager_key
 
+# The mark for a test whose data other threads read (a socket's consumer): it commits.
+COMMITS = pytest.mark.django_db(transaction=True, serialized_rollback=True)
+
+
+def commits(item: pytest.Item) -> bool:
+    marker = item.get_closest_marker("django_db")
+    return marker is not None and bool(marker.kwargs.get("transaction"))
+
 
 def restore_after_flush(item: pytest.Item) -> None:
-    marker = item.get_closest_marker("django_db")
-    if marker is None or not marker.kwargs.get("transaction"):
+    if not commits(item):
         return
     from django.db import connection
 
@@ -28,7 +39,19 @@ def restore_after_flush(item: pytest.Item) -> None:
         )
     with item.config.stash[blocking_manager_key].unblock():
         connection.creation.deserialize_db_from_string(serialized)
+        with connection.cursor() as cur:
+            for table in _storage_tables():
+                cur.execute(f"DELETE FROM {table}")
 
 
-# The mark for a test whose data other threads read (a socket's consumer): it commits.
-COMMITS = pytest.mark.django_db(transaction=True, serialized_rollback=True)
+def _storage_tables() -> list[str]:
+    """Tables no model owns (Django's flush leaves them): the storage layer's."""
+    from django.db import connection
+
+    intro = connection.introspection
+    models = set(intro.django_table_names(include_views=False))
+    return sorted(
+        t
+        for t in intro.table_names(include_views=False)
+        if t not in models and t != "django_migrations" and not t.startswith("sqlite_")
+    )
