@@ -13,9 +13,10 @@ Per simulated node, under the simulator's working directory (`<jobs dir>/<node>/
 - a fake `scontrol` (the agent's `Scontrol` takes a callable in place of running the
   program) answering `scontrol -d -o show job <id>` from the schedule;
 - on Kubernetes nodes, when grpcio is installed, a pod-resources server on a unix socket
-  (in a short temporary folder: gRPC binds none of 106 characters or more) answering `List` with the pods holding the node's GPUs and
-  MIG slices; without grpcio, pods' allocations are left out (their processes are still
-  attributed by cgroup) and a log line says so.
+  (in a short temporary folder: gRPC binds none of 106 characters or more) answering
+  `List` with the pods holding the node's GPUs and MIG slices; without grpcio, pods'
+  allocations are left out (their processes are still attributed by cgroup) and a log
+  line says so.
 
 The collector is `agents.collectors.workloads.WorkloadCollector`, unchanged: what the
 simulator sends as `workloads` is what a real agent on such a host would send.
