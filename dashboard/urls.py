@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.urls import URLPattern, path
 
-from dashboard import capacity, gpu, history, muting, node, power, views
+from dashboard import capacity, efficiency, gpu, history, muting, node, power, views
 
 urlpatterns: list[URLPattern] = [
     path("", views.fleet_overview, name="fleet-overview"),
@@ -12,6 +12,7 @@ urlpatterns: list[URLPattern] = [
     path("cooling/", views.cooling, name="cooling"),
     path("power/", power.power_view, name="power"),
     path("capacity/", capacity.capacity_view, name="capacity"),
+    path("efficiency/", efficiency.efficiency_view, name="efficiency"),
     path("alerts/", views.alerts, name="alerts"),
     path("alerts/acknowledge", views.acknowledge_alerts, name="alerts-acknowledge"),
     path("alerts/silences/new", muting.silence_form, name="silence-new"),

@@ -15,6 +15,7 @@ import math
 from typing import Any
 
 from fleet import health
+from fleet.read import ledger_rules as ledger
 
 LEVEL_WORDS: dict[str, str] = {
     health.Level.OK: "OK",
@@ -36,6 +37,34 @@ COOLING_SOURCE_WORDS: dict[str, str] = {
     "meter": "the cooling plant's own meter",
     "derived": "facility − IT (no cooling meter): every overhead, cooling the most of it",
 }
+
+# The energy ledger's states (fleet/read/ledger_rules.py, docs/ledger.md), as the efficiency
+# page, its chart and its tables name them.
+STATE_WORDS: dict[str, str] = {
+    ledger.BUSY: "Busy",
+    ledger.ALLOCATED_IDLE: "Allocated, idle",
+    ledger.IDLE_HELD_MEMORY: "Idle, memory held",
+    ledger.STALLED: "Stalled",
+    ledger.UNALLOCATED: "Unallocated",
+    ledger.LOST: "Lost or down",
+}
+
+# A rollup tier's bucket, as a page says which one its figures come from.
+TIER_WORDS: dict[str, str] = {"1m": "1-minute", "1h": "1-hour"}
+
+# The efficiency page's own phrases (dashboard/efficiency.py).
+EFFICIENCY_PHRASES: dict[str, str] = {
+    "window": "last {span}, in {tier} buckets: {start} – {end}",
+    "no_team": "no team",
+    "gpu_hours": "GPU-hours",
+    "by_team": "GPU-hours by state per team",
+    "by_rack": "GPU-hours by state per rack (no workloads in the window)",
+    "top_of": "the {shown} with the most GPU-hours of {count}; the CSV has them all",
+    "idle_gpus": "{idle} of {held}",
+    "metered": "{charged} kWh charged to jobs and the pool; the facility meter: {metered} kWh"
+    " ({error})",
+}
+
 
 # An age in the unit an operator reads at a glance: (below this many seconds, count in
 # units of this many seconds, the unit's word); the last row has no upper bound. The
@@ -68,6 +97,19 @@ PHRASES: dict[str, str] = {
 
 def say(phrase: str, **values: object) -> str:
     return PHRASES[phrase].format(**values)
+
+
+def state_word(state: str) -> str:
+    return STATE_WORDS.get(state, state)
+
+
+def efficiency_words(phrase: str, **values: object) -> str:
+    return EFFICIENCY_PHRASES[phrase].format(**values)
+
+
+def utc_minute(ts: float) -> str:
+    """A moment to the minute, UTC: where a window starts and ends, since when a GPU idles."""
+    return dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
 def level_word(level: health.Level) -> str:

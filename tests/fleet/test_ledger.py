@@ -2,7 +2,7 @@
 two nodes, one GPU per case (a training job, an allocation running nothing, bursty
 inference, a hung collective, a process holding memory on an idle GPU, an unallocated GPU,
 a driver reload, a GPU without an energy counter, a GPU shared by two jobs, a lost GPU),
-two hours with different PUEs.
+two hours with different PUEs (seeded by tests/support/ledger_seed.py).
 
 The SQL path (fleet/read/ledger.py) is held to `fold`, a plain Python reading of the same
 rows (the oracle); each behaviour is then asserted on the SQL's answer in the figures a user
@@ -12,174 +12,21 @@ reads. One database per tier for the module: the ledger only reads.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from fleet.models import GPU, GpuAllocation, Hall, Node, Rack, Site, Workload
 from fleet.read import ledger_rules as r
 from fleet.read.ledger import EVEN, EXCLUSIVE, JobLedger, Ledger, Line, ledger
 from fleet.read.ledger_rules import DEFAULT_RULES, LedgerRules
 from fleet.read.ledger_sql import Window
 from tests.support import databases
 from tests.support.databases import T, TierDb
+from tests.support.ledger_seed import LIMIT_W, Seed, minute_values, seed
 
 A, B = T, T + 7200  # the window: two hours
-SEED_FROM, SEED_TO = T - 900, B + 600  # rows around it: runs that cross its edges
-LIMIT_W = 700.0
-NODE_A_OTHER_W, NODE_B_OTHER_W = 1000.0, 400.0
-PUE = {T: 1.3, T + 3600: 1.5}
-E0 = 1e6  # every counter's value before the first minute seeded
-
-
-@dataclass
-class Seed:
-    """The rows seeded, as the oracle reads them."""
-
-    site_id: int = 0
-    gpus: dict[tuple[int, int, int], dict[str, Any]] = field(default_factory=dict)
-    nodes: dict[tuple[int, int], float] = field(default_factory=dict)
-    facility: dict[int, tuple[float, float]] = field(default_factory=dict)
-    # (node, gpu, workload, source, started, last_seen, ended)
-    intervals: list[tuple[int, int, int, str, float, float, float | None]] = field(
-        default_factory=list
-    )
-    names: dict[str, int] = field(default_factory=dict)  # job → workload id
-    where: dict[str, tuple[int, int]] = field(default_factory=dict)  # case → node, GPU
-
-
-def minute_values(case: str, i: int) -> tuple[float | None, float | None, float | None, float]:
-    """(util mean, util max, power W, memory MiB) of `case` in minute i (0 = T)."""
-    if case in ("training", "reload", "no_counter"):
-        if case == "training" and 0 <= i < 8:
-            return 0.0, 0.0, 70.0, 500.0  # loading: 8 idle minutes are not an idle allocation
-        return 95.0, 100.0, 600.0, 60_000.0
-    if case == "empty":
-        return 0.0, 0.0, 70.0, 0.5
-    if case == "bursty":
-        return (12.0, 70.0, 250.0, 20_000.0) if i % 4 == 0 else (0.0, 0.0, 80.0, 20_000.0)
-    if case == "hung":
-        return 100.0, 100.0, 150.0, 70_000.0
-    if case == "held":
-        return 0.0, 0.0, 75.0, 30_000.0
-    if case == "unallocated":
-        return 0.0, 0.0, 60.0, 0.5
-    if case == "shared":
-        return 80.0, 100.0, 500.0, 40_000.0
-    return None, None, None, 0.0  # lost: the node reports, this GPU says nothing
-
-
-NODE_A = ("training", "empty", "bursty", "hung", "held", "unallocated", "reload", "no_counter")
-NODE_B = ("shared", "lost")
-
-
-def seed(tdb: TierDb) -> Seed:
-    using = tdb.alias
-    site = Site.objects.using(using).create(
-        slug="s1", name="Site 1", grid_gco2_per_kwh=300.0, tariff_per_kwh=0.2,
-        gpu_hour_price=1.5, currency="EUR",
-    )  # fmt: skip
-    hall = Hall.objects.using(using).create(site=site, name="A")
-    rack = Rack.objects.using(using).create(hall=hall, name="A01", power_budget_kw=80)
-    s = Seed(site_id=site.id)
-    gpu_rows, node_rows = [], []
-    for cases, other in ((NODE_A, NODE_A_OTHER_W), (NODE_B, NODE_B_OTHER_W)):
-        node = Node.objects.using(using).create(name=f"n{len(s.where)}", rack=rack)
-        GPU.objects.using(using).bulk_create(GPU(node=node, index=i) for i in range(len(cases)))
-        for index, case in enumerate(cases):
-            s.where[case] = (node.id, index)
-        for bucket in range(SEED_FROM, SEED_TO, 60):
-            i = (bucket - T) // 60
-            watts = other
-            for index, case in enumerate(cases):
-                row = gpu_row(case, i)
-                if row is None:
-                    continue
-                s.gpus[(node.id, index, bucket)] = row
-                gpu_rows.append(
-                    (node.id, index, bucket, 60, row["util"], row["util_max"], row["power"],
-                     LIMIT_W, row["mem"], row["e"])
-                )  # fmt: skip
-                watts += row["power"] or 0.0
-            s.nodes[(node.id, bucket)] = watts
-            node_rows.append((node.id, bucket, 60, watts))
-    facility_rows = []
-    for bucket in range(SEED_FROM, SEED_TO, 60):
-        it = sum(w for (_, b), w in s.nodes.items() if b == bucket)
-        total = it * PUE.get(bucket - bucket % 3600, 1.2)
-        s.facility[bucket] = (total, it)
-        facility_rows.append((site.id, bucket, 60, total, it))
-    hours = sorted({b - b % 3600 for b in s.facility})
-    hourly = [
-        (site.id, h, 60, *(sum(v[k] for b, v in s.facility.items() if h <= b < h + 3600) / 60
-                           for k in (0, 1)))
-        for h in hours
-    ]  # fmt: skip
-    tdb.insert(
-        "fw_facility_1h",
-        ("site_id", "bucket", "n", "total_power_w_mean", "it_power_w_mean"),
-        hourly,
-    )
-    columns = ("util_gpu_pct_mean", "util_gpu_pct_max", "power_w_mean", "power_limit_w_mean")
-    tdb.insert(
-        "fw_gpu_1m",
-        ("node_id", "gpu", "bucket", "n", *columns, "mem_used_mib_max", "energy_j_last"),
-        gpu_rows,
-    )
-    tdb.insert("fw_node_1m", ("node_id", "bucket", "n", "power_w_mean"), node_rows)
-    tdb.insert(
-        "fw_facility_1m",
-        ("site_id", "bucket", "n", "total_power_w_mean", "it_power_w_mean"),
-        facility_rows,
-    )
-    allocate(tdb, site, s)
-    return s
-
-
-def gpu_row(case: str, i: int) -> dict[str, Any] | None:
-    """A 1m row: the counter read at the minute's end (E0 + power × time so far); a driver
-    reload half-way through minute 60 restarts it from zero."""
-    if case == "lost" and i >= 20:
-        return None  # gone off the bus: no rows at all
-    util, util_max, power, mem = minute_values(case, i)
-    used = sum(minute_values(case, k)[2] or 0.0 for k in range(-15, i + 1)) * 60
-    e: float | None = E0 + used
-    if case == "reload" and i >= 60:
-        e = sum(minute_values(case, k)[2] or 0.0 for k in range(61, i + 1)) * 60 + 600.0 * 30
-    if case in ("no_counter", "lost"):
-        e = None
-    return {"util": util, "util_max": util_max, "power": power, "mem": mem, "e": e}
-
-
-JOBS = {
-    "train": ("slurm", "1001", ("training", "reload", "no_counter"), "scheduler"),
-    "empty": ("slurm", "1002", ("empty",), "scheduler"),
-    "infer": ("pod", "serving/infer-0", ("bursty",), "scheduler"),
-    "infer-procs": ("pod", "7c1f-uid", ("bursty",), "process"),  # the same pod, by UID
-    "hung": ("slurm", "1004", ("hung",), "scheduler"),
-    "notebook": ("user", "1000", ("held",), "process"),
-    "left": ("pod", "team-a/left", ("shared",), "scheduler"),
-    "right": ("pod", "team-b/right", ("shared",), "scheduler"),
-}
-
-
-def allocate(tdb: TierDb, site: Site, s: Seed) -> None:
-    using = tdb.alias
-    for name, (kind, key, cases, source) in JOBS.items():
-        wl = Workload.objects.using(using).create(
-            site=site, kind=kind, key=key, account="physics", user=name, first_seen=T - 3600
-        )
-        s.names[name] = wl.id
-        for case in cases:
-            node_id, gpu = s.where[case]
-            started, last_seen = float(T - 3600), float(SEED_TO + 5)
-            GpuAllocation.objects.using(using).create(
-                site=site, node_id=node_id, gpu=gpu, workload=wl, source=source,
-                started=started, last_seen=last_seen, ended=None,
-            )  # fmt: skip
-            s.intervals.append((node_id, gpu, wl.id, source, started, last_seen, None))
 
 
 # -- the oracle: the same rules read row by row ---------------------------------------------
@@ -286,7 +133,7 @@ def case(
 ) -> Iterator[Case]:
     var_dir: Path = tmp_path_factory.mktemp(f"ledger-{tier}")
     with databases.fresh_db(tier, var_dir, tmp_path_factory, django_db_blocker) as tdb:
-        s = seed(tdb)
+        s = seed(tdb.alias, T)
         led = ledger(Window(s.site_id, A, B), DEFAULT_RULES, using=tdb.alias)
         yield Case(tdb, s, led)
 

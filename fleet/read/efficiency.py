@@ -1,0 +1,248 @@
+"""The efficiency page's figures, from the energy ledger (fleet/read/ledger.py, docs/ledger.md):
+a site's GPU-hours by state, energy, cost and carbon over a window, rolled up by hall, rack,
+team (namespace or account) and job; and the reclaim list, the workloads holding GPUs that
+are allocated but idle now.
+
+The ledger does the heavy part in SQL; here its per-GPU and per-job lines (a few per GPU and
+per job) are summed, with one query for the racks of the site's nodes, one for the
+workloads' owners and one for the open intervals on idle GPUs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from django.db import DEFAULT_DB_ALIAS
+from django.db.models import Count
+
+from fleet.models import GpuAllocation, Node, Site, Workload
+from fleet.models.workloads import AllocationSource, WorkloadKind
+from fleet.read import ledger_rules as r
+from fleet.read.ledger import JobLedger, Ledger, Line, Price, ledger, price, tier_for
+from fleet.read.ledger_rules import DEFAULT_RULES, LedgerRules
+from fleet.read.ledger_sql import Window
+from fleet.storage.schema import TIER_SECONDS
+
+DAY_S = 86_400
+# The page's windows: (the `?window=` value, seconds), the first the default.
+WINDOWS: tuple[tuple[str, int], ...] = (("24h", DAY_S), ("7d", 7 * DAY_S), ("30d", 30 * DAY_S))
+
+
+@dataclass(frozen=True, slots=True)
+class Total:
+    """One hall's, rack's or team's GPU-hours and energy per state, and their price."""
+
+    name: str
+    parent: str  # the rack's hall; "" for halls and teams
+    states: dict[str, Line]
+    price: Price
+
+    @property
+    def total(self) -> Line:
+        return sum(self.states.values(), Line())
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A workload's ledger with who owns it."""
+
+    ledger: JobLedger
+    kind: str  # the kind's words: "Slurm job", "Kubernetes pod"
+    team: str  # namespace or account; "" when the workload names neither
+    user: str
+
+
+@dataclass(frozen=True, slots=True)
+class Idle:
+    """One reclaim-list row: a workload holding GPUs that are allocated and idle now, with
+    its allocated-idle GPU-hours and their energy over the page's window."""
+
+    workload_id: int
+    kind: str
+    key: str
+    team: str
+    user: str
+    gpus_held: int  # its open scheduler intervals
+    idle_gpus: int  # … on GPUs allocated and idle now
+    since: float  # the earliest start of those intervals
+    idle: Line  # its allocated_idle line over the window
+
+
+@dataclass(frozen=True, slots=True)
+class SiteEfficiency:
+    site_id: int
+    name: str
+    ledger: Ledger
+    halls: list[Total]
+    racks: list[Total]
+    teams: list[Total]
+    jobs: list[Job]
+    reclaim: list[Idle]
+
+    @property
+    def window(self) -> Window:
+        return self.ledger.window
+
+    @property
+    def totals(self) -> Line:
+        return sum(self.ledger.states.values(), Line())
+
+
+def window_for(site_id: int, span_s: int, now: float) -> Window:
+    """The last `span_s` to the start of the current bucket (a bucket still filling is not
+    counted), in the tier the ledger picks for it."""
+    tier = tier_for(now - span_s, now, now)
+    step = TIER_SECONDS[tier]
+    b = int(now // step) * step
+    return Window(site_id, b - span_s, b, tier)
+
+
+def site_efficiency(
+    site: Site,
+    span_s: int,
+    now: float,
+    rules: LedgerRules = DEFAULT_RULES,
+    using: str = DEFAULT_DB_ALIAS,
+) -> SiteEfficiency:
+    led = ledger(window_for(site.pk, span_s, now), rules, using)
+    halls, racks = _places(site, led, using)
+    jobs = _owned(led.jobs, using)
+    return SiteEfficiency(
+        site.pk,
+        site.name,
+        led,
+        halls,
+        racks,
+        _teams(site, jobs),
+        sorted(jobs, key=lambda j: (-j.ledger.total.gpu_hours, j.ledger.key)),
+        reclaim_list(site, now, {j.ledger.workload_id: j for j in jobs}, rules, using),
+    )
+
+
+def _add(into: dict[str, Line], states: dict[str, Line]) -> None:
+    for state, line in states.items():
+        into[state] = into.get(state, Line()) + line
+
+
+def _held_hours(states: dict[str, Line]) -> float:
+    return sum(line.gpu_hours for s, line in states.items() if s in r.HELD_STATES)
+
+
+def _total(site: Site, name: str, parent: str, states: dict[str, Line]) -> Total:
+    energy = sum(states.values(), Line()).energy.total_kwh
+    return Total(name, parent, states, price(site, energy, _held_hours(states)))
+
+
+def _places(site: Site, led: Ledger, using: str) -> tuple[list[Total], list[Total]]:
+    """Halls and racks: their GPUs' lines summed (one query maps the nodes to racks)."""
+    where = {
+        node_id: (hall, rack)
+        for node_id, hall, rack in Node.objects.using(using)
+        .filter(rack__hall__site_id=site.pk)
+        .values_list("pk", "rack__hall__name", "rack__name")
+    }
+    halls: dict[str, dict[str, Line]] = {}
+    racks: dict[tuple[str, str], dict[str, Line]] = {}
+    for gpu in led.gpus:
+        hall, rack = where.get(gpu.node_id, ("", ""))
+        _add(halls.setdefault(hall, {}), gpu.states)
+        _add(racks.setdefault((hall, rack), {}), gpu.states)
+    return (
+        [_total(site, hall, "", states) for hall, states in sorted(halls.items())],
+        [_total(site, rack, hall, states) for (hall, rack), states in sorted(racks.items())],
+    )
+
+
+def _owned(jobs: list[JobLedger], using: str) -> list[Job]:
+    owners = (
+        Workload.objects.using(using)
+        .only("kind", "namespace", "account", "user")
+        .in_bulk([j.workload_id for j in jobs])
+    )
+    return [_job(j, owners[j.workload_id]) for j in jobs]
+
+
+def _job(j: JobLedger, wl: Workload) -> Job:
+    return Job(j, _kind_words(j.kind), wl.namespace or wl.account, wl.user)
+
+
+def _kind_words(kind: str) -> str:
+    return str(WorkloadKind(kind).label) if kind in WorkloadKind.values else kind
+
+
+def _teams(site: Site, jobs: Iterable[Job]) -> list[Total]:
+    """Teams (namespace or account) by GPU-hours held, most first."""
+    teams: dict[str, dict[str, Line]] = {}
+    for job in jobs:
+        _add(teams.setdefault(job.team, {}), job.ledger.states)
+    totals = [_total(site, team, "", states) for team, states in teams.items()]
+    return sorted(totals, key=lambda t: (-t.total.gpu_hours, t.name))
+
+
+def idle_now(
+    site_id: int, now: float, rules: LedgerRules = DEFAULT_RULES, using: str = DEFAULT_DB_ALIAS
+) -> set[tuple[int, int]]:
+    """(node, GPU) of the GPUs allocated and idle now: in the ledger of the last
+    `idle_minutes`, every minute a holder had is `allocated_idle`. The rule's run length
+    makes one such minute mean the GPU has idled at least that long; minutes without a row
+    (the newest one not rolled up yet, a node gone quiet) decide nothing."""
+    b = int(now // 60) * 60
+    led = ledger(Window(site_id, b - 60 * rules.idle_minutes, b, "1m"), rules, using)
+    other_held = set(r.HELD_STATES) - {r.ALLOCATED_IDLE}
+    return {
+        (g.node_id, g.gpu)
+        for g in led.gpus
+        if r.ALLOCATED_IDLE in g.states and not other_held & set(g.states)
+    }
+
+
+def reclaim_list(
+    site: Site,
+    now: float,
+    jobs: dict[int, Job],
+    rules: LedgerRules = DEFAULT_RULES,
+    using: str = DEFAULT_DB_ALIAS,
+) -> list[Idle]:
+    """Workloads whose open scheduler intervals hold GPUs allocated and idle now, most idle
+    GPU-hours in the window (`jobs`, the window's ledger) first."""
+    idle = idle_now(site.pk, now, rules, using)
+    if not idle:
+        return []
+    opened = GpuAllocation.objects.using(using).filter(
+        site_id=site.pk, ended__isnull=True, source=AllocationSource.SCHEDULER
+    )
+    on_idle: dict[int, list[float]] = {}
+    nodes = {node for node, _ in idle}
+    for workload_id, node_id, gpu, started in opened.filter(node_id__in=nodes).values_list(
+        "workload_id", "node_id", "gpu", "started"
+    ):
+        if (node_id, gpu) in idle:
+            on_idle.setdefault(workload_id, []).append(started)
+    held = dict(
+        opened.filter(workload_id__in=list(on_idle))
+        .values("workload_id")
+        .annotate(n=Count("id"))
+        .values_list("workload_id", "n")
+    )
+    workloads = Workload.objects.using(using).in_bulk(list(on_idle))
+    rows = [
+        _idle_row(workloads[wid], jobs.get(wid), held.get(wid, len(starts)), starts)
+        for wid, starts in on_idle.items()
+    ]
+    return sorted(rows, key=lambda row: (-row.idle.gpu_hours, row.since, row.key))
+
+
+def _idle_row(wl: Workload, job: Job | None, held: int, starts: list[float]) -> Idle:
+    idle = job.ledger.states.get(r.ALLOCATED_IDLE, Line()) if job else Line()
+    return Idle(
+        wl.pk,
+        _kind_words(wl.kind),
+        wl.key,
+        wl.namespace or wl.account,
+        wl.user,
+        held,
+        len(starts),
+        min(starts),
+        idle,
+    )
