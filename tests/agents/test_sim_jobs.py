@@ -190,7 +190,7 @@ def test_every_nodes_workloads_pass_the_servers_validator(site: Site) -> None:
 def test_a_finished_jobs_processes_leave_proc_and_nvml(tmp_path: Path) -> None:
     model = _model()
     assert model.jobs is not None
-    node = NodeWorkloads(model.nodes[INFERENCE], model.jobs, tmp_path, kubelet=False)
+    node = NodeWorkloads(model.nodes[INFERENCE], model.jobs, tmp_path, kubelet=None)
     try:
         node.sync(10.0)
         job = min(node.running, key=lambda j: j.end_s)
