@@ -25,7 +25,15 @@ from django.views.decorators.http import require_GET
 from dashboard.capacity import chosen_sites
 from fleet.models import Site
 from fleet.read import ledger_rules as r
-from fleet.read.efficiency import WINDOWS, Idle, Job, SiteEfficiency, Total, site_efficiency
+from fleet.read.efficiency import (
+    WINDOWS,
+    Idle,
+    Job,
+    SiteEfficiency,
+    Total,
+    site_efficiency,
+    total_of,
+)
 from fleet.read.ledger import Line, Price
 from fleet.read.ledger_rules import DEFAULT_RULES
 from fleet.words import (
@@ -155,6 +163,7 @@ def job_table(jobs: list[Job]) -> Table:
 class SiteView:
     """One site's section of the page."""
 
+    site: Site
     e: SiteEfficiency
     span_s: int
 
@@ -169,8 +178,9 @@ class SiteView:
 
     @property
     def site_total(self) -> Total:
-        led = self.e.ledger
-        return Total(self.e.name, "", led.states, led.price)
+        """Its GPUs' lines, priced as a hall's are (`Ledger.price` adds the energy of nodes
+        whose GPUs sent nothing, which no column shows)."""
+        return total_of(self.site, self.e.name, "", self.e.ledger.states)
 
     @property
     def tables(self) -> list[Table]:
@@ -242,7 +252,10 @@ def chosen_span(request: HttpRequest) -> tuple[str, int]:
 
 def efficiency_page(sites: list[tuple[int, str]], span_s: int, now: float) -> list[SiteView]:
     rates = Site.objects.in_bulk([site_id for site_id, _ in sites])
-    return [SiteView(site_efficiency(rates[site_id], span_s, now), span_s) for site_id, _ in sites]
+    return [
+        SiteView(rates[site_id], site_efficiency(rates[site_id], span_s, now), span_s)
+        for site_id, _ in sites
+    ]
 
 
 def job_csv_rows(view: SiteView) -> Iterable[list[str]]:

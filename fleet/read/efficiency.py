@@ -14,7 +14,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from django.db import DEFAULT_DB_ALIAS
-from django.db.models import Count
 
 from fleet.models import GpuAllocation, Node, Site, Workload
 from fleet.models.workloads import AllocationSource, WorkloadKind
@@ -63,8 +62,8 @@ class Idle:
     key: str
     team: str
     user: str
-    gpus_held: int  # its open scheduler intervals
-    idle_gpus: int  # … on GPUs allocated and idle now
+    gpus_held: int  # GPUs its open scheduler intervals name
+    idle_gpus: int  # … of them allocated and idle now
     since: float  # the earliest start of those intervals
     idle: Line  # its allocated_idle line over the window
 
@@ -129,7 +128,9 @@ def _held_hours(states: dict[str, Line]) -> float:
     return sum(line.gpu_hours for s, line in states.items() if s in r.HELD_STATES)
 
 
-def _total(site: Site, name: str, parent: str, states: dict[str, Line]) -> Total:
+def total_of(site: Site, name: str, parent: str, states: dict[str, Line]) -> Total:
+    """`states` with their price: kWh (energy and overhead) and held GPU-hours at the site's
+    rates."""
     energy = sum(states.values(), Line()).energy.total_kwh
     return Total(name, parent, states, price(site, energy, _held_hours(states)))
 
@@ -149,8 +150,8 @@ def _places(site: Site, led: Ledger, using: str) -> tuple[list[Total], list[Tota
         _add(halls.setdefault(hall, {}), gpu.states)
         _add(racks.setdefault((hall, rack), {}), gpu.states)
     return (
-        [_total(site, hall, "", states) for hall, states in sorted(halls.items())],
-        [_total(site, rack, hall, states) for (hall, rack), states in sorted(racks.items())],
+        [total_of(site, hall, "", states) for hall, states in sorted(halls.items())],
+        [total_of(site, rack, hall, states) for (hall, rack), states in sorted(racks.items())],
     )
 
 
@@ -176,7 +177,7 @@ def _teams(site: Site, jobs: Iterable[Job]) -> list[Total]:
     teams: dict[str, dict[str, Line]] = {}
     for job in jobs:
         _add(teams.setdefault(job.team, {}), job.ledger.states)
-    totals = [_total(site, team, "", states) for team, states in teams.items()]
+    totals = [total_of(site, team, "", states) for team, states in teams.items()]
     return sorted(totals, key=lambda t: (-t.total.gpu_hours, t.name))
 
 
@@ -212,29 +213,30 @@ def reclaim_list(
     opened = GpuAllocation.objects.using(using).filter(
         site_id=site.pk, ended__isnull=True, source=AllocationSource.SCHEDULER
     )
-    on_idle: dict[int, list[float]] = {}
+    # (node, GPU) pairs, not intervals: a job on two MIG devices of a GPU holds one GPU
+    on_idle: dict[int, dict[tuple[int, int], float]] = {}
     nodes = {node for node, _ in idle}
     for workload_id, node_id, gpu, started in opened.filter(node_id__in=nodes).values_list(
         "workload_id", "node_id", "gpu", "started"
     ):
         if (node_id, gpu) in idle:
-            on_idle.setdefault(workload_id, []).append(started)
-    held = dict(
-        opened.filter(workload_id__in=list(on_idle))
-        .values("workload_id")
-        .annotate(n=Count("id"))
-        .values_list("workload_id", "n")
-    )
+            gpus = on_idle.setdefault(workload_id, {})
+            gpus[(node_id, gpu)] = min(started, gpus.get((node_id, gpu), started))
+    held: dict[int, set[tuple[int, int]]] = {}
+    for workload_id, node_id, gpu in opened.filter(workload_id__in=list(on_idle)).values_list(
+        "workload_id", "node_id", "gpu"
+    ):
+        held.setdefault(workload_id, set()).add((node_id, gpu))
     workloads = Workload.objects.using(using).in_bulk(list(on_idle))
     rows = [
-        _idle_row(workloads[wid], jobs.get(wid), held.get(wid, len(starts)), starts)
-        for wid, starts in on_idle.items()
+        _idle_row(workloads[wid], jobs.get(wid), len(held[wid]), gpus)
+        for wid, gpus in on_idle.items()
     ]
     return sorted(rows, key=lambda row: (-row.idle.gpu_hours, row.since, row.key))
 
 
-def _idle_row(wl: Workload, job: Job | None, held: int, starts: list[float]) -> Idle:
-    idle = job.ledger.states.get(r.ALLOCATED_IDLE, Line()) if job else Line()
+def _idle_row(wl: Workload, job: Job | None, held: int, idle: dict[tuple[int, int], float]) -> Idle:
+    line = job.ledger.states.get(r.ALLOCATED_IDLE, Line()) if job else Line()
     return Idle(
         wl.pk,
         _kind_words(wl.kind),
@@ -242,7 +244,7 @@ def _idle_row(wl: Workload, job: Job | None, held: int, starts: list[float]) -> 
         wl.namespace or wl.account,
         wl.user,
         held,
-        len(starts),
-        min(starts),
-        idle,
+        len(idle),
+        min(idle.values()),
+        line,
     )

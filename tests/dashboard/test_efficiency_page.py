@@ -16,7 +16,7 @@ import pytest
 from django.test import Client
 
 from dashboard import efficiency
-from fleet.models import Site
+from fleet.models import GpuAllocation, Site, Workload
 from fleet.read import ledger_rules as r
 from fleet.read.ledger import Line, ledger
 from fleet.read.ledger_sql import Window
@@ -109,6 +109,18 @@ def test_the_empty_allocation_is_on_the_reclaim_list_and_bursty_inference_is_not
     assert f"Slurm job 1002 physics empty 1 of 1 {since} 2.25 " in reclaim
     for busy in ("serving/infer-0", "1001", "1004", "1000"):  # bursty, training, hung, memory
         assert busy not in reclaim
+
+
+def test_a_job_idle_on_two_gpus_counts_each_gpu_once_mig_devices_and_all(seeded: Seed) -> None:
+    empty = Workload.objects.get(pk=seeded.names["empty"])
+    for case, mig in (("empty", "MIG-7f0c"), ("unallocated", "")):
+        node_id, gpu = seeded.where[case]
+        GpuAllocation.objects.create(
+            site_id=seeded.site_id, node_id=node_id, gpu=gpu, mig=mig, workload=empty,
+            source="scheduler", started=T - 3600.0, last_seen=NOW, ended=None,
+        )  # fmt: skip
+    reclaim = reclaim_section(viewer_of_site_1().get("/efficiency/").content.decode())
+    assert "Slurm job 1002 physics empty 2 of 2 " in reclaim
 
 
 def test_the_csvs_have_the_figures_the_page_shows(seeded: Seed) -> None:
