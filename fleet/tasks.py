@@ -47,6 +47,8 @@ TIME_LIMITS: dict[str, tuple[int, int]] = {
     "notifications.deliver": (45, 60),
     # One query and up to 1,000 enqueues, every 60 s.
     "notifications.sweep": (40, 55),
+    # Once a week per site, a week's ledger on the hourly tier (seconds at 10,000 GPUs).
+    "notifications.weekly_report": (300, 360),
     # Bulk storage work that may take minutes on a backlog; each chunk commits on its own
     # and claims its state row, so a rollup cut short resumes at the next tick.
     "fleet.rollup": (600, 660),

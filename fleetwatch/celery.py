@@ -14,7 +14,7 @@ Slack message (workers and their commands: docs/operations.md, "Alerting"):
 - `notifications`: Slack deliveries (their retries and follow-ups stay on the queue they
   came from) and notifications.sweep;
 - `maintenance`: fleet.rollup, fleet.retention, fleet.partitions — bulk storage work
-  that may take minutes on a backlog;
+  that may take minutes on a backlog — and notifications.weekly_report (a week's ledger);
 - `celery` (the default): everything else, alerts.watchdog among them. It is not
   `rules`, so a rules worker that is stuck or dead does not silence the watchdog.
 
@@ -52,6 +52,7 @@ TASK_QUEUES = {
     "prometheus.pull": PULL,
     "notifications.deliver": NOTIFICATIONS,
     "notifications.sweep": NOTIFICATIONS,
+    "notifications.weekly_report": MAINTENANCE,
     "fleet.rollup": MAINTENANCE,
     "fleet.retention": MAINTENANCE,
     "fleet.partitions": MAINTENANCE,
@@ -74,6 +75,13 @@ app.conf.beat_schedule = {
         "task": "notifications.sweep",
         "schedule": 60.0,
         "options": {"expires": 50},
+    },
+    # The weekly report (fleet/notifications/weekly.py): looked for hourly, posted once per
+    # site and week; a week's ledger is bulk reading, so it waits behind no alert.
+    "weekly-report": {
+        "task": "notifications.weekly_report",
+        "schedule": 3600.0,
+        "options": {"expires": 3000},
     },
 }
 app.conf.task_routes = {name: {"queue": queue} for name, queue in TASK_QUEUES.items()}

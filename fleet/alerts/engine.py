@@ -33,6 +33,7 @@ from fleet.alerts.evaluate_state import (
     values_for,
 )
 from fleet.alerts.grouping import Places, assign_groups
+from fleet.alerts.holders import label_holders
 from fleet.alerts.models import (
     COMPARISONS,
     AlertEvaluation,
@@ -105,6 +106,8 @@ def step(
             inst.state, inst.fired_at = FIRING, at
         else:
             return
+    elif value is None and _absence_clears(rule):
+        inst.state, inst.resolved_at, inst.no_data = RESOLVED, at, False  # nothing holds it
     elif value is None:
         if inst.no_data:
             return
@@ -119,6 +122,13 @@ def step(
     inst.updated_at = at
     out.changed.append(inst)
     out.event(inst, before, value)
+
+
+def _absence_clears(rule: AlertRule) -> bool:
+    """No value is the end of the condition for this rule's signal (signals.Signal
+    `absent_clears`: a GPU nothing holds any more is no idle allocation)."""
+    spec = rule.signal_spec
+    return spec is not None and spec.absent_clears
 
 
 def _tick_jitter(for_duration: dt.timedelta) -> dt.timedelta:
@@ -173,6 +183,7 @@ def evaluate(now: float | None = None) -> dict[str, int]:
                 out.event(inst, before, None)
         places = Places()
         places.locate(out.created)
+        label_holders(out.created, snap)
         assign_groups((i for i, before, after, *_ in out.events if _fires(before, after)), at)
         _write(out)
         # in the same transaction: the claims and delivery rows commit with the changes

@@ -1,6 +1,7 @@
 """What the alert engine evaluates rules against: the latest state, read once per kind per
 evaluation (`Snapshot`), and every signal of the catalogue computed from it per entity
-(`values_for`) — raw gauges, the figures fleet.health derives, per-site PUE targets.
+(`values_for`) — raw gauges, the figures fleet.health derives, per-site PUE targets, idle
+allocations (fleet/alerts/holders.py).
 The engine (fleet/alerts/engine.py) turns the values into instances.
 """
 
@@ -18,6 +19,7 @@ from agents.protocol import reasons as nvml
 from fleet import health
 from fleet.alerts.evaluate_events import event_count
 from fleet.alerts.evaluate_source import gpu_missing, metric_lag, silent_intervals
+from fleet.alerts.holders import allocated_idle
 from fleet.alerts.models import AlertRule
 from fleet.alerts.signals import SCOPE_SAMPLE_KIND, Signal
 from fleet.choices import LiquidClassChoices
@@ -223,6 +225,7 @@ DERIVED: dict[tuple[str, str], Callable[[Snapshot], Values]] = {
     ("loop", "loop_delta_c"): _loop_field("delta_c"),
     ("loop", "flow_fraction"): _loop_field("flow_frac"),
     ("site", "pue"): _pue,
+    ("gpu", "allocated_idle"): allocated_idle,
 }
 
 # Derived signals whose value depends on the rule's params (each param resolved against

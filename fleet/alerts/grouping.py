@@ -11,6 +11,8 @@ names silences match on. `assign_groups` puts each instance that fires into its 
   several rules are one message;
 - any other rule in a rack: `rack:<id>:<rule key>` (72 GPUs with an ECC error: one);
 - a site's alerts: `site:<id>`;
+- an idle allocation's alerts (`allocated_idle`): `workload:<workload id>:<rule key>`, one
+  message per workload listing its GPUs, wherever they are;
 - a consequence (a GPU off the bus, a node gone silent) of an open cooling-loop or rack-
   power incident: that incident (fleet/alerts/consequences.py).
 """
@@ -25,6 +27,7 @@ from functools import cached_property
 from django.db.models import Count
 
 from fleet.alerts import consequences, signals
+from fleet.alerts.holders import WORKLOAD_ID_LABEL
 from fleet.alerts.models import AlertGroup, AlertInstance, AlertRule
 from fleet.models import GPU, CoolingLoop, Node, PowerFeed, Rack, Site
 from fleet.notifications.notice import Where
@@ -32,6 +35,7 @@ from fleet.notifications.notice import Where
 __all__ = (
     "INCIDENT_LABEL",
     "SCOPE_ORDER",
+    "WORKLOAD_SIGNALS",
     "Place",
     "Places",
     "assign_groups",
@@ -42,6 +46,8 @@ __all__ = (
 
 # Causes before symptoms: a loop's alert opens its group before a GPU's looks for it.
 SCOPE_ORDER = {"site": 0, "loop": 1, "feed": 2, "rack": 3, "node": 4, "gpu": 5}
+# Signals about a workload rather than a place: grouped by the workload that holds the GPU.
+WORKLOAD_SIGNALS = frozenset({"allocated_idle"})
 # Every member's labels name its group: a silence `incident=<key>` mutes a whole incident.
 INCIDENT_LABEL = "incident"
 _PLACE_LABELS = ("site", "hall", "loop", "rack", "feed", "node", "gpu")
@@ -175,6 +181,9 @@ def group_key(inst: AlertInstance, open_loops: set[int]) -> str:
         return f"loop:{inst.loop_id or inst.entity}"
     if scope == "site":
         return f"site:{inst.site_id or inst.entity}"
+    workload = (inst.labels or {}).get(WORKLOAD_ID_LABEL)
+    if workload and inst.rule.signal in WORKLOAD_SIGNALS:
+        return f"workload:{workload}:{inst.rule.key}"
     symptom = signals.is_cooling_symptom(scope, inst.rule.signal)
     if symptom and inst.loop_id is not None and inst.loop_id in open_loops:
         return f"loop:{inst.loop_id}"

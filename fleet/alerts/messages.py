@@ -91,6 +91,9 @@ def group_notice(
         where = _common_where(ordered, places)
     elif not single:
         title = f"{lead.rule.name}: {_count(by_entity)} in {_common_place(ordered, places)}"
+        if group.key.startswith("workload:"):  # one workload's GPUs: who holds them leads
+            title = f"{lead.rule.name}: {_holder_words(lead)} holds {_count(by_entity)}"
+            title += f" in {_common_place(ordered, places)}"
         where = _common_where(ordered, places)
     if kind == "resolved" and group.title:
         # As it was announced: re-rendered with the values it resolved at, a summary
@@ -118,6 +121,7 @@ def group_notice(
         members=() if single else _members(by_entity, places),
         thread=f"alert-group:{group.pk}",
         summary=summary,
+        owner=_common_owner(ordered),
     )
 
 
@@ -404,6 +408,19 @@ def _members(
     return tuple(out)
 
 
+def _holder_words(inst: AlertInstance) -> str:
+    """ "ml-research/train-0": the owner and the workload, as the rule pack's summary says."""
+    labels = inst.labels or {}
+    return "/".join(p for p in (labels.get("owner", ""), labels.get("workload", "")) if p)
+
+
+def _common_owner(members: list[AlertInstance]) -> str:
+    """The owner every member's GPU is held by (what a route's `owner` filter matches), ''
+    when they differ or one is held by nobody."""
+    owners = {str((m.labels or {}).get("owner", "")) for m in members}
+    return owners.pop() if len(owners) == 1 else ""
+
+
 def _names(inst: AlertInstance, place: Place) -> dict[str, Any]:
     """Summary placeholders naming the entity (a GPU's uuid and model read here: only
     for the few instances a message leads with)."""
@@ -417,6 +434,8 @@ def _names(inst: AlertInstance, place: Place) -> dict[str, Any]:
         names.update(
             gpu_uuid="" if gpu is None else gpu.uuid, gpu_model="" if gpu is None else gpu.model
         )
+        labels = inst.labels or {}  # who held it when the alert started (holders.py)
+        names.update({k: labels.get(k, "") for k in ("owner", "user", "workload")})
     return names
 
 

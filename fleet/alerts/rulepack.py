@@ -15,6 +15,7 @@ from typing import Any
 
 from fleet.alerts import signals
 from fleet.health import thresholds
+from fleet.read.ledger_rules import DEFAULT_RULES as LEDGER
 
 XID_RUNBOOK = "https://docs.nvidia.com/deploy/xid-errors/index.html"
 MEMORY_RUNBOOK = "https://docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/index.html"
@@ -543,10 +544,33 @@ SOURCE_RULES: tuple[RuleSpec, ...] = (
     ),
 )
 
+# Waste, not a risk to hardware or jobs: info, so it reaches the channels that asked for it
+# (a team's route, `owner` set, minimum severity info) and pages nobody. The for-duration is
+# the ledger's idle run, so the alert and the ledger call the same minutes idle, and bursty
+# inference, idle for seconds between requests, never lasts it.
+USAGE_RULES: tuple[RuleSpec, ...] = (
+    RuleSpec(
+        "gpu-allocated-idle",
+        "Allocated GPU idle",
+        "gpu",
+        "allocated_idle",
+        "ge",
+        1,
+        None,
+        LEDGER.idle_minutes * 60,
+        "info",
+        "{owner}/{workload} holds " + _GPU + " and runs nothing",
+        f"An allocation holds the GPU while it is under {LEDGER.idle_util_pct:g} % utilisation"
+        f" and near idle power for {LEDGER.idle_minutes} minutes (the energy ledger's"
+        " allocated-idle thresholds): reclaim it or ask its owner.",
+    ),
+)
+
 BUILTIN_RULES: tuple[RuleSpec, ...] = (
     *GPU_RULES,
     *AIR_RULES,
     *POWER_RULES,
     *LOOP_RULES,
     *SOURCE_RULES,
+    *USAGE_RULES,
 )

@@ -2,15 +2,18 @@
 
 A signal is a number per entity of one scope: a raw gauge from the metric catalogue
 (agents/protocol/metrics.py, the latest value read through fleet/read/state.py), a figure
-derived by a `fleet.health` function, a count of agent events in a window, or a fact
-about the source itself (silent, a field lagging). Flags are 1 (true) or 0 (false).
+derived by a `fleet.health` function, a count of agent events in a window, a fact
+about the source itself (silent, a field lagging), or who holds a GPU and whether it
+idles (`workloads:`). Flags are 1 (true) or 0 (false).
 A signal with no value for an entity (unsupported, stale, nothing to judge) makes no
 instance: "no value" is never "ok" and never "firing".
 
 `source` says how the engine computes it: `metric:<name>` reads the latest value of
 that metric of the scope's sample kind; `health:<function>` calls that function in
 fleet/health/ (`.field` names a part of what it returns); `events:<kind>` counts
-stored events (fleet.models.Event) of that kind over the rule's `window_s`.
+stored events (fleet.models.Event) of that kind over the rule's `window_s`;
+`workloads:<what>` joins the latest state with the open allocations
+(fleet/alerts/holders.py).
 """
 
 from __future__ import annotations
@@ -44,7 +47,19 @@ COMMON_PLACEHOLDERS: tuple[str, ...] = (
     "clear_threshold",
 )
 SCOPE_PLACEHOLDERS: dict[str, tuple[str, ...]] = {
-    "gpu": ("site", "hall", "rack", "node", "gpu", "gpu_uuid", "gpu_model"),
+    # owner, user, workload: who holds the GPU (empty when nothing does; holders.py)
+    "gpu": (
+        "site",
+        "hall",
+        "rack",
+        "node",
+        "gpu",
+        "gpu_uuid",
+        "gpu_model",
+        "owner",
+        "user",
+        "workload",
+    ),
     "node": ("site", "hall", "rack", "node"),
     "rack": ("site", "hall", "rack"),
     "feed": ("site", "hall", "rack", "feed"),
@@ -72,6 +87,9 @@ class Signal:
     source: str  # metric:<name> | health:<function>[.field] | events:<kind> | source:<what>
     params: tuple[Param, ...] = ()
     placeholders: tuple[str, ...] = field(default=())  # extra ones this signal supplies
+    # No value means the condition is over (nothing holds the GPU any more), not that the
+    # data is missing: a firing instance resolves instead of firing on no data.
+    absent_clears: bool = False
 
     @property
     def key(self) -> tuple[str, str]:
@@ -177,6 +195,16 @@ _DERIVED: tuple[Signal, ...] = (
                 "max SM clock (MHz) where gpu_info does not report one",
             ),
         ),
+    ),
+    Signal(
+        "allocated_idle",
+        "gpu",
+        "flag",
+        "an open scheduler or exporter allocation holds the GPU while its utilisation is "
+        "under the ledger's idle threshold and its power near idle (fleet/read/"
+        "ledger_rules.py); no value when nothing holds it",
+        "workloads:allocated_idle",
+        absent_clears=True,
     ),
     Signal(
         "gpu_missing",

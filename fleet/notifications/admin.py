@@ -23,7 +23,7 @@ class RouteForm(SecretsForm):
 
     class Meta:
         model = Route
-        fields = ("name", "webhook_url", "site", "min_severity", "enabled")
+        fields = ("name", "webhook_url", "site", "owner", "min_severity", "enabled")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -42,6 +42,7 @@ class RouteAdmin(ModelAdmin):
         "name",
         "webhook",
         "site",
+        "owner",
         "min_severity",
         "enabled",
         "state_shown",

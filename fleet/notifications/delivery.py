@@ -33,6 +33,7 @@ __all__ = (
     "create_deliveries",
     "create_test_delivery",
     "environment_route",
+    "report_routes",
     "routes_for",
     "transient_delay",
 )
@@ -90,27 +91,47 @@ def environment_route() -> Route | None:
     return route
 
 
-def routes_for(site_id: int | None, severity: str) -> list[Route]:
-    """Enabled routes for this site (or every site) whose minimum severity the notice
-    reaches; the SLACK_WEBHOOK_URL route when none does."""
+def routes_for(site_id: int | None, severity: str, owner: str = "") -> list[Route]:
+    """Enabled routes for this site (or every site) and this owner (or every owner) whose
+    minimum severity the notice reaches; the SLACK_WEBHOOK_URL route when none does. A
+    route with an owner gets only notices about GPUs that owner holds (`owner` given)."""
     candidates = Route.objects.filter(enabled=True, from_environment=False).filter(
         Q(site__isnull=True) | Q(site_id=site_id)
+    )
+    candidates = (
+        candidates.filter(Q(owner="") | Q(owner=owner)) if owner else candidates.filter(owner="")
     )
     rank = severity_rank(severity)
     matched = [r for r in candidates if rank >= severity_rank(r.min_severity)]
     if matched:
         return matched
+    return _default_routes()
+
+
+def report_routes(site_id: int) -> list[Route]:
+    """Where a site's weekly report goes: every enabled route of the site or of every site
+    that takes every owner's alerts (a team's route gets its own alerts, not the site's
+    figures), whatever its minimum severity; the SLACK_WEBHOOK_URL route when none does."""
+    routes = list(
+        Route.objects.filter(enabled=True, from_environment=False, owner="").filter(
+            Q(site__isnull=True) | Q(site_id=site_id)
+        )
+    )
+    return routes or _default_routes()
+
+
+def _default_routes() -> list[Route]:
     default = environment_route()
     return [default] if default is not None and default.enabled else []
 
 
-def create_deliveries(notice: Notice) -> list[Delivery]:
-    """One pending row per route, written before any send, so a crash loses nothing."""
+def create_deliveries(notice: Notice, routes: list[Route] | None = None) -> list[Delivery]:
+    """One pending row per route (the notice's by routes_for, unless given), written
+    before any send, so a crash loses nothing."""
     message = build_message(notice)
-    return [
-        _new_delivery(route, notice, message)
-        for route in routes_for(notice.site_id, notice.severity)
-    ]
+    if routes is None:
+        routes = routes_for(notice.site_id, notice.severity, notice.owner)
+    return [_new_delivery(route, notice, message) for route in routes]
 
 
 def create_test_delivery(route: Route) -> Delivery:

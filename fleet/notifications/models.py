@@ -45,6 +45,13 @@ class Route(models.Model):
         blank=True,
         help_text="Only this site's alerts; empty: every site.",
     )
+    owner = models.CharField(
+        verbose_name="owner",
+        max_length=253,
+        blank=True,
+        help_text="Only alerts about GPUs this Kubernetes namespace or Slurm account holds"
+        " (a team's channel); empty: every owner's, and alerts about no allocation.",
+    )
     min_severity = models.CharField(
         verbose_name="minimum severity",
         max_length=10,
@@ -127,6 +134,7 @@ class Delivery(models.Model):
         ("repeat", "Still firing"),
         ("resolved", "Alert resolved"),
         ("recovered", "Cause recovered"),
+        ("report", "Weekly report"),
         ("test", "Test message"),
     ]
 

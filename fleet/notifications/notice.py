@@ -31,7 +31,8 @@ __all__ = (
 # joining it, a reminder while it fires unacknowledged, its cause recovered while what it
 # caused is still open, and the end of it.
 MessageKind = Literal["firing", "update", "repeat", "recovered", "resolved"]
-Kind = Literal["firing", "update", "repeat", "recovered", "resolved", "test"]
+# ... and the weekly report (fleet/notifications/weekly.py), and a route's test message.
+Kind = Literal["firing", "update", "repeat", "recovered", "resolved", "report", "test"]
 
 
 def duration_words(duration: timedelta) -> str:
@@ -105,3 +106,6 @@ class Notice:
     members: tuple[Member, ...] = ()
     thread: str = ""  # messages of one thread are delivered in order (an alert group)
     summary: str = ""  # a resolved incident's: how long, GPUs affected, GPU-hours lost
+    # The team (namespace or Slurm account) holding every GPU it is about; '' when none or
+    # several: routes with an `owner` filter get only notices of their owner.
+    owner: str = ""

@@ -83,7 +83,7 @@ def build_message(notice: Notice) -> dict[str, Any]:
 def _headline(notice: Notice) -> str:
     if notice.kind == "resolved":
         return f"Resolved: {notice.title}"
-    if notice.kind == "recovered":  # the title says it: "CDU-1 recovered after …"
+    if notice.kind in ("recovered", "report"):  # the title says it: "CDU-1 recovered …"
         return notice.title
     if notice.kind == "test":
         return f"Test: {notice.title}"
@@ -99,6 +99,7 @@ def _header(notice: Notice) -> HeaderBlock:
         "resolved": ":white_check_mark:",
         "recovered": ":large_green_circle:",
         "test": ":test_tube:",
+        "report": ":bar_chart:",
     }.get(notice.kind, ICON[notice.severity])
     return HeaderBlock(text=PlainTextObject(text=_cut(f"{icon} {_headline(notice)}", MAX_HEADER)))
 
@@ -158,7 +159,8 @@ def _member_line(member: Member) -> str:
 def _buttons(notice: Notice) -> list[ButtonElement]:
     # Webhook messages can only carry link buttons (no interactivity without an app).
     # Only absolute http(s) links: Slack refuses a relative URL (the whole message, 400).
-    links = (("Runbook", notice.runbook_url), ("Dashboard", notice.dashboard_url))
+    page = "Download" if notice.kind == "report" else "Dashboard"  # the report's CSV
+    links = (("Runbook", notice.runbook_url), (page, notice.dashboard_url))
     return [
         ButtonElement(text=label, url=url)
         for label, url in links

@@ -9,6 +9,7 @@ app-wide): a redelivered or duplicated task finds the delivery claimed or done.
 from __future__ import annotations
 
 import logging
+import time
 from datetime import timedelta
 
 from celery import Task, shared_task
@@ -19,9 +20,20 @@ from fleet.notifications.delivery import attempt, create_deliveries, create_test
 from fleet.notifications.models import Delivery, Route
 from fleet.notifications.notice import Notice
 from fleet.notifications.slack import SlackWebhook
+from fleet.notifications.weekly import send_weekly_reports
 from fleet.tasks import time_limits
 
-__all__ = ("SWEEP_EVERY_S", "SWEEP_EXPIRES_S", "deliver", "send_notice", "send_test", "sweep")
+__all__ = (
+    "SWEEP_EVERY_S",
+    "SWEEP_EXPIRES_S",
+    "WEEKLY_CHECK_EVERY_S",
+    "WEEKLY_CHECK_EXPIRES_S",
+    "deliver",
+    "send_notice",
+    "send_test",
+    "sweep",
+    "weekly_report",
+)
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +41,10 @@ log = logging.getLogger(__name__)
 # the next is due, so a worker outage leaves one useful sweep queued, not a backlog.
 SWEEP_EVERY_S = 60.0
 SWEEP_EXPIRES_S = 50.0
+# The weekly report is looked for every hour (fleet/notifications/weekly.py) and posted
+# once per site and week; a tick expires before the next, so an outage queues one, not many.
+WEEKLY_CHECK_EVERY_S = 3600.0
+WEEKLY_CHECK_EXPIRES_S = 3000.0
 # A pending delivery this far past due has lost its task (broker outage, purge).
 OVERDUE = timedelta(seconds=60)
 
@@ -75,6 +91,17 @@ def sweep() -> int:
     for delivery_id in ids:
         enqueue(delivery_id)
     return len(ids)
+
+
+@shared_task(
+    name="notifications.weekly_report",
+    acks_late=True,
+    expires=WEEKLY_CHECK_EXPIRES_S,
+    **time_limits("notifications.weekly_report"),
+)
+def weekly_report() -> int:
+    """Post last week's report of each site that has not had it yet; how many deliveries."""
+    return len(send_weekly_reports(time.time(), _enqueue_on_commit))
 
 
 def send_notice(notice: Notice) -> list[Delivery]:
