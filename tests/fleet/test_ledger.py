@@ -22,8 +22,7 @@ from fleet.read import ledger_rules as r
 from fleet.read.ledger import EVEN, EXCLUSIVE, JobLedger, Ledger, Line, ledger
 from fleet.read.ledger_rules import DEFAULT_RULES, LedgerRules
 from fleet.read.ledger_sql import Window
-from tests.support import databases
-from tests.support.databases import T, TierDb
+from tests.support.databases import T, TierDb, fresh_db
 from tests.support.ledger_seed import LIMIT_W, Seed, minute_values, seed
 
 A, B = T, T + 7200  # the window: two hours
@@ -132,7 +131,7 @@ def case(
     tier: str, tmp_path_factory: pytest.TempPathFactory, django_db_blocker: Any
 ) -> Iterator[Case]:
     var_dir: Path = tmp_path_factory.mktemp(f"ledger-{tier}")
-    with databases.fresh_db(tier, var_dir, tmp_path_factory, django_db_blocker) as tdb:
+    with fresh_db(tier, var_dir, tmp_path_factory, django_db_blocker) as tdb:
         s = seed(tdb.alias, T)
         led = ledger(Window(s.site_id, A, B), DEFAULT_RULES, using=tdb.alias)
         yield Case(tdb, s, led)
