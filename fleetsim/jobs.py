@@ -22,6 +22,7 @@ import uuid
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from fleetsim.inventory import Node
 from fleetsim.physics import spec_for
@@ -263,17 +264,14 @@ class NodeTimeline:
         path = f"/kubepods.slice/{tier}pod{uid.replace('-', '_')}.slice/cri-containerd-{cid}.scope"
         slot = None if piece is None else piece.slot
         processes = () if shape == "empty" else self._processes(gpus, slot, path, POD_UID, piece)
-        return Job(
-            key=uid,
-            scheduler="kubernetes",
-            shape=shape,
-            node=self.node.name,
-            gpus=tuple(gpus),
-            start_s=start,
-            end_s=end,
-            level=self._level(shape),
+        return self._job(
+            uid,
+            "kubernetes",
+            shape,
+            gpus,
+            (start, end),
+            processes,
             slots=() if piece is None else ((gpus[0], piece.slot),),
-            processes=processes,
             namespace=namespace,
             pod=pod,
             container=container,
@@ -292,20 +290,41 @@ class NodeTimeline:
             self._process(gpu, None, f"{parent}/task_{n}", uid, self._memory(shape, gpu))
             for n, gpu in enumerate(on)
         )
-        return Job(
-            key=key,
-            scheduler="slurm",
-            shape=shape,
-            node=self.node.name,
-            gpus=tuple(gpus),
-            start_s=start,
-            end_s=end,
-            level=self._level(shape),
-            processes=processes,
+        return self._job(
+            key,
+            "slurm",
+            shape,
+            gpus,
+            (start, end),
+            processes,
             job_id=job_id,
             user=user,
             uid=uid,
             account=account,
+        )
+
+    def _job(
+        self,
+        key: str,
+        scheduler: str,
+        shape: str,
+        gpus: list[int],
+        span: tuple[float, float],
+        processes: tuple[Process, ...],
+        **owner: Any,
+    ) -> Job:
+        """A job of this node's, `owner` its scheduler's own fields (pod names, Slurm user…)."""
+        return Job(
+            key=key,
+            scheduler=scheduler,
+            shape=shape,
+            node=self.node.name,
+            gpus=tuple(gpus),
+            start_s=span[0],
+            end_s=span[1],
+            level=self._level(shape),
+            processes=processes,
+            **owner,
         )
 
     def _processes(

@@ -61,6 +61,23 @@ def _read(
     return {e["gpu"]: e for e in collector.read(time.time()).workloads}
 
 
+def _one_process_on_each_of_two_gpus(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    first: tuple[str, str],
+    second: tuple[str, str],
+    allocations: dict[int, tuple[podresources.PodRef, ...]],
+) -> dict[int, dict[str, Any]]:
+    """PID 4101 of pod `first` (UID, container ID) on GPU 0, PID 4102 of `second` on GPU 1."""
+    procs = _proc(tmp_path, {4101: (_pod_cgroup(*first), 0), 4102: (_pod_cgroup(*second), 0)})
+    return _read(
+        procs,
+        monkeypatch,
+        {0: [FakeProcess(4101, 1000)], 1: [FakeProcess(4102, 1000)]},
+        allocations,
+    )
+
+
 def test_a_pods_processes_carry_its_names_and_its_allocations_carry_its_uid(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -84,17 +101,11 @@ def test_a_pods_processes_carry_its_names_and_its_allocations_carry_its_uid(
 def test_a_joined_pods_process_on_a_gpu_it_was_not_given_is_still_named(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    procs = _proc(
+    gpus = _one_process_on_each_of_two_gpus(
         tmp_path,
-        {
-            4101: (_pod_cgroup(TRAINER_UID, TRAINER_CID), 0),
-            4102: (_pod_cgroup(TRAINER_UID, TRAINER_CID), 0),
-        },
-    )
-    gpus = _read(
-        procs,
         monkeypatch,
-        {0: [FakeProcess(4101, 1000)], 1: [FakeProcess(4102, 1000)]},
+        (TRAINER_UID, TRAINER_CID),
+        (TRAINER_UID, TRAINER_CID),
         {0: (_ref("trainer-0"),)},
     )
     assert gpus[1]["allocation"] is None
@@ -128,17 +139,11 @@ def test_a_uid_two_gpus_name_differently_is_joined_to_neither(
 ) -> None:
     """A pod that sees a GPU it was not given (NVIDIA_VISIBLE_DEVICES=all) is not taken for
     the pod that was given it, at least where two GPUs disagree on who it is."""
-    procs = _proc(
+    gpus = _one_process_on_each_of_two_gpus(
         tmp_path,
-        {
-            4101: (_pod_cgroup(TRAINER_UID, TRAINER_CID), 0),
-            4102: (_pod_cgroup(TRAINER_UID, TRAINER_CID), 0),
-        },
-    )
-    gpus = _read(
-        procs,
         monkeypatch,
-        {0: [FakeProcess(4101, 1000)], 1: [FakeProcess(4102, 1000)]},
+        (TRAINER_UID, TRAINER_CID),
+        (TRAINER_UID, TRAINER_CID),
         {0: (_ref("trainer-0"),), 1: (_ref("notebook-3"),)},
     )
     for gpu in (0, 1):
@@ -150,17 +155,11 @@ def test_a_pod_name_two_uids_claim_is_joined_to_neither(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A StatefulSet's pod recreated under its name while the old one's process exits."""
-    procs = _proc(
+    gpus = _one_process_on_each_of_two_gpus(
         tmp_path,
-        {
-            4101: (_pod_cgroup(TRAINER_UID, TRAINER_CID), 0),
-            4102: (_pod_cgroup(OTHER_UID, OTHER_CID), 0),
-        },
-    )
-    gpus = _read(
-        procs,
         monkeypatch,
-        {0: [FakeProcess(4101, 1000)], 1: [FakeProcess(4102, 1000)]},
+        (TRAINER_UID, TRAINER_CID),
+        (OTHER_UID, OTHER_CID),
         {0: (_ref("db-0"),), 1: (_ref("db-0"),)},
     )
     assert all("pod" not in gpus[g]["processes"][0]["owner"] for g in (0, 1))
