@@ -168,45 +168,55 @@ class GpuFamilies:
     lost: Family
 
 
+# Each GPU family: (GpuFamilies field, metric name, help, a label beyond GPU_LABELS), in
+# exposition order.
+_GPU_FAMILIES: tuple[tuple[str, str, str, str | None], ...] = (
+    ("temp", "fleetwatch_gpu_temperature_celsius", "GPU core temperature", None),
+    (
+        "head",
+        "fleetwatch_gpu_slowdown_headroom_celsius",
+        "degrees left to the GPU's own slowdown limit (negative: past it)",
+        None,
+    ),
+    ("power", "fleetwatch_gpu_power_watts", "GPU board power", None),
+    (
+        "cap",
+        "fleetwatch_gpu_power_limit_watts",
+        "the enforced power cap (else its maximum)",
+        None,
+    ),
+    ("cap_ratio", "fleetwatch_gpu_power_cap_ratio", "power against its cap", None),
+    ("clock", "fleetwatch_gpu_sm_clock_hertz", "SM clock", None),
+    (
+        "throttling",
+        "fleetwatch_gpu_throttling",
+        "1 while a thermal or power reason slows the GPU (decoded clock-event mask)",
+        "kind",
+    ),
+    (
+        "reason",
+        "fleetwatch_gpu_clock_event_reason",
+        "1 for each clock-event reason active now (hw_thermal, sw_thermal, power_cap, ...)",
+        "reason",
+    ),
+    ("level", "fleetwatch_gpu_health_level", "0 ok, 1 warning, 2 critical (absent: no data)", None),
+    ("stale", "fleetwatch_gpu_stale", "1 when nothing of the GPU is fresh", None),
+    (
+        "lost",
+        "fleetwatch_gpu_lost",
+        "1 when its node reports and the GPU does not (off the bus: health level 2);"
+        " 0 otherwise, also when the node is silent (then no data)",
+        None,
+    ),
+)
+
+
 def _gpu_families(f: Families) -> GpuFamilies:
-    with_kind, with_reason = (*GPU_LABELS, "kind"), (*GPU_LABELS, "reason")
     return GpuFamilies(
-        temp=f.gauge("fleetwatch_gpu_temperature_celsius", "GPU core temperature", GPU_LABELS),
-        head=f.gauge(
-            "fleetwatch_gpu_slowdown_headroom_celsius",
-            "degrees left to the GPU's own slowdown limit (negative: past it)",
-            GPU_LABELS,
-        ),
-        power=f.gauge("fleetwatch_gpu_power_watts", "GPU board power", GPU_LABELS),
-        cap=f.gauge(
-            "fleetwatch_gpu_power_limit_watts",
-            "the enforced power cap (else its maximum)",
-            GPU_LABELS,
-        ),
-        cap_ratio=f.gauge("fleetwatch_gpu_power_cap_ratio", "power against its cap", GPU_LABELS),
-        clock=f.gauge("fleetwatch_gpu_sm_clock_hertz", "SM clock", GPU_LABELS),
-        throttling=f.gauge(
-            "fleetwatch_gpu_throttling",
-            "1 while a thermal or power reason slows the GPU (decoded clock-event mask)",
-            with_kind,
-        ),
-        reason=f.gauge(
-            "fleetwatch_gpu_clock_event_reason",
-            "1 for each clock-event reason active now (hw_thermal, sw_thermal, power_cap, ...)",
-            with_reason,
-        ),
-        level=f.gauge(
-            "fleetwatch_gpu_health_level",
-            "0 ok, 1 warning, 2 critical (absent: no data)",
-            GPU_LABELS,
-        ),
-        stale=f.gauge("fleetwatch_gpu_stale", "1 when nothing of the GPU is fresh", GPU_LABELS),
-        lost=f.gauge(
-            "fleetwatch_gpu_lost",
-            "1 when its node reports and the GPU does not (off the bus: health level 2);"
-            " 0 otherwise, also when the node is silent (then no data)",
-            GPU_LABELS,
-        ),
+        **{
+            field: f.gauge(name, help, GPU_LABELS if extra is None else (*GPU_LABELS, extra))
+            for field, name, help, extra in _GPU_FAMILIES
+        }
     )
 
 
