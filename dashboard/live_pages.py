@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Hashable
@@ -133,25 +134,16 @@ def _render_with_db(render: Render) -> Payload:
         raise
 
 
-_executor: ThreadPoolExecutor | None = None
-
-
+@functools.cache
 def _renderer() -> ThreadPoolExecutor:
     """One thread for every live page of this process: renders never run two at once."""
-    global _executor
-    if _executor is None:
-        _executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="live-pages")
-    return _executor
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="live-pages")
 
 
-_hub: PageHub | None = None
-
-
+@functools.cache
 def get_hub() -> PageHub:
-    global _hub
-    if _hub is None:
-        _hub = PageHub()
-    return _hub
+    """The process's one hub (a test starts a new one with `get_hub.cache_clear()`)."""
+    return PageHub()
 
 
 def rack_live(rack_id: int) -> Payload:

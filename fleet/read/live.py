@@ -21,6 +21,7 @@ so pages resume by themselves when the layer returns.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -207,15 +208,10 @@ async def _member_counts(connection: Any, keys: list[bytes]) -> list[int]:
             return list(await pipe.execute())
 
 
-_executor: ThreadPoolExecutor | None = None
-
-
+@functools.cache
 def _reader() -> ThreadPoolExecutor:
     """One thread for the publisher's reads: never a request's thread, never two at once."""
-    global _executor
-    if _executor is None:
-        _executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="live-publisher")
-    return _executor
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="live-publisher")
 
 
 _publisher: LivePublisher | None = None

@@ -27,9 +27,9 @@ WAIT_S = 10
 @pytest.fixture(autouse=True)
 def fresh_hub() -> Iterator[None]:
     """Each test runs on its own event loop: its pages start on a hub of their own."""
-    live_pages._hub = None
+    live_pages.get_hub.cache_clear()
     yield
-    live_pages._hub = None
+    live_pages.get_hub.cache_clear()
 
 
 @pytest.fixture
