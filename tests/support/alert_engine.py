@@ -155,29 +155,32 @@ def slowdown_rule(for_s: float = 0, **fields: Any) -> AlertRule:
     )
 
 
-def pump_rule() -> AlertRule:
+def loop_rule(
+    key: str, name: str, signal: str, condition: tuple[str, float], summary: str
+) -> AlertRule:
+    """A critical rule over every cooling loop's `signal`."""
+    comparison, threshold = condition
     return AlertRule.objects.create(
-        key="no-pump",
-        name="No CDU pump running",
+        key=key,
+        name=name,
         scope="loop",
-        signal="pumps_running",
-        comparison="lt",
-        threshold=1,
+        signal=signal,
+        comparison=comparison,
+        threshold=threshold,
         severity="critical",
-        summary="{loop}: no pump running",
+        summary=summary,
+    )
+
+
+def pump_rule() -> AlertRule:
+    return loop_rule(
+        "no-pump", "No CDU pump running", "pumps_running", ("lt", 1), "{loop}: no pump running"
     )
 
 
 def flow_rule() -> AlertRule:
-    return AlertRule.objects.create(
-        key="flow-stopped",
-        name="CDU flow stopped",
-        scope="loop",
-        signal="flow_lpm",
-        comparison="le",
-        threshold=5,
-        severity="critical",
-        summary="{loop} flow {value:.0f} L/min",
+    return loop_rule(
+        "flow-stopped", "CDU flow stopped", "flow_lpm", ("le", 5), "{loop} flow {value:.0f} L/min"
     )
 
 
