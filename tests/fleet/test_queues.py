@@ -26,9 +26,9 @@ from fleetwatch.celery import DEFAULT, MAINTENANCE, NOTIFICATIONS, PULL, QUEUES,
 from fleetwatch.celery import app as fleet_app
 from fleetwatch.demo import ALERT_WORKER_QUEUES, celery_workers
 from tests.support.alert_engine import only_inlet_rule
-from tests.support.celery_proc import CeleryProc, private_broker, producer, stopping
-from tests.support.databases import TierDb, fresh_db
-from tests.support.server import FleetServer
+from tests.support.celery_proc import CeleryProc, producer, stopping
+from tests.support.celery_workers import worker_env, workspace
+from tests.support.databases import TierDb
 from tests.support.slack_receiver import SlackReceiver
 from tests.support.stalling import StallingListener
 
@@ -177,12 +177,8 @@ def layout(
     tier: str, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, django_db_blocker: Any
 ) -> Iterator[Layout]:
     var_dir = tmp_path / "var"
-    with (
-        fresh_db(tier, var_dir, tmp_path_factory, django_db_blocker) as db,
-        private_broker(tier) as redis_url,
-    ):
-        env = FleetServer(var_dir, database_url=db.url, redis_url=redis_url).env()
-        env.pop("SLACK_WEBHOOK_URL", None)
+    with workspace(tier, var_dir, tmp_path_factory, django_db_blocker) as (db, redis_url):
+        env = worker_env(var_dir, db, redis_url)
         maintenance = CeleryProc.worker(
             env, var_dir / "maintenance.log", queues=[MAINTENANCE], name="maintenance"
         )
@@ -276,8 +272,7 @@ def stalled_pull(
 ) -> Iterator[StalledPull]:
     var_dir = tmp_path / "var"
     with (
-        fresh_db(tier, var_dir, tmp_path_factory, django_db_blocker) as db,
-        private_broker(tier) as redis_url,
+        workspace(tier, var_dir, tmp_path_factory, django_db_blocker) as (db, redis_url),
         StallingListener() as stall,
         SlackReceiver() as slack,
     ):
@@ -286,12 +281,13 @@ def stalled_pull(
         PrometheusSource.objects.using(alias).create(name="stalled", site=site, url=stall.url)
         only_inlet_rule(alias)
         Route.objects.using(alias).create(name="ops", webhook_url=slack.url("/ops"))
-        extra = {
-            "FLEETWATCH_ALERT_EVAL_S": str(EVAL_S),
-            "FLEETWATCH_PROMETHEUS_PULL_S": str(PULL_S),
-        }
-        env = FleetServer(var_dir, database_url=db.url, redis_url=redis_url, extra_env=extra).env()
-        env.pop("SLACK_WEBHOOK_URL", None)
+        env = worker_env(
+            var_dir,
+            db,
+            redis_url,
+            FLEETWATCH_ALERT_EVAL_S=str(EVAL_S),
+            FLEETWATCH_PROMETHEUS_PULL_S=str(PULL_S),
+        )
         # the demo's layout (fleetwatch/demo.py): the alert pipeline, the pull alone
         procs = [
             CeleryProc.worker(env, var_dir / "alerts.log", queues=ALERT_WORKER_QUEUES),

@@ -22,7 +22,8 @@ from fleet.notifications.models import Delivery, Route
 from fleet.notifications.notice import Notice
 from fleet.notifications.slack import build_message
 from tests.support import services
-from tests.support.celery_proc import CeleryProc, private_broker, producer, stopping
+from tests.support.celery_proc import CeleryProc, producer, stopping
+from tests.support.celery_workers import worker_env, workspace
 from tests.support.databases import TierDb, fresh_db
 from tests.support.server import FleetServer
 from tests.support.slack_receiver import (
@@ -251,13 +252,8 @@ def test_a_worker_killed_mid_delivery_delivers_once_after_restart(
     slack: SlackReceiver,
 ) -> None:
     var_dir = tmp_path / "var"
-    with (
-        fresh_db(tier, var_dir, tmp_path_factory, django_db_blocker) as db,
-        private_broker(tier) as redis_url,
-    ):
-        extra = {"FLEETWATCH_DELIVERY_LEASE_S": str(LEASE_S)}
-        env = FleetServer(var_dir, database_url=db.url, redis_url=redis_url, extra_env=extra).env()
-        env.pop("SLACK_WEBHOOK_URL", None)
+    with workspace(tier, var_dir, tmp_path_factory, django_db_blocker) as (db, redis_url):
+        env = worker_env(var_dir, db, redis_url, FLEETWATCH_DELIVERY_LEASE_S=str(LEASE_S))
         # on the default queue, where the sweep re-queues (a broker of this test's own)
         first, second = (
             CeleryProc.worker(env, var_dir / f"worker-{n}.log", queues=["celery"]) for n in (1, 2)

@@ -29,6 +29,24 @@ from tests.support.server import FleetServer
 from tests.support.slack_receiver import SlackReceiver
 
 
+@contextlib.contextmanager
+def workspace(
+    tier: str, var_dir: Path, factory: pytest.TempPathFactory, blocker: Any
+) -> Iterator[tuple[TierDb, str | None]]:
+    """A fresh migrated database on `tier` and a broker of the test's own (None: the
+    embedded tier's filesystem transport in `var_dir`)."""
+    with fresh_db(tier, var_dir, factory, blocker) as db, private_broker(tier) as redis_url:
+        yield db, redis_url
+
+
+def worker_env(var_dir: Path, db: TierDb, redis_url: str | None, **extra: str) -> dict[str, str]:
+    """The environment of a worker on `db` and `redis_url`, with `extra` settings and no
+    Slack webhook from the outer environment (a test routes its own)."""
+    env = FleetServer(var_dir, database_url=db.url, redis_url=redis_url, extra_env=extra).env()
+    env.pop("SLACK_WEBHOOK_URL", None)
+    return env
+
+
 @dataclass
 class Worker:
     db: TierDb
@@ -146,13 +164,8 @@ def celery_cluster(
     tier: str, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, django_db_blocker: Any
 ) -> Iterator[Cluster]:
     var_dir = tmp_path / "var"
-    with (
-        fresh_db(tier, var_dir, tmp_path_factory, django_db_blocker) as db,
-        private_broker(tier) as redis_url,
-    ):
-        extra = {"FLEETWATCH_ALERT_EVAL_S": str(EVAL_S)}
-        env = FleetServer(var_dir, database_url=db.url, redis_url=redis_url, extra_env=extra).env()
-        env.pop("SLACK_WEBHOOK_URL", None)
+    with workspace(tier, var_dir, tmp_path_factory, django_db_blocker) as (db, redis_url):
+        env = worker_env(var_dir, db, redis_url, FLEETWATCH_ALERT_EVAL_S=str(EVAL_S))
         sender = producer(tier, var_dir, redis_url)
         found = Cluster(db, var_dir, env, sender)
         with contextlib.closing(sender):
