@@ -80,16 +80,12 @@ def last_week(now: float) -> tuple[int, int]:
 
 
 @dataclass(frozen=True, slots=True)
-class TeamLine:
-    """A team's week (or the pool's): GPU-hours per state, energy with its share of the
-    node and the facility, cost and carbon at the site's rates (None without a rate)."""
+class HeldHours:
+    """GPU-hours per ledger state, the energy they took and the part of it used idle."""
 
-    team: str
     hours: dict[str, float]
     kwh: float
     idle_kwh: float
-    cost: float | None
-    carbon_kg: float | None
 
     @property
     def gpu_hours(self) -> float:
@@ -101,24 +97,23 @@ class TeamLine:
 
 
 @dataclass(frozen=True, slots=True)
-class IdleAllocation:
+class TeamLine(HeldHours):
+    """A team's week (or the pool's): GPU-hours per state, energy with its share of the
+    node and the facility, cost and carbon at the site's rates (None without a rate)."""
+
+    team: str
+    cost: float | None
+    carbon_kg: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class IdleAllocation(HeldHours):
     """A workload that held GPUs doing nothing: its GPU-hours per state, its energy and the
     part of it its GPUs used idle."""
 
     team: str
     user: str
     workload: str
-    hours: dict[str, float]
-    kwh: float
-    idle_kwh: float
-
-    @property
-    def gpu_hours(self) -> float:
-        return sum(self.hours.values())
-
-    @property
-    def idle_hours(self) -> float:
-        return sum(self.hours.get(s, 0.0) for s in IDLE_STATES)
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,12 +155,12 @@ def weekly_report(
     teams = _teams(led.jobs, workloads)
     pool_lines = [led.states.get(s, Line()) for s in (r.UNALLOCATED, r.LOST)]
     pool = TeamLine(
-        POOL,
-        {s: led.states[s].gpu_hours for s in (r.UNALLOCATED, r.LOST) if s in led.states},
-        sum((line.energy.total_kwh for line in pool_lines), led.nodes_without_gpus.total_kwh),
-        0.0,
-        None,
-        None,
+        team=POOL,
+        hours={s: led.states[s].gpu_hours for s in (r.UNALLOCATED, r.LOST) if s in led.states},
+        kwh=sum((line.energy.total_kwh for line in pool_lines), led.nodes_without_gpus.total_kwh),
+        idle_kwh=0.0,
+        cost=None,
+        carbon_kg=None,
     )
     return WeeklyReport(
         site_id=site_id,
@@ -198,12 +193,12 @@ def _teams(jobs: Iterable[JobLedger], workloads: dict[int, Workload]) -> list[Te
 
 def _team_line(team: str, jobs: list[JobLedger]) -> TeamLine:
     return TeamLine(
-        team,
-        _hours(jobs),
-        sum(job.total.energy.total_kwh for job in jobs),
-        sum(_idle_kwh(job) for job in jobs),
-        _sum_or_none(job.price.cost for job in jobs),
-        _sum_or_none(job.price.carbon_kg for job in jobs),
+        team=team,
+        hours=_hours(jobs),
+        kwh=sum(job.total.energy.total_kwh for job in jobs),
+        idle_kwh=sum(_idle_kwh(job) for job in jobs),
+        cost=_sum_or_none(job.price.cost for job in jobs),
+        carbon_kg=_sum_or_none(job.price.carbon_kg for job in jobs),
     )
 
 
