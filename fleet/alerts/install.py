@@ -14,7 +14,8 @@ from typing import Any
 
 from django.db import models, transaction
 
-from fleet.alerts.rulepack import BUILTIN_RULES, RuleSpec
+from fleet.alerts.rulepack import BUILTIN_RULES
+from fleet.alerts.rulespec import RuleSpec
 from fleet.alerts.validation import rule_errors
 
 

@@ -1,4 +1,4 @@
-"""The built-in rule pack, and its installation by stable key.
+"""The built-in rule pack; fleet/alerts/install.py installs it by stable key.
 
 Installing is a three-way merge per field. Each built-in rule remembers the pack's
 values as last installed (`AlertRule.pack_values`): a field still equal to them was not
@@ -9,69 +9,14 @@ leaves the rule as it was and is reported. Sources of every threshold: docs/rule
 
 from __future__ import annotations
 
-import datetime as dt
-from dataclasses import dataclass, field
-from typing import Any
-
 from fleet.alerts import signals
+from fleet.alerts.rulespec import RuleSpec
 from fleet.health import thresholds
 from fleet.read.ledger_rules import DEFAULT_RULES as LEDGER
 
 XID_RUNBOOK = "https://docs.nvidia.com/deploy/xid-errors/index.html"
 MEMORY_RUNBOOK = "https://docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/index.html"
 FACILITY = {"team": "facilities"}
-
-# The fields a pack sets; `key`, `builtin` and `pack_values` are the installer's own.
-PACK_FIELDS: tuple[str, ...] = (
-    "name",
-    "description",
-    "scope",
-    "signal",
-    "params",
-    "comparison",
-    "threshold",
-    "clear_threshold",
-    "for_duration",
-    "severity",
-    "labels",
-    "summary",
-    "runbook_url",
-    "enabled",
-)
-
-
-@dataclass(frozen=True)
-class RuleSpec:
-    """One built-in rule; `for_s` in seconds. Reads as the rule table in docs/rules.md."""
-
-    key: str
-    name: str
-    scope: str
-    signal: str
-    comparison: str
-    threshold: float
-    clear_threshold: float | None
-    for_s: float
-    severity: str
-    summary: str
-    description: str
-    params: dict[str, Any] = field(default_factory=dict)
-    labels: dict[str, str] = field(default_factory=dict)
-    runbook_url: str = ""
-    enabled: bool = True
-
-    @property
-    def for_duration(self) -> dt.timedelta:
-        return dt.timedelta(seconds=self.for_s)
-
-    def values(self) -> dict[str, Any]:
-        """The pack's fields, JSON-ready (durations in seconds), as `pack_values` holds them."""
-        return {name: _plain(getattr(self, name)) for name in PACK_FIELDS}
-
-
-def _plain(value: Any) -> Any:
-    return value.total_seconds() if isinstance(value, dt.timedelta) else value
-
 
 # A rule at a level the pages show reads the page's threshold (fleet/health/thresholds.py)
 # with the page's comparison, so the page and the alert agree at the boundary itself
