@@ -136,6 +136,12 @@ def _flags(rules: LedgerRules) -> str:
     )
 
 
+def _runs_matter(w: Window, rules: LedgerRules) -> bool:
+    """Whether a run can be shorter than the rule asks: not when one bucket (an hour) is
+    already as long as both run lengths, so the hourly tier skips four window passes."""
+    return w.step < 60 * max(rules.idle_minutes, rules.stall_minutes)
+
+
 def _runs(w: Window) -> str:
     """Gaps and islands: consecutive buckets with the same flag share `bucket − step × their
     rank`; a missing bucket breaks the run."""
@@ -147,10 +153,14 @@ def _runs(w: Window) -> str:
 
 
 def _states(w: Window, rules: LedgerRules) -> str:
-    length = "COUNT(*) OVER (PARTITION BY node_id, gpu, {0}, {0}_run) * " + str(w.step)
-    lengths = (
-        f"SELECT x.*, {length.format('idle')} AS idle_s, {length.format('stall')} AS stall_s FROM x"
-    )
+    if _runs_matter(w, rules):
+        length = "COUNT(*) OVER (PARTITION BY node_id, gpu, {0}, {0}_run) * " + str(w.step)
+        source = (
+            f"(SELECT x.*, {length.format('idle')} AS idle_s, {length.format('stall')} AS stall_s"
+            " FROM x)"
+        )
+    else:
+        source = f"(SELECT f.*, {w.step} AS idle_s, {w.step} AS stall_s FROM f)"
     return (
         "SELECT node_id, gpu, bucket, holders, sched, gpu_e, power, estimated, reset,"
         f" CASE WHEN util IS NULL AND power IS NULL THEN '{r.LOST}'"
@@ -159,7 +169,7 @@ def _states(w: Window, rules: LedgerRules) -> str:
         f" WHEN idle = 1 AND idle_s >= {60 * rules.idle_minutes} THEN CASE WHEN procs > 0"
         f" OR mem >= {_f(rules.held_memory_mib)} THEN '{r.IDLE_HELD_MEMORY}'"
         f" ELSE '{r.ALLOCATED_IDLE}' END ELSE '{r.BUSY}' END AS state"
-        f" FROM ({lengths}) c WHERE bucket >= {w.a} AND bucket < {w.b}"
+        f" FROM {source} c WHERE bucket >= {w.a} AND bucket < {w.b}"
     )
 
 
@@ -172,23 +182,34 @@ def _node_totals() -> str:
     )
 
 
-def _pue() -> str:
-    """The PUE of a bucket's hour, Σ facility / Σ IT from the hourly rollup, else (an hour
-    not rolled up yet) of the bucket itself; NULL without both meters. Joins `fh` and `fm`."""
-    hourly = "CASE WHEN fh.it_power_w_mean > 0 THEN fh.total_power_w_mean / fh.it_power_w_mean END"
-    own = "CASE WHEN fm.it_power_w_mean > 0 THEN fm.total_power_w_mean / fm.it_power_w_mean END"
-    return f"COALESCE({hourly}, {own})"
-
-
-def _facility_joins(w: Window, alias: str) -> str:
-    """Primary-key lookups of the facility's row for the bucket and for its hour."""
-    site = int(w.site_id)
-    return (
-        f" LEFT JOIN {rollup_table('facility', '1h')} fh ON fh.site_id = {site}"
-        f" AND fh.bucket = {alias}.bucket - {alias}.bucket % 3600"
-        f" LEFT JOIN {rollup_table('facility', w.tier)} fm ON fm.site_id = {site}"
-        f" AND fm.bucket = {alias}.bucket"
+def _pue_parts(w: Window) -> tuple[tuple[str, str], ...]:
+    """`ph`: each hour's PUE from the hourly rollup; `pm` (minutes only): each minute's, for
+    an hour not rolled up yet. Computed once per hour or minute and joined by equality, not
+    looked up per GPU-bucket (PostgreSQL, expecting a few rows, re-scanned the facility
+    rows for each of 737,280)."""
+    site, hour = int(w.site_id), w.a - w.a % 3600
+    ratio = "CASE WHEN it_power_w_mean > 0 THEN total_power_w_mean / it_power_w_mean END"
+    hourly = (
+        f"SELECT bucket AS hour, {ratio} AS pue FROM {rollup_table('facility', '1h')}"
+        f" WHERE site_id = {site} AND bucket >= {hour} AND bucket < {w.b}"
     )
+    if w.tier == "1h":
+        return (("ph", hourly),)
+    own = (
+        f"SELECT bucket, {ratio} AS pue FROM {rollup_table('facility', w.tier)}"
+        f" WHERE site_id = {site} AND bucket >= {w.a} AND bucket < {w.b}"
+    )
+    return (("ph", hourly), ("pm", own))
+
+
+def _pue_of(w: Window, alias: str) -> tuple[str, str]:
+    """The joins to `ph` (and `pm`) for the bucket `alias`.bucket, and its PUE: the hour's,
+    else (an hour not rolled up yet) the bucket's own; NULL without both meters. On the
+    hourly tier the two are the same row."""
+    joins = f" LEFT JOIN ph ON ph.hour = {alias}.bucket - {alias}.bucket % 3600"
+    if w.tier == "1h":
+        return joins, "ph.pue"
+    return joins + f" LEFT JOIN pm ON pm.bucket = {alias}.bucket", "COALESCE(ph.pue, pm.pue)"
 
 
 def _ledger(w: Window) -> str:
@@ -200,20 +221,20 @@ def _ledger(w: Window) -> str:
         f"CASE WHEN nr.power_w_mean > t.gpower THEN (nr.power_w_mean - t.gpower) * {w.step}"
         " / t.ngpus ELSE 0 END"
     )
-    pue = _pue()
+    joins, pue = _pue_of(w, "t")
     return (
         "SELECT t.node_id, t.gpu, t.bucket, t.state, t.holders, t.sched, t.gpu_e,"
         f" {share} AS node_e,"
         f" t.estimated, t.reset, CASE WHEN {pue} > 1 THEN (t.gpu_e + {share}) * ({pue} - 1)"
         f" ELSE 0 END AS over, CASE WHEN {pue} IS NULL THEN 0 ELSE 1 END AS has_pue FROM t"
         f" LEFT JOIN {rollup_table('node', w.tier)} nr ON nr.node_id = t.node_id"
-        " AND nr.bucket = t.bucket" + _facility_joins(w, "t")
+        " AND nr.bucket = t.bucket" + joins
     )
 
 
 # Read by more than one later step: computed once, not inlined into each (SQLite re-ran
 # the window functions per use). PostgreSQL 12+ and SQLite 3.35+ know the hint.
-_SHARED = frozenset({"nodes", "g", "al", "hx", "hs", "led"})
+_SHARED = frozenset({"nodes", "g", "al", "hx", "hs", "ph", "pm", "led"})
 
 
 def ledger_cte(w: Window, rules: LedgerRules) -> str:
@@ -226,9 +247,10 @@ def ledger_cte(w: Window, rules: LedgerRules) -> str:
         ("hx", _holding(w)),
         ("hs", _HOLDER_SUMMARY),
         ("f", _flags(rules)),
-        ("x", _runs(w)),
+        *((("x", _runs(w)),) if _runs_matter(w, rules) else ()),
         ("st", _states(w, rules)),
         ("t", _node_totals()),
+        *_pue_parts(w),
         ("led", _ledger(w)),
     )
     return "WITH " + ", ".join(
@@ -273,11 +295,12 @@ def nodes_without_gpus_sql(w: Window) -> str:
     """Node energy (J) in buckets where none of the node's GPUs has a row, and its overhead:
     the pool's (nothing held can be charged for it)."""
     gpu_table, node_table = rollup_table("gpu", w.tier), rollup_table("node", w.tier)
-    pue = _pue()
+    joins, pue = _pue_of(w, "nd")
+    ctes = ", ".join(f"{name} AS MATERIALIZED ({sql})" for name, sql in _pue_parts(w))
     return (
-        f"WITH nodes AS ({_nodes(w)}) SELECT SUM(nd.power_w_mean * {w.step}),"
+        f"WITH nodes AS ({_nodes(w)}), {ctes} SELECT SUM(nd.power_w_mean * {w.step}),"
         f" SUM(CASE WHEN {pue} > 1 THEN nd.power_w_mean * {w.step} * ({pue} - 1) ELSE 0 END)"
-        f" FROM {node_table} nd{_facility_joins(w, 'nd')}"
+        f" FROM {node_table} nd{joins}"
         f" WHERE nd.node_id IN (SELECT id FROM nodes) AND nd.bucket >= {w.a}"
         f" AND nd.bucket < {w.b} AND nd.power_w_mean IS NOT NULL AND NOT EXISTS"
         f" (SELECT 1 FROM {gpu_table} gr WHERE gr.node_id = nd.node_id AND gr.bucket = nd.bucket)"
