@@ -38,7 +38,7 @@ import django  # noqa: E402
 
 django.setup()
 
-from django.db import connections  # noqa: E402
+from django.db import connections, transaction  # noqa: E402
 
 from fleet.read.ledger import ledger, state_totals  # noqa: E402
 from fleet.read.ledger_sql import Window  # noqa: E402
@@ -104,9 +104,12 @@ def insert(alias: str, table: str, columns: tuple[str, ...], rows: list[tuple[An
             for row in rows:
                 copy.write_row(row)
         return
-    marks = ", ".join(["%s"] * len(columns))
-    with conn.cursor() as cur:
-        cur.executemany(f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({marks})", rows)
+    # One transaction: in autocommit each row was a commit of its own (144 s for 737,280).
+    marks = ", ".join(["?"] * len(columns))
+    with transaction.atomic(using=alias), conn.cursor() as cur:
+        cur.connection.executemany(
+            f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({marks})", rows
+        )
 
 
 def seed(alias: str, gpus: int, a: int, b: int, tier: str) -> int:
