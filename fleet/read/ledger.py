@@ -184,13 +184,13 @@ def ledger(
     """The ledger of `window` (see the module's docstring)."""
     site = Site.objects.using(using).get(pk=window.site_id)
     step_h = window.step / 3600
-    gpus = _gpus(window, _rows(using, per_gpu_sql(window, rules)), step_h, using)
+    gpus = _gpus(window, _rows(using, per_gpu_sql(window, rules, _vendor(using))), step_h, using)
     states: dict[str, Line] = {}
     for g in gpus:
         for state, line in g.states.items():
             states[state] = states.get(state, Line()) + line
-    jobs = _jobs(site, _rows(using, per_workload_sql(window, rules)), step_h, using)
-    [(node_j, node_over_j)] = _rows(using, nodes_without_gpus_sql(window))
+    jobs = _jobs(site, _rows(using, per_workload_sql(window, rules, _vendor(using))), step_h, using)
+    [(node_j, node_over_j)] = _rows(using, nodes_without_gpus_sql(window, _vendor(using)))
     metered_j, metered_it_j, _ = _rows(using, metered_sql(window))[0]
     led = Ledger(
         window=window,
@@ -213,7 +213,8 @@ def state_totals(
     """The efficiency page's aggregate: the site's GPU-hours and energy per state, one
     statement (GPUs with no row at all are not counted as lost here; `ledger` counts them)."""
     step_h = window.step / 3600
-    return {row[0]: _line(row[1:], step_h) for row in _rows(using, per_state_sql(window, rules))}
+    rows = _rows(using, per_state_sql(window, rules, _vendor(using)))
+    return {row[0]: _line(row[1:], step_h) for row in rows}
 
 
 def _with_price(led: Ledger, p: Price) -> Ledger:
@@ -228,6 +229,11 @@ def _with_price(led: Ledger, p: Price) -> Ledger:
         led.metered_it_kwh,
         p,
     )
+
+
+def _vendor(using: str) -> str:
+    """The engine the statements are shaped for (fleet/read/ledger_sql.py: a hint differs)."""
+    return str(connections[using].vendor)
 
 
 def _rows(using: str, sql: str) -> list[tuple[Any, ...]]:

@@ -234,10 +234,25 @@ def _ledger(w: Window) -> str:
 
 # Read by more than one later step: computed once, not inlined into each (SQLite re-ran
 # the window functions per use). PostgreSQL 12+ and SQLite 3.35+ know the hint.
-_SHARED = frozenset({"nodes", "g", "al", "hx", "hs", "ph", "pm", "led"})
+_SHARED = frozenset({"nodes", "g", "al", "hx", "hs", "led"})
+# The PUE per hour (and minute): PostgreSQL, expecting a few GPU-buckets where there are
+# 737,280, looked each one's facility rows up by re-scanning them all (80 of 85 s) unless
+# they are a table of their own, which it hashes; SQLite gives such a table no index and
+# scans it per GPU-bucket (5 s → 23 s), so there they are inlined: a primary-key lookup.
+_OWN_TABLE_ON_POSTGRESQL = frozenset({"ph", "pm"})
 
 
-def ledger_cte(w: Window, rules: LedgerRules) -> str:
+def _with(parts: Sequence[tuple[str, str]], vendor: str) -> str:
+    """`name AS [MATERIALIZED] (sql), …` for Django's `vendor` ("sqlite", "postgresql")."""
+
+    def hint(name: str) -> str:
+        own = vendor == "postgresql" and name in _OWN_TABLE_ON_POSTGRESQL
+        return "MATERIALIZED " if name in _SHARED or own else ""
+
+    return ", ".join(f"{name} AS {hint(name)}({sql})" for name, sql in parts)
+
+
+def ledger_cte(w: Window, rules: LedgerRules, vendor: str) -> str:
     """`WITH …` ending in `led` (and `al`, the intervals around the window)."""
     parts: Sequence[tuple[str, str]] = (
         ("nodes", _nodes(w)),
@@ -253,36 +268,34 @@ def ledger_cte(w: Window, rules: LedgerRules) -> str:
         *_pue_parts(w),
         ("led", _ledger(w)),
     )
-    return "WITH " + ", ".join(
-        f"{name} AS {'MATERIALIZED ' if name in _SHARED else ''}({sql})" for name, sql in parts
-    )
+    return "WITH " + _with(parts, vendor)
 
 
 _SUMS = "COUNT(*), SUM(gpu_e), SUM(node_e), SUM(over), SUM(estimated), SUM(reset), SUM(1 - has_pue)"
 
 
-def per_gpu_sql(w: Window, rules: LedgerRules) -> str:
+def per_gpu_sql(w: Window, rules: LedgerRules, vendor: str) -> str:
     """node, GPU, state, buckets, GPU J, node-share J, overhead J, estimated buckets,
     counter resets, buckets without a PUE, most holders at once."""
     return (
-        f"{ledger_cte(w, rules)} SELECT node_id, gpu, state, {_SUMS}, MAX(holders)"
+        f"{ledger_cte(w, rules, vendor)} SELECT node_id, gpu, state, {_SUMS}, MAX(holders)"
         " FROM led GROUP BY node_id, gpu, state"
     )
 
 
-def per_state_sql(w: Window, rules: LedgerRules) -> str:
+def per_state_sql(w: Window, rules: LedgerRules, vendor: str) -> str:
     """The efficiency page's aggregate: state, then the sums of `per_gpu_sql`."""
-    return f"{ledger_cte(w, rules)} SELECT state, {_SUMS} FROM led GROUP BY state"
+    return f"{ledger_cte(w, rules, vendor)} SELECT state, {_SUMS} FROM led GROUP BY state"
 
 
-def per_workload_sql(w: Window, rules: LedgerRules) -> str:
+def per_workload_sql(w: Window, rules: LedgerRules, vendor: str) -> str:
     """workload, state, GPU-buckets, GPU J, node-share J, overhead J, estimated buckets
     (each a share: a bucket with n owning intervals counts 1/n to each), most holders at
     once. Joined to the intervals themselves (indexed by node and GPU), not to a derived
     table of holders: SQLite gives a derived table no index."""
     share = "1.0 / led.holders"
     return (
-        f"{ledger_cte(w, rules)} SELECT al.workload_id, led.state, SUM({share}),"
+        f"{ledger_cte(w, rules, vendor)} SELECT al.workload_id, led.state, SUM({share}),"
         f" SUM(led.gpu_e * {share}), SUM(led.node_e * {share}), SUM(led.over * {share}),"
         f" SUM(led.estimated * {share}), MAX(led.holders) FROM led JOIN al"
         f" ON al.node_id = led.node_id AND al.gpu = led.gpu AND {_overlaps(w, 'led.bucket')}"
@@ -291,14 +304,14 @@ def per_workload_sql(w: Window, rules: LedgerRules) -> str:
     )
 
 
-def nodes_without_gpus_sql(w: Window) -> str:
+def nodes_without_gpus_sql(w: Window, vendor: str) -> str:
     """Node energy (J) in buckets where none of the node's GPUs has a row, and its overhead:
     the pool's (nothing held can be charged for it)."""
     gpu_table, node_table = rollup_table("gpu", w.tier), rollup_table("node", w.tier)
     joins, pue = _pue_of(w, "nd")
-    ctes = ", ".join(f"{name} AS MATERIALIZED ({sql})" for name, sql in _pue_parts(w))
     return (
-        f"WITH nodes AS ({_nodes(w)}), {ctes} SELECT SUM(nd.power_w_mean * {w.step}),"
+        f"WITH nodes AS ({_nodes(w)}), {_with(_pue_parts(w), vendor)}"
+        f" SELECT SUM(nd.power_w_mean * {w.step}),"
         f" SUM(CASE WHEN {pue} > 1 THEN nd.power_w_mean * {w.step} * ({pue} - 1) ELSE 0 END)"
         f" FROM {node_table} nd{joins}"
         f" WHERE nd.node_id IN (SELECT id FROM nodes) AND nd.bucket >= {w.a}"
