@@ -5,7 +5,10 @@ weekly report (fleet/read/weekly_report.py)."""
 
 from __future__ import annotations
 
-NO_TEAM = "(no team)"  # a Unix user's process, a container: no namespace, no account
+from fleet.words import efficiency_words
+
+# A Unix user's process, a container: no namespace, no account (the pages' word).
+NO_TEAM = efficiency_words("no_team")
 
 
 def team_of(namespace: str, account: str) -> str:
