@@ -33,6 +33,7 @@ from celery import Celery
 from django.conf import settings
 from kombu import Queue
 
+from fleet.notifications import schedule as notifications
 from fleetwatch import broker
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "fleetwatch.settings")
@@ -73,15 +74,15 @@ app.conf.beat_schedule = {
     # Re-queues Slack deliveries whose task was lost (a broker restart): nothing is dropped.
     "notifications-sweep": {
         "task": "notifications.sweep",
-        "schedule": 60.0,
-        "options": {"expires": 50},
+        "schedule": notifications.SWEEP_EVERY_S,
+        "options": {"expires": notifications.SWEEP_EXPIRES_S},
     },
     # The weekly report (fleet/notifications/weekly.py): looked for hourly, posted once per
     # site and week; a week's ledger is bulk reading, so it waits behind no alert.
     "weekly-report": {
         "task": "notifications.weekly_report",
-        "schedule": 3600.0,
-        "options": {"expires": 3000},
+        "schedule": notifications.WEEKLY_CHECK_EVERY_S,
+        "options": {"expires": notifications.WEEKLY_CHECK_EXPIRES_S},
     },
 }
 app.conf.task_routes = {name: {"queue": queue} for name, queue in TASK_QUEUES.items()}

@@ -19,6 +19,12 @@ from django.utils import timezone
 from fleet.notifications.delivery import attempt, create_deliveries, create_test_delivery
 from fleet.notifications.models import Delivery, Route
 from fleet.notifications.notice import Notice
+from fleet.notifications.schedule import (
+    SWEEP_EVERY_S,
+    SWEEP_EXPIRES_S,
+    WEEKLY_CHECK_EVERY_S,
+    WEEKLY_CHECK_EXPIRES_S,
+)
 from fleet.notifications.slack import SlackWebhook
 from fleet.notifications.weekly import send_weekly_reports
 from fleet.tasks import time_limits
@@ -37,14 +43,6 @@ __all__ = (
 
 log = logging.getLogger(__name__)
 
-# The sweep is periodic (to be added to the beat schedule): each run expires before
-# the next is due, so a worker outage leaves one useful sweep queued, not a backlog.
-SWEEP_EVERY_S = 60.0
-SWEEP_EXPIRES_S = 50.0
-# The weekly report is looked for every hour (fleet/notifications/weekly.py) and posted
-# once per site and week; a tick expires before the next, so an outage queues one, not many.
-WEEKLY_CHECK_EVERY_S = 3600.0
-WEEKLY_CHECK_EXPIRES_S = 3000.0
 # A pending delivery this far past due has lost its task (broker outage, purge).
 OVERDUE = timedelta(seconds=60)
 
