@@ -38,30 +38,20 @@
   // ---- the chart
 
   function drawChart(id, span) {
-    const el = document.getElementById("chart-" + id);
-    if (!el) return;
-    if (typeof window.Plotly === "undefined") { el.dataset.chart = "unavailable"; return; }
     const series = state.charts[id][span];
     const when = series.t.map((t) => new Date(t * 1000));
     const kw = (values) => values.map((w) => (w === null ? null : w / 1000));
-    const css = getComputedStyle(document.body);
-    const note = el.querySelector(".chart-note"); // only the placeholder: a drawn plot stays
-    if (note) note.remove();
-    window.Plotly.react(el, [
+    const el = window.FleetCharts.draw(id, [
       { x: when, y: kw(series.facility_w), name: "Facility power (kW)", mode: "lines" },
       { x: when, y: kw(series.it_w), name: "IT power (kW)", mode: "lines", line: { dash: "dot" } },
     ], {
       margin: { t: 10, r: 10, b: 40, l: 60 },
-      paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "rgba(0,0,0,0)",
-      font: { color: css.color },
       // The window the server sent, not the data's extent: a minute of history in a 24 h
       // chart is a minute at its right end, not a chart one minute wide.
       xaxis: { type: "date", range: [series.start * 1000, series.end * 1000] },
       yaxis: { title: { text: "kW" }, rangemode: "tozero" },
-      legend: { orientation: "h" },
-    }, { displaylogo: false, responsive: true });
-    el.dataset.chart = "drawn";
-    el.dataset.span = span;
+    });
+    if (el) el.dataset.span = span;
   }
 
   function extendChart(id, s) {
