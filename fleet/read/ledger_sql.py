@@ -123,8 +123,10 @@ _HOLDER_SUMMARY = (
 
 def _flags(rules: LedgerRules) -> str:
     """Per bucket: is it idle, is it stalled (before the run-length rule)."""
-    idle_w = f"COALESCE(e.plimit * {_f(rules.idle_power_fraction)}, {_f(rules.idle_power_w)})"
-    stall_w = f"COALESCE(e.plimit * {_f(rules.stall_power_fraction)}, {_f(rules.stall_power_w)})"
+    # A limit of 0 W is no limit known, as for the alert's test (fleet/alerts/holders.is_idle).
+    limit = "NULLIF(e.plimit, 0)"
+    idle_w = f"COALESCE({limit} * {_f(rules.idle_power_fraction)}, {_f(rules.idle_power_w)})"
+    stall_w = f"COALESCE({limit} * {_f(rules.stall_power_fraction)}, {_f(rules.stall_power_w)})"
     return (
         "SELECT e.*, COALESCE(hs.holders, 0) AS holders, COALESCE(hs.sched, 0) AS sched,"
         " COALESCE(hs.procs, 0) AS procs,"
