@@ -31,7 +31,14 @@ from agents.collectors.base import Reading
 from fleetsim.faults import Fault, FaultPlan
 from fleetsim.inventory import Inventory, Loop, Node, Rack
 from fleetsim.jobs import GpuLoad, JobSchedule, MigSlice
-from fleetsim.physics import CONTACT_SPREAD_K, GpuModel, HostModel, Workload, spec_for
+from fleetsim.physics import (
+    CONTACT_SPREAD_K,
+    GpuModel,
+    HostModel,
+    Workload,
+    server_for,
+    spec_for,
+)
 
 WATER_CP_KJ_PER_KG_K = 4.186
 DESIGN_RISE_K = 10.0
@@ -51,7 +58,8 @@ HOST_FULL_CAPTURE_C = 70.0
 # A GPU that tripped is reset (as an operator or a node-health daemon would) once it has
 # been off the bus this long and its die is back under its max-operating temperature.
 THERMAL_RESET_AFTER_S = 300.0
-# Share of a rack's heat each cooling type puts into the liquid loop.
+# Share of a rack's heat each cooling type puts into the liquid loop (a direct-liquid rack
+# of servers that say their own share, GB200 NVL72 trays, puts theirs: `liquid_share`).
 LIQUID_SHARE = {"air": 0.0, "rear_door": 1.0, "direct_liquid": 0.8, "immersion": 1.0}
 # Cooling plant power per watt of IT, at 15 °C outside (air needs chillers and CRAH fans).
 COOLING_PER_W = {"air": 0.30, "rear_door": 0.18, "direct_liquid": 0.08, "immersion": 0.05}
@@ -266,9 +274,9 @@ class SiteModel:
                 )
                 for i, model in node.gpus
             ]
-            virtual = VirtualNode(
-                node, rack_state.rack, HostModel(rng, len(gpus)), gpus, Workload(rng)
-            )
+            server = server_for(node.gpus[0][1] if node.gpus else "")
+            host = HostModel(rng, len(gpus), server=server)
+            virtual = VirtualNode(node, rack_state.rack, host, gpus, Workload(rng))
             if jobs is not None:
                 virtual.mig = jobs.mig(node.name)
             self.nodes[node.name] = virtual
@@ -371,7 +379,7 @@ class SiteModel:
         overload = self.faults.active("rack-overload", rack.rack.name, elapsed_s)
         rack.inlet_c = HALL_AIR_C + (3.0 if chiller else 0.0)
         loop = self.loops.get(rack.rack.loop or "")
-        liquid = loop is not None and LIQUID_SHARE[rack.rack.cooling] > 0
+        liquid = loop is not None and liquid_share(rack) > 0
         if liquid and loop is not None:
             self._step_rack_liquid(rack, loop, dt)
         for node in rack.nodes:
@@ -386,7 +394,7 @@ class SiteModel:
                 node.host.extra_w = max(0.0, short / len(rack.nodes))
         rack.power_w = self._rack_power(rack)
         rack.energy_kwh += rack.power_w * dt / 3.6e6
-        air_share = 1.0 - LIQUID_SHARE[rack.rack.cooling]
+        air_share = 1.0 - liquid_share(rack)
         if rack.rack.cooling == "rear_door":
             rack.outlet_c = rack.inlet_c + 1.5
         else:
@@ -462,7 +470,15 @@ def _liquid_heat_kw(rack: RackState) -> float:
     with the air)."""
     capture = _host_capture(rack.coolant_c)
     parts_w = sum(node.gpu_power_w() + capture * node.host_power_w() for node in rack.nodes)
-    return LIQUID_SHARE[rack.rack.cooling] * parts_w / 1000.0
+    return liquid_share(rack) * parts_w / 1000.0
+
+
+def liquid_share(rack: RackState) -> float:
+    """Share of the rack's heat its liquid takes: its cooling type's, or, direct-liquid,
+    its servers' own where they say it (`ServerSpec.liquid_share`)."""
+    cooling = rack.rack.cooling
+    own = rack.nodes[0].host.server.liquid_share if rack.nodes else None
+    return own if cooling == "direct_liquid" and own is not None else LIQUID_SHARE[cooling]
 
 
 def reset_gpu(node: VirtualNode, gpu: GpuModel) -> None:

@@ -58,9 +58,13 @@ SLURM_USERS = (
 POD_UID = 1000
 # MIG slices on a MIG node's GPUs (the first half of them): profile, GPU instance id.
 MIG_LAYOUT = (("3g", 2), ("2g", 3), ("1g", 9))
+# GB200 (186 GB): the B200's slices (180 GB: 1g.23gb, 2g.45gb, 3g.90gb; AWS SageMaker
+# HyperPod's p6-b200 MIG list, github.com/aws/sagemaker-hyperpod-cli pull 403) scaled to
+# its memory.
 _MIG_GB = {
     "NVIDIA H200": {"3g": 71, "2g": 35, "1g": 18},
     "NVIDIA H100": {"3g": 40, "2g": 20, "1g": 10},
+    "NVIDIA GB200": {"3g": 93, "2g": 47, "1g": 23},
 }
 # Later waves by cumulative odds; beyond the last edge the node stays idle a wave.
 _K8S_WAVES = (("k8s-training", 0.35), ("k8s-inference", 0.75), ("k8s-empty", 0.85))
@@ -177,7 +181,8 @@ class NodeTimeline:
         self.mig: dict[int, tuple[MigSlice, ...]] = {}
         if showcase == "k8s-mig":
             model = node.gpus[0][1] if node.gpus else ""
-            sizes = _MIG_GB["NVIDIA H100" if "H100" in model else "NVIDIA H200"]
+            family = " ".join(spec_for(model).model.split()[:2])  # "NVIDIA H100 80GB…": H100
+            sizes = _MIG_GB[family]
             layout = tuple(
                 MigSlice(slot, f"{p}.{sizes[p]}gb", gi, round(sizes[p] * 1e9 / 2**20))
                 for slot, (p, gi) in enumerate(MIG_LAYOUT)

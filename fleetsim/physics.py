@@ -18,7 +18,9 @@ the hardware do:
   only once the die is 2 K below it (the hardware's hysteresis), so it does not flap;
 - at the shutdown threshold the GPU trips: it falls off the bus (XID 79) and is lost.
 The thresholds are each model's own (`GpuSpec`): the H200's from the capture's
-`nvml_inventory.json`, the H100's from public `nvidia-smi -q` output (docs/reference/gpu.md).
+`nvml_inventory.json`, the H100's from public `nvidia-smi -q` output (docs/reference/gpu.md),
+the GB200's as below. A GPU's idle and full-load power are its model's too, and so is the
+server around it (`ServerSpec`): an HGX 8-GPU box, or a GB200 NVL72 compute tray.
 """
 
 from __future__ import annotations
@@ -43,6 +45,10 @@ class GpuSpec:
     shutdown_c: float
     gpu_max_c: float
     mem_max_c: float
+    idle_w: float = 80.0  # at the lowest clock, nothing running (the H200 capture: ~80 W)
+    uncapped_w: float = 850.0  # what a full matmul load would draw without its cap
+    # Compute dies the heat spreads over: the die-to-sink resistance is one die's, divided.
+    dies: int = 1
 
 
 # H200 SXM 141 GB: the capture's nvml_inventory.json (memory_info.total 150754820096 B =
@@ -52,11 +58,39 @@ H200 = GpuSpec("NVIDIA H200", 143771.0, 700.0, 200.0, 89.0, 95.0, 87.0, 95.0)
 # 700/200 W, shutdown 92, slowdown 89, GPU max 87, memory max 95 °C); memory is
 # the 81559 MiB `nvidia-smi` prints for this model (80 GiB less the driver's reserve).
 H100 = GpuSpec("NVIDIA H100 80GB HBM3", 81559.0, 700.0, 200.0, 89.0, 92.0, 87.0, 95.0)
-GPU_SPECS = (H200, H100)
+# GB200 (the Blackwell GPU of a GB200 NVL72 compute tray), NVML name "NVIDIA GB200":
+# - power limit 1200 W, minimum 200 W: NVIDIA DPS's shipped GB200 GPU specification
+#   (minLoadWatts 200, maxLoadWatts 1200), https://docs.nvidia.com/datacenter/dps/versions/
+#   latest/guides/concepts/device-specifications.html; nvidia-smi on GB200 trays prints the
+#   same 1200 W cap;
+# - memory 189471 MiB, what nvidia-smi prints for the 186 GB of HBM3e (MLCommons' GB200-NVL72
+#   system description: 186 GB, 4 GPUs per node, https://raw.githubusercontent.com/mlcommons/
+#   inference_results_v6.1/main/closed/Crusoe/systems/GB200-NVL72_GB200-186GB_aarch64x16_
+#   Dynamo.json);
+# - idle ~160 W (nvidia-smi on idle GB200 trays shows 149–181 W in P0);
+# - two reticle-sized compute dies (NVIDIA's Blackwell architecture): `dies=2`;
+# - the thermal limits: no public `nvidia-smi -q` of a GB200 gives them, so they are the
+#   Hopper parts' (a model assumption, docs/simulator.md says so); uncapped demand is the
+#   H200's ratio to its cap (850/700).
+GB200 = GpuSpec(
+    "NVIDIA GB200",
+    189471.0,
+    1200.0,
+    200.0,
+    89.0,
+    95.0,
+    87.0,
+    95.0,
+    idle_w=160.0,
+    uncapped_w=1450.0,
+    dies=2,
+)
+GPU_SPECS = (H200, H100, GB200)
 
 
 def spec_for(model: str) -> GpuSpec:
-    """The spec of an inventory model name ("NVIDIA H100 80GB HBM3", "H100"…); H200 if unknown."""
+    """The spec of an inventory model name ("NVIDIA H100 80GB HBM3", "H100", "NVIDIA GB200"…);
+    H200 if unknown."""
     for spec in GPU_SPECS:
         if spec.model.split()[1] in model:
             return spec
@@ -71,11 +105,12 @@ SHUTDOWN_C = H200.shutdown_c
 GPU_MAX_C = H200.gpu_max_c
 MEM_MAX_C = H200.mem_max_c
 MEM_TOTAL_MIB = H200.mem_total_mib
-IDLE_W = 80.0
+IDLE_W = H200.idle_w
 # Power a full matmul load would draw without a cap: the cap then holds it (SwPowerCap).
-UNCAPPED_FULL_W = 850.0
+UNCAPPED_FULL_W = H200.uncapped_w
 # The least a busy GPU draws however hard it is slowed: its idle power at the lowest
-# clock (the capture: ~80 W at 345 MHz). Below this, clocks cannot take more heat out.
+# clock (the capture: ~80 W at 345 MHz; each model's own `GpuSpec.idle_w`). Below this,
+# clocks cannot take more heat out.
 THROTTLED_FLOOR_W = IDLE_W
 # HW slowdown holds the die this far under its slowdown threshold and lets go only once
 # the die is HW_RELEASE_K under it.
@@ -103,6 +138,38 @@ CONTACT_SPREAD_K = 1.0
 
 def _approach(value: float, target: float, dt: float, tau: float) -> float:
     return target + (value - target) * math.exp(-dt / tau)
+
+
+@dataclass(frozen=True, slots=True)
+class ServerSpec:
+    """The server around a model's GPUs: power beyond the GPUs' own, and the share of its
+    heat the cold plates take when its rack is direct-liquid cooled (None: the cooling
+    type's share, fleetsim/fleet.py LIQUID_SHARE)."""
+
+    name: str
+    base_w: float  # idle, besides the GPUs
+    per_gpu_w: float  # idle, per GPU (NVSwitches, retimers, fans)
+    load_w: float  # added at full load
+    liquid_share: float | None = None
+
+
+# HGX 8-GPU: CPUs, memory, NICs, fans and NVSwitches, ~1.2 kW idle; the GPUs at their
+# 700 W cap and this make the ~10.2 kW of a DGX H100 (docs/reference/facility.md).
+HGX = ServerSpec("HGX 8-GPU", 300.0, 110.0, 500.0)
+# GB200 NVL72 compute tray: 2 Grace CPUs (50–420 W each), LPDDR5X, 4 BlueField-3/ConnectX-7
+# NICs, fans, and its half of one of the rack's 9 NVLink Switch trays. NVIDIA DPS's shipped
+# GB200 tray specification (URL above): ~1000 W idle with its GPUs, at most 6667 W; the
+# Switch trays ~3.6 kW together (introl.com, "Why the NVIDIA GB300 NVL72 matters", citing
+# Supermicro). Idle: 460 W + 4 × 160 W = 1.1 kW; full: 2030 W + 4 × ~1190 W ≈ 6.8 kW.
+# Liquid takes the GPUs', CPUs', NICs' and switches' heat, ~85 % of the tray; the rest
+# leaves with the air (MLCommons' system description above: "Mix of Liquid-cooled (for CPU,
+# GPU, CX7, NVLink Switches) and Air-cooled (for the rest of the components)").
+NVL72_TRAY = ServerSpec("GB200 NVL72 compute tray", 460.0, 0.0, 1570.0, liquid_share=0.85)
+
+
+def server_for(model: str) -> ServerSpec:
+    """The server a GPU model comes in: a GB200 is in an NVL72 tray, the others in HGX."""
+    return NVL72_TRAY if spec_for(model) is GB200 else HGX
 
 
 @dataclass(slots=True)
@@ -134,6 +201,14 @@ class GpuModel:
     mem_used_mib: float = 615.0
     contact_k: float = 0.0  # this GPU's own offset over the coolant, ± CONTACT_SPREAD_K
 
+    def __post_init__(self) -> None:
+        if self.spec is not H200:  # the defaults above are the H200's idle point
+            self.power_avg_w = self.power_instant_w = self.spec.idle_w
+
+    @property
+    def r_die(self) -> float:
+        return R_DIE / self.spec.dies
+
     def step(self, dt: float, load: float, coolant_c: float, power: float | None = None) -> bool:
         """Advance `dt` seconds at utilisation `load` (0..1), local coolant at `coolant_c`.
         `power` (0..1, default `load`) is the demand over idle where it parts from the SM
@@ -146,15 +221,16 @@ class GpuModel:
             self._cool_while_off(dt, coolant_c)
             return False
         offset = COOLANT_OFFSET_C.get(self.cooling, 10.9) + self.contact_k
-        demand_w = IDLE_W + (load if power is None else power) * (UNCAPPED_FULL_W - IDLE_W)
+        idle_w = self.spec.idle_w
+        demand_w = idle_w + (load if power is None else power) * (self.spec.uncapped_w - idle_w)
         bits, allowed_w = self._limits(demand_w, load)
         target_w = min(demand_w, allowed_w)
         # The driver's average lags the instant reading by about its 1 s window.
         self.power_avg_w = _approach(self.power_avg_w, target_w, dt, 0.4)
         if bits & reasons.SW_POWER_CAP:
             self.power_avg_w = min(self.power_avg_w, allowed_w - self.rng.uniform(4.0, 12.0))
-        swing = 30.0 * load + 1.5
-        self.power_instant_w = max(IDLE_W * 0.5, self.power_avg_w + self.rng.gauss(0.0, swing))
+        swing = (30.0 * load + 1.5) * self.power_cap_w / POWER_CAP_W  # the capture's, to scale
+        self.power_instant_w = max(idle_w * 0.5, self.power_avg_w + self.rng.gauss(0.0, swing))
         self._heat(dt, coolant_c + offset)
         self._clocks(load, demand_w, bits)
         self.reasons = bits
@@ -191,11 +267,11 @@ class GpuModel:
             bits |= reasons.HW_SLOWDOWN | reasons.HW_THERMAL_SLOWDOWN
             hold_w = self._settling_w(self.spec.slowdown_c - HW_HOLD_K)
             allowed_w = min(allowed_w, hold_w, HW_SLOWDOWN_POWER_SHARE * demand_w)
-        return bits, max(allowed_w, min(demand_w, THROTTLED_FLOOR_W))
+        return bits, max(allowed_w, min(demand_w, self.spec.idle_w))
 
     def _settling_w(self, die_c: float) -> float:
         """Power at which the die settles at `die_c` over the heatsink as it is now."""
-        return max(THROTTLED_FLOOR_W, (die_c - self.temp_sink_c) / R_DIE)
+        return max(self.spec.idle_w, (die_c - self.temp_sink_c) / self.r_die)
 
     def _count_violations(self, dt: float, bits: int) -> None:
         ns = int(dt * 1e9)
@@ -225,14 +301,14 @@ class GpuModel:
         """Back on the bus after a GPU reset (or the node's power cycle): idle, cool."""
         self.lost = self.tripped = False
         self.reasons = reasons.GPU_IDLE
-        self.power_avg_w = self.power_instant_w = IDLE_W
+        self.power_avg_w = self.power_instant_w = self.spec.idle_w
         self.clock_sm_mhz = IDLE_SM_MHZ
 
     def _heat(self, dt: float, base_c: float) -> None:
         self.temp_sink_c = _approach(
             self.temp_sink_c, base_c + R_SINK * self.power_avg_w, dt, TAU_SINK_S
         )
-        die_target = self.temp_sink_c + R_DIE * self.power_avg_w
+        die_target = self.temp_sink_c + self.r_die * self.power_avg_w
         self.temp_die_c = _approach(self.temp_die_c, die_target, dt, TAU_DIE_S)
         mem_target = 0.5 * self.temp_die_c + 21.0
         self.temp_mem_c = _approach(self.temp_mem_c, mem_target, dt, TAU_MEM_S)
@@ -356,10 +432,12 @@ class HostModel:
     mem_total_mib: float = 2_063_000.0
     extra_w: float = 0.0  # a rack-overload fault adds load here
     gpus: list[GpuModel] = field(default_factory=list)
+    server: ServerSpec = HGX
 
     def power_w(self, load: float) -> float:
-        base = 300.0 + 110.0 * self.gpu_count  # CPUs, memory, NICs, fans, NVSwitch
-        return base + 500.0 * load + self.extra_w
+        server = self.server
+        base = server.base_w + server.per_gpu_w * self.gpu_count
+        return base + server.load_w * load + self.extra_w
 
     def step(self, dt: float, load: float, inlet_c: float) -> None:
         self.cpu_pct = min(100.0, max(0.5, 3.0 + 20.0 * load + self.rng.gauss(0, 1.5)))

@@ -92,7 +92,7 @@ def main() -> int:
     var_dir = Path(os.environ.get("FLEETWATCH_VAR_DIR", ROOT / "var")).resolve()
     host = os.environ.get("FLEETWATCH_HOST", "127.0.0.1")
     port = os.environ.get("FLEETWATCH_PORT", "8000")
-    nodes = os.environ.get("FLEETWATCH_DEMO_NODES", "64")
+    nodes = os.environ.get("FLEETWATCH_DEMO_NODES", "")  # empty: every node of the site
     env = _env(var_dir)
     demo_dir = var_dir / "demo"
     token = _secret_file(demo_dir / "enroll-token", "fwe_demo_")
@@ -123,8 +123,7 @@ def main() -> int:
             server,
             "--enroll-token",
             token,
-            "--nodes",
-            nodes,
+            *(("--nodes", nodes) if nodes else ()),
             "--spool-dir",
             str(var_dir / "simulator-spool"),
             *_fault_flags(os.environ.get("FLEETWATCH_DEMO_FAULTS", "")),
@@ -164,7 +163,7 @@ def main() -> int:
         f"  Fleetwatch is running:  {server}/\n"
         f"  login:                  admin / {password}\n"
         f"  enrolment token:        {token}\n"
-        f"  simulated nodes:        {nodes} (GPUs, racks, CDUs, facility meters)\n"
+        f"  simulated nodes:        {nodes or 'all'} (GPUs, racks, CDUs, facility meters)\n"
         f"  faults:                 {os.environ.get('FLEETWATCH_DEMO_FAULTS') or 'none'}\n"
         f"  alerts go to:           {_alert_route()}\n"
         f"  logs:                   {log_dir}/{{web,worker,pull,maintenance,beat,simulator}}.log\n"

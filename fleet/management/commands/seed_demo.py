@@ -17,7 +17,9 @@ class Command(BaseCommand):
         parser.add_argument(
             "--racks", type=int, default=len(DEMO_RACKS), help="only the first N racks (tests)"
         )
-        parser.add_argument("--gpus-per-node", type=int, default=8)
+        parser.add_argument(
+            "--gpus-per-node", type=int, default=None, help="(tests) instead of each rack's own"
+        )
 
     def handle(self, *args: Any, **opts: Any) -> None:
         site = seed_demo_site(opts["slug"], DEMO_RACKS[: opts["racks"]], opts["gpus_per_node"])
