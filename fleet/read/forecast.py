@@ -53,6 +53,8 @@ Point = tuple[float, float]  # (epoch seconds, value)
 class ForecastParams:
     """Fleetwatch's choices; docs/forecast.md gives the reason for each."""
 
+    recent_s: float = 3 * HOUR_S  # the trend is fitted to this much of 1-minute means
+    pattern_days: int = 7  # the daily pattern is learnt from this many days of hourly means
     min_points: int = 30  # half an hour of 1-minute means
     min_effective_points: float = 7.0  # t quantile needs ≥ 5 degrees of freedom
     confidence: float = 0.999  # one-sided, for "the slope is above zero"

@@ -1,0 +1,188 @@
+"""Time to limit for a site's racks, feeds and CDUs: the series read from the rollups, each
+against the limit the live pages and the alert rules already judge it by, forecast by
+`fleet.read.forecast.time_to_limit` (docs/forecast.md).
+
+- **rack power**: the rack's draw per bucket, its source chosen per bucket as the live pages
+  choose it (the stranded-capacity statement, `fleet.read.capacity_sql`), against its budget
+  × `RACK_POWER_CRIT_FRACTION` (the rack-power-100 rule's level);
+- **feed power**: `power_w_mean` of `fw_feed_<tier>`, against `PowerFeed.available_kw` (the
+  feed-over-rating rule's);
+- **CDU supply**: `supply_c_mean` of `fw_loop_<tier>`, against
+  `CoolingLoop.effective_supply_limit_c()` (its own limit, else its W class's);
+- **heat removed**: `heat_removed_kw_mean` of `fw_loop_<tier>`, against
+  `CoolingLoop.capacity_kw`.
+
+Each subject's recent series is the `PARAMS.recent_s` of 1-minute means before `now`, and
+its daily pattern the `PARAMS.pattern_days` of hourly means before that; each kind is read
+with one statement per tier, for the whole site.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import DEFAULT_DB_ALIAS, connections
+
+from fleet.health.thresholds import RACK_POWER_CRIT_FRACTION
+from fleet.models import CoolingLoop, PowerFeed, Rack
+from fleet.read.capacity_sql import _params, _series_sql
+from fleet.read.forecast import PARAMS, Forecast, ForecastParams, NoForecast, time_to_limit
+from fleet.storage.schema import TIER_SECONDS, rollup_table
+
+__all__ = (
+    "LimitForecast",
+    "Series",
+    "feed_power",
+    "loop_metric",
+    "rack_power",
+    "site_forecasts",
+)
+
+DAY_S = 86_400
+
+Series = dict[int, list[tuple[float, float]]]  # entity id → (bucket centre, value)
+
+
+@dataclass(frozen=True)
+class LimitForecast:
+    """One subject's forecast against its limit. `subject`: rack, feed, loop_supply or
+    loop_heat; `entity_id` the rack's, feed's or loop's id; `rack` the rack's name for a
+    rack or feed ("" for a loop)."""
+
+    subject: str
+    entity_id: int
+    name: str
+    rack: str
+    limit: float
+    unit: str
+    forecast: Forecast | NoForecast
+
+
+def _series(sql: str, params: Sequence[Any], step: int, scale: float, using: str) -> Series:
+    """Rows of (entity id, bucket, value) as each entity's points at their bucket's centre."""
+    out: Series = {}
+    with connections[using].cursor() as cur:
+        cur.execute(sql, list(params))
+        for entity, bucket, value in cur.fetchall():
+            out.setdefault(int(entity), []).append((int(bucket) + step / 2, float(value) * scale))
+    return out
+
+
+def rack_power(site_id: int, since: float, until: float, tier: str, using: str) -> Series:
+    """Each rack's draw (kW) per whole bucket in [since, until), from the source the live
+    pages would use in that bucket (PDU, else node meters, else GPU power)."""
+    # The stranded-capacity statement's per-bucket series: one rule for a rack's draw.
+    sql = (
+        "WITH "
+        + _series_sql(tier)
+        + "SELECT rack_id, bucket, w FROM series WHERE w IS NOT NULL ORDER BY rack_id, bucket"
+    )
+    return _series(sql, _params(site_id, since, until), TIER_SECONDS[tier], 1e-3, using)
+
+
+def feed_power(site_id: int, since: float, until: float, tier: str, using: str) -> Series:
+    """Each feed's power (kW) per whole bucket in [since, until)."""
+    step = TIER_SECONDS[tier]
+    sql = (
+        f"SELECT r.feed_id, r.bucket, r.power_w_mean FROM {rollup_table('feed', tier)} r"
+        " JOIN fleet_powerfeed f ON f.id = r.feed_id JOIN fleet_rack k ON k.id = f.rack_id"
+        " JOIN fleet_hall h ON h.id = k.hall_id"
+        f" WHERE h.site_id = %s AND r.bucket >= %s AND r.bucket + {step} <= %s"
+        " AND r.power_w_mean IS NOT NULL ORDER BY r.feed_id, r.bucket"
+    )
+    return _series(sql, (site_id, int(since), int(until)), step, 1e-3, using)
+
+
+def loop_metric(
+    site_id: int, metric: str, since: float, until: float, tier: str, using: str
+) -> Series:
+    """Each loop's `metric` bucket means (`supply_c`, `heat_removed_kw`) in [since, until)."""
+    step = TIER_SECONDS[tier]
+    column = f"{metric}_mean"
+    sql = (
+        f"SELECT r.loop_id, r.bucket, r.{column} FROM {rollup_table('loop', tier)} r"
+        " JOIN fleet_coolingloop l ON l.id = r.loop_id"
+        f" WHERE l.site_id = %s AND r.bucket >= %s AND r.bucket + {step} <= %s"
+        f" AND r.{column} IS NOT NULL ORDER BY r.loop_id, r.bucket"
+    )
+    return _series(sql, (site_id, int(since), int(until)), step, 1.0, using)
+
+
+@dataclass(frozen=True)
+class _Subject:
+    entity_id: int
+    name: str
+    rack: str
+    limit: float | None
+
+
+Reader = Callable[[float, float, str], Series]
+
+
+def _forecasts(
+    kind: str,
+    unit: str,
+    subjects: Iterable[_Subject],
+    read: Reader,
+    now: float,
+    params: ForecastParams,
+) -> list[LimitForecast]:
+    recent_since = now - params.recent_s
+    recent = read(recent_since, now, "1m")
+    daily = read(recent_since - params.pattern_days * DAY_S, recent_since, "1h")
+    out = []
+    for s in subjects:
+        if s.limit is None or s.limit <= 0:
+            continue  # no limit to reach (a loop without a class or its own limit)
+        points, hours = recent.get(s.entity_id, []), daily.get(s.entity_id, [])
+        forecast = time_to_limit(points, s.limit, now, daily=hours, params=params)
+        out.append(LimitForecast(kind, s.entity_id, s.name, s.rack, s.limit, unit, forecast))
+    return out
+
+
+def site_forecasts(
+    site_id: int,
+    now: float,
+    using: str = DEFAULT_DB_ALIAS,
+    params: ForecastParams = PARAMS,
+) -> list[LimitForecast]:
+    """Every rack, feed and loop of the site with a limit, forecast as of `now`: racks
+    and feeds in the inventory's order, then loops (supply, then heat removed)."""
+    racks = Rack.objects.using(using).filter(hall__site_id=site_id)
+    rack_subjects = [
+        _Subject(pk, name, name, budget * RACK_POWER_CRIT_FRACTION)
+        for pk, name, budget in racks.values_list("pk", "name", "power_budget_kw")
+    ]
+    feeds = PowerFeed.objects.using(using).filter(rack__hall__site_id=site_id)
+    feed_subjects = [
+        _Subject(f.pk, f"{f.rack.name} feed {f.name}", f.rack.name, f.available_kw)
+        for f in feeds.select_related("rack")
+    ]
+    loops = list(CoolingLoop.objects.using(using).filter(site_id=site_id))
+    supply_subjects = [_Subject(lp.pk, lp.name, "", lp.effective_supply_limit_c()) for lp in loops]
+    heat_subjects = [_Subject(lp.pk, lp.name, "", lp.capacity_kw) for lp in loops]
+
+    def loops_of(metric: str) -> Reader:
+        return lambda a, b, tier: loop_metric(site_id, metric, a, b, tier, using)
+
+    out = _forecasts(
+        "rack",
+        "kW",
+        rack_subjects,
+        lambda a, b, tier: rack_power(site_id, a, b, tier, using),
+        now,
+        params,
+    )
+    out += _forecasts(
+        "feed",
+        "kW",
+        feed_subjects,
+        lambda a, b, tier: feed_power(site_id, a, b, tier, using),
+        now,
+        params,
+    )
+    out += _forecasts("loop_supply", "°C", supply_subjects, loops_of("supply_c"), now, params)
+    out += _forecasts("loop_heat", "kW", heat_subjects, loops_of("heat_removed_kw"), now, params)
+    return out
