@@ -37,6 +37,7 @@ __all__ = (
     "feed_power",
     "loop_metric",
     "rack_power",
+    "sentence",
     "site_forecasts",
 )
 
@@ -58,6 +59,22 @@ class LimitForecast:
     limit: float
     unit: str
     forecast: Forecast | NoForecast
+
+
+# What each subject's sentence calls the figure that reaches its limit.
+_FIGURES = {"rack": "", "feed": "", "loop_supply": " supply", "loop_heat": " heat removed"}
+
+
+def sentence(item: LimitForecast) -> str | None:
+    """The page's words for a forecast ("A07 reaches 45 kW in ~40 min at this trend"); None
+    where there is no forecast. The one owner of these words: pages render what they get."""
+    forecast = item.forecast
+    if not isinstance(forecast, Forecast):
+        return None
+    minutes = forecast.in_s / 60
+    when = f"~{round(minutes)} min" if minutes < 100 else f"~{minutes / 60:.1f} h"
+    limit = f"{round(item.limit, 1):g} {item.unit}"
+    return f"{item.name}{_FIGURES[item.subject]} reaches {limit} in {when} at this trend"
 
 
 def _series(sql: str, params: Sequence[Any], step: int, scale: float, using: str) -> Series:

@@ -14,7 +14,7 @@ import pytest
 from fleet.health.thresholds import RACK_POWER_CRIT_FRACTION
 from fleet.models import CoolingLoop, Hall, Node, PowerFeed, Rack, Site
 from fleet.read.forecast import PARAMS, Forecast, NoForecast, Reason
-from fleet.read.forecast_sources import LimitForecast, site_forecasts
+from fleet.read.forecast_sources import LimitForecast, sentence, site_forecasts
 from tests.support import databases
 from tests.support.databases import T, TierDb
 from tests.support.series import daily_wave, ramp
@@ -104,6 +104,9 @@ def test_each_ramp_reaches_the_limit_its_page_and_rule_judge_it_by(db: TierDb) -
     assert supply.limit == 32.0 and supply.unit == "°C"
     assert reaches_at(supply.forecast, T + 90 * MINUTE)
     assert reaches_at(got[("loop_heat", "CDU-1")].forecast, T + 30 * MINUTE)
+    assert sentence(rack) == "A07 reaches 45 kW in ~40 min at this trend"
+    assert sentence(supply) == "CDU-1 supply reaches 32 °C in ~90 min at this trend"
+    assert sentence(fed) == "A07 feed A reaches 18.4 kW in ~60 min at this trend"
 
 
 def test_flat_and_silent_subjects_have_no_forecast(db: TierDb) -> None:
@@ -117,6 +120,7 @@ def test_flat_and_silent_subjects_have_no_forecast(db: TierDb) -> None:
     got = site.forecasts()
 
     assert got[("rack", "B01")].forecast == NoForecast(Reason.FLAT)
+    assert sentence(got[("rack", "B01")]) is None
     assert got[("rack", "B02")].forecast == NoForecast(Reason.TOO_SHORT)
     assert ("loop_supply", "CDU-2") not in got
     assert got[("loop_heat", "CDU-2")].forecast == NoForecast(Reason.TOO_SHORT)
