@@ -44,7 +44,7 @@ from fleetsim.collectors import site_collectors, site_reading
 from fleetsim.fleet import SiteModel
 from fleetsim.inventory import fetch_inventory
 from fleetsim.jobs import Job, JobSchedule
-from fleetsim.truth import EnergyTruth, Holders
+from fleetsim.truth import EnergyTruth, Facility, Holders
 from fleetsim.workloads import SimWorkloads
 from fleetwatch.env import sqlite_database
 from tests.support.databases import register_alias
@@ -103,7 +103,7 @@ class JobCheck:
 class Comparison:
     led: Ledger
     jobs: list[JobCheck]
-    truth_facility_kwh: float  # what the model's facility drew, not what was metered
+    truth: Facility  # what the model's facility, racks and nodes drew (J), not what was metered
 
     @property
     def worst_job(self) -> JobCheck:
@@ -115,12 +115,21 @@ class Comparison:
         return math.inf if error is None else error
 
     @property
-    def with_unmetered_pct(self) -> float:
-        """The reconciliation had the ledger counted the IT energy no node reported
-        (`unmetered_it_kwh`) with its share of the overhead, at the window's PUE."""
+    def truth_facility_kwh(self) -> float:
+        return self.truth.total_j / J_PER_KWH
+
+    @property
+    def ledger_it_kwh(self) -> float:
+        """The IT energy the ledger charged: GPUs and nodes, held or the pool's."""
+        return self.led.attributed.energy.it_kwh + self.led.pool.it_kwh
+
+    @property
+    def with_rack_it_pct(self) -> float:
+        """The reconciliation had the ledger also counted the racks' own IT energy (switches,
+        PDUs, fans: what no node reports), as the model drew it, at the window's PUE."""
         led = self.led
-        pue = led.metered_facility_kwh / led.metered_it_kwh
-        total = led.total_kwh + led.unmetered_it_kwh * pue
+        rack_kwh = (self.truth.it_j - self.truth.nodes_j) / J_PER_KWH
+        total = led.total_kwh + rack_kwh * led.metered_facility_kwh / led.metered_it_kwh
         return 100.0 * (total - led.metered_facility_kwh) / led.metered_facility_kwh
 
     @property
@@ -241,8 +250,7 @@ def compare(run: SimRun, using: str) -> Comparison:
         )
         for keys, joules in groups.items()
     ]
-    facility = run.truth.facility_j(run.a, run.b).total_j / J_PER_KWH
-    return Comparison(led, sorted(checks, key=lambda c: c.jobs), facility)
+    return Comparison(led, sorted(checks, key=lambda c: c.jobs), run.truth.facility_j(run.a, run.b))
 
 
 def _groups(held: dict[Holders, float]) -> dict[Holders, float]:
