@@ -37,7 +37,6 @@ from fleet.read.efficiency import (
 from fleet.read.ledger import Line, Price
 from fleet.read.ledger_rules import DEFAULT_RULES
 from fleet.words import (
-    TIER_WORDS,
     efficiency_words,
     span_words,
     state_word,
@@ -170,11 +169,8 @@ class SiteView:
     @property
     def window(self) -> str:
         w = self.e.window
-        tier = TIER_WORDS.get(w.tier, w.tier)
         span = span_words(self.span_s)
-        return efficiency_words(
-            "window", span=span, tier=tier, start=utc_minute(w.a), end=utc_minute(w.b)
-        )
+        return efficiency_words("window", span=span, start=utc_minute(w.a), end=utc_minute(w.b))
 
     @property
     def site_total(self) -> Total:

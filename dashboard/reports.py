@@ -63,7 +63,7 @@ def weekly_report_view(request: HttpRequest) -> HttpResponse:
     now = time.time()
     site = _site(request)
     year, week = _week(request, now)
-    report = weekly_report(site.pk, year, week, now)
+    report = weekly_report(site.pk, year, week)
     if request.GET.get("format") == "csv":
         return as_csv(report)
     rows = csv_rows(report)

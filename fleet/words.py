@@ -54,7 +54,7 @@ TIER_WORDS: dict[str, str] = {"1m": "1-minute", "1h": "1-hour"}
 
 # The efficiency page's own phrases (dashboard/efficiency.py).
 EFFICIENCY_PHRASES: dict[str, str] = {
-    "window": "last {span}, in {tier} buckets: {start} – {end}",
+    "window": "last {span}: {start} – {end}",
     "no_team": "no team",
     "gpu_hours": "GPU-hours",
     "by_team": "GPU-hours by state per team",

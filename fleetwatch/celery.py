@@ -55,6 +55,7 @@ TASK_QUEUES = {
     "notifications.sweep": NOTIFICATIONS,
     "notifications.weekly_report": MAINTENANCE,
     "fleet.rollup": MAINTENANCE,
+    "fleet.ledger": MAINTENANCE,
     "fleet.retention": MAINTENANCE,
     "fleet.partitions": MAINTENANCE,
     "alerts.watchdog": DEFAULT,
@@ -68,6 +69,9 @@ app.autodiscover_tasks()
 # holds at most one useful rollup, not an hour of them (each would redo nothing).
 app.conf.beat_schedule = {
     "rollup": {"task": "fleet.rollup", "schedule": 30.0, "options": {"expires": 25}},
+    # The energy ledger's hours (fleet/read/ledger_store.py): closed 10 minutes after they
+    # end, the open ones computed again every two minutes of new data.
+    "ledger": {"task": "fleet.ledger", "schedule": 60.0, "options": {"expires": 55}},
     "retention": {"task": "fleet.retention", "schedule": 600.0, "options": {"expires": 550}},
     # Partitions ahead of the data (fleet/tasks.py); a missed tick is redone by the next.
     "partitions": {"task": "fleet.partitions", "schedule": 600.0, "options": {"expires": 540}},

@@ -23,7 +23,8 @@ from fleet.notifications.delivery import create_deliveries, report_routes
 from fleet.notifications.models import Delivery
 from fleet.notifications.notice import Notice, Where
 from fleet.read.ledger_rules import LOST
-from fleet.read.weekly_report import WeeklyReport, last_week, weekly_report
+from fleet.read.ledger_store import progress
+from fleet.read.weekly_report import WeeklyReport, last_week, week_bounds, weekly_report
 
 __all__ = ("SEND_AFTER_S", "report_notice", "report_thread", "report_url", "send_weekly_reports")
 
@@ -114,7 +115,11 @@ def _send_one(
         routes = report_routes(site_id)
         if not routes:
             return []
-        report = weekly_report(site_id, year, week, now)
+        kept = progress(site_id)
+        if kept is None or kept.closed_until < week_bounds(year, week)[1]:
+            return []  # the ledger has not closed the week's last hours: the next tick
+
+        report = weekly_report(site_id, year, week)
         if report.gpu_hours - report.states.get(LOST, 0.0) <= 0:
             return []  # no GPU reported that week: no message
         deliveries = create_deliveries(report_notice(report), routes)

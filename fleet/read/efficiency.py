@@ -3,9 +3,10 @@ a site's GPU-hours by state, energy, cost and carbon over a window, rolled up by
 team (namespace or account) and job; and the reclaim list, the workloads holding GPUs that
 are allocated but idle now.
 
-The ledger does the heavy part in SQL; here its per-GPU and per-job lines (a few per GPU and
-per job) are summed, with one query for the racks of the site's nodes, one for the
-workloads' owners and one for the open intervals on idle GPUs.
+The window's ledger is read from the stored hours and days (fleet/read/ledger_store.py);
+here its per-node and per-job lines are summed, with one query for the racks of the site's
+nodes, one for the workloads' owners and one for the open intervals on idle GPUs. "Idle
+now" is computed from the last minutes of the 1-minute tier.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from fleet.read import ledger_rules as r
 from fleet.read.ledger import JobLedger, Ledger, Line, Price, ledger, price, tier_for
 from fleet.read.ledger_rules import DEFAULT_RULES, LedgerRules
 from fleet.read.ledger_sql import Window
-from fleet.storage.schema import TIER_SECONDS
+from fleet.read.ledger_store import progress, stored_ledger
 
 DAY_S = 86_400
 # The page's windows: (the `?window=` value, seconds), the first the default.
@@ -88,13 +89,12 @@ class SiteEfficiency:
         return sum(self.ledger.states.values(), Line())
 
 
-def window_for(site_id: int, span_s: int, now: float) -> Window:
-    """The last `span_s` to the start of the current bucket (a bucket still filling is not
-    counted), in the tier the ledger picks for it."""
-    tier = tier_for(now - span_s, now, now)
-    step = TIER_SECONDS[tier]
-    b = int(now // step) * step
-    return Window(site_id, b - span_s, b, tier)
+def window_for(site_id: int, span_s: int, now: float, using: str = DEFAULT_DB_ALIAS) -> Window:
+    """`span_s` of whole hours and, after them, the hour the stored ledger is filling, to
+    the newest minute it has (a minute still filling is not counted)."""
+    kept = progress(site_id, using)
+    b = kept.open_until if kept is not None else int(now // 3600) * 3600
+    return Window(site_id, b - b % 3600 - span_s, b, "1h")
 
 
 def site_efficiency(
@@ -104,7 +104,12 @@ def site_efficiency(
     rules: LedgerRules = DEFAULT_RULES,
     using: str = DEFAULT_DB_ALIAS,
 ) -> SiteEfficiency:
-    led = ledger(window_for(site.pk, span_s, now), rules, using)
+    window = window_for(site.pk, span_s, now, using)
+    if rules == DEFAULT_RULES:
+        led = stored_ledger(window, using)
+    else:  # other thresholds: computed from the tiers, not read
+        tier = tier_for(window.a, window.b, now)
+        led = ledger(Window(site.pk, window.a, window.b, tier), rules, using)
     halls, racks = _places(site, led, using)
     jobs = _owned(led.jobs, using)
     return SiteEfficiency(
@@ -136,7 +141,7 @@ def total_of(site: Site, name: str, parent: str, states: dict[str, Line]) -> Tot
 
 
 def _places(site: Site, led: Ledger, using: str) -> tuple[list[Total], list[Total]]:
-    """Halls and racks: their GPUs' lines summed (one query maps the nodes to racks)."""
+    """Halls and racks: their nodes' lines summed (one query maps the nodes to racks)."""
     where = {
         node_id: (hall, rack)
         for node_id, hall, rack in Node.objects.using(using)
@@ -145,10 +150,10 @@ def _places(site: Site, led: Ledger, using: str) -> tuple[list[Total], list[Tota
     }
     halls: dict[str, dict[str, Line]] = {}
     racks: dict[tuple[str, str], dict[str, Line]] = {}
-    for gpu in led.gpus:
-        hall, rack = where.get(gpu.node_id, ("", ""))
-        _add(halls.setdefault(hall, {}), gpu.states)
-        _add(racks.setdefault((hall, rack), {}), gpu.states)
+    for node in led.nodes:
+        hall, rack = where.get(node.node_id, ("", ""))
+        _add(halls.setdefault(hall, {}), node.states)
+        _add(racks.setdefault((hall, rack), {}), node.states)
     return (
         [total_of(site, hall, "", states) for hall, states in sorted(halls.items())],
         [total_of(site, rack, hall, states) for (hall, rack), states in sorted(racks.items())],

@@ -3,13 +3,16 @@ with its share of the node and of the facility, the pool's, carbon and cost, and
 it all adds up to the facility meters (docs/ledger.md).
 
 The heavy part is SQL (fleet/read/ledger_sql.py): the database folds every GPU-bucket and
-answers a few rows per GPU and state, and per workload and state; Python only names them.
+answers a few rows per hour, GPU, holder and state (`Part`s); `fold` sums them into the
+site's, each node's and GPU's, and each job's lines. `ledger()` computes the parts from the
+rollup tiers; fleet/read/ledger_store.py keeps them per hour and day so a month of a large
+fleet is read, not recomputed.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, connections
@@ -17,14 +20,7 @@ from django.db import DEFAULT_DB_ALIAS, connections
 from fleet.models import GPU, Site, Workload
 from fleet.read import ledger_rules as r
 from fleet.read.ledger_rules import DEFAULT_RULES, LedgerRules
-from fleet.read.ledger_sql import (
-    Window,
-    metered_sql,
-    nodes_without_gpus_sql,
-    per_gpu_sql,
-    per_state_sql,
-    per_workload_sql,
-)
+from fleet.read.ledger_sql import Window, metered_sql, nodes_without_gpus_sql, per_holder_sql
 from fleet.storage import retention
 
 J_PER_KWH = 3.6e6
@@ -65,7 +61,7 @@ class Line:
     gpu_hours: float = 0.0
     energy: Energy = field(default_factory=Energy)
     estimated_hours: float = 0.0
-    resets: int = 0
+    resets: float = 0.0  # shares: a reset on a GPU two jobs hold counts half to each
     hours_without_pue: float = 0.0
 
     def __add__(self, other: Line) -> Line:
@@ -80,6 +76,25 @@ class Line:
 
 def _total(lines: Iterable[Line]) -> Line:
     return sum(lines, Line())
+
+
+@dataclass(frozen=True, slots=True)
+class Part:
+    """One row of the fold: an hour's share of one GPU (or of a node's GPUs together, `gpu`
+    None, as stored), one holder (`workload_id`, 0 for nobody) and one state. `NODE_ONLY`
+    parts carry node energy in buckets none of the node's GPUs has a row for."""
+
+    hour: int
+    node_id: int
+    gpu: int | None
+    workload_id: int
+    state: str
+    line: Line
+    holders: int = 0  # most owning intervals on the GPU at once
+
+
+# Node energy in buckets where none of its GPUs has a row: the pool's, never a GPU state.
+NODE_ONLY = "node_without_gpu_rows"
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +129,14 @@ class GpuLedger:
 
 
 @dataclass(frozen=True, slots=True)
+class NodeLedger:
+    """A node's GPUs together: what halls and racks add up."""
+
+    node_id: int
+    states: dict[str, Line]
+
+
+@dataclass(frozen=True, slots=True)
 class JobLedger:
     """A workload's energy: what its GPUs used while it held them, whatever their state."""
 
@@ -135,6 +158,8 @@ class Ledger:
     window: Window
     rules: LedgerRules
     states: dict[str, Line]  # the site's GPU-hours and energy per state
+    nodes: list[NodeLedger]
+    # Per GPU: only a ledger computed from the tiers (`ledger()`); stored hours are per node.
     gpus: list[GpuLedger]
     jobs: list[JobLedger]
     nodes_without_gpus: Energy  # node energy in buckets with no GPU row: the pool's
@@ -181,54 +206,103 @@ def tier_for(a: float, b: float, now: float) -> str:
 def ledger(
     window: Window, rules: LedgerRules = DEFAULT_RULES, using: str = DEFAULT_DB_ALIAS
 ) -> Ledger:
-    """The ledger of `window` (see the module's docstring)."""
+    """The ledger of `window`, computed from the rollup tiers (see the module's docstring)."""
     site = Site.objects.using(using).get(pk=window.site_id)
-    step_h = window.step / 3600
-    gpus = _gpus(window, _rows(using, per_gpu_sql(window, rules, _vendor(using))), step_h, using)
-    states: dict[str, Line] = {}
-    for g in gpus:
-        for state, line in g.states.items():
-            states[state] = states.get(state, Line()) + line
-    jobs = _jobs(site, _rows(using, per_workload_sql(window, rules, _vendor(using))), step_h, using)
-    [(node_j, node_over_j)] = _rows(using, nodes_without_gpus_sql(window, _vendor(using)))
     metered_j, metered_it_j, _ = _rows(using, metered_sql(window))[0]
+    metered = (_kwh(metered_j), _kwh(metered_it_j))
+    return fold(site, window, rules, parts(window, rules, using), metered, using)
+
+
+def parts(window: Window, rules: LedgerRules, using: str = DEFAULT_DB_ALIAS) -> list[Part]:
+    """The window's parts per GPU: the statement's rows; the buckets a GPU has no row for
+    (inventory GPUs that sent nothing included) as `LOST`, per hour; node energy without GPU
+    rows as `NODE_ONLY`."""
+    vendor = _vendor(using)
+    step_h = window.step / 3600
+    found = [
+        Part(int(hour), int(node), int(gpu), int(wl), str(state), _line(sums, step_h), int(most))
+        for hour, node, gpu, wl, state, *sums, most in _rows(
+            using, per_holder_sql(window, rules, vendor)
+        )
+    ]
+    lost = _lost(window, found, _inventory(window, using))
+    node_only = [
+        Part(int(hour), int(node), None, 0, NODE_ONLY, Line(energy=Energy(0.0, _kwh(j), _kwh(o))))
+        for hour, node, j, o in _rows(using, nodes_without_gpus_sql(window, vendor))
+    ]
+    return found + lost + node_only
+
+
+def _inventory(w: Window, using: str) -> list[tuple[int, int]]:
+    known = GPU.objects.using(using).filter(node__rack__hall__site_id=w.site_id)
+    if w.node_ids is not None:
+        known = known.filter(node_id__in=w.node_ids)
+    return list(known.values_list("node_id", "index"))
+
+
+def _lost(w: Window, found: list[Part], inventory: list[tuple[int, int]]) -> list[Part]:
+    """`LOST` parts for each GPU's buckets without a row, hour by hour: a GPU in the
+    inventory, or seen in the window, is expected in every bucket of it."""
+    have: dict[tuple[int, int, int], float] = {}
+    for p in found:
+        key = (p.hour, p.node_id, p.gpu if p.gpu is not None else -1)
+        have[key] = have.get(key, 0.0) + p.line.gpu_hours
+    gpus = set(inventory) | {(node, gpu) for _, node, gpu in have}
+    out = []
+    for hour in range(w.a - w.a % 3600, w.b, 3600):
+        expected_h = (min(w.b, hour + 3600) - max(w.a, hour)) / 3600
+        for node, gpu in gpus:
+            missing_h = expected_h - have.get((hour, node, gpu), 0.0)
+            if missing_h > 1e-9 * expected_h + 1e-12:
+                line = Line(gpu_hours=round(missing_h * 3600 / w.step) * w.step / 3600)
+                out.append(Part(hour, node, gpu, 0, r.LOST, line))
+    return out
+
+
+def fold(
+    site: Site,
+    window: Window,
+    rules: LedgerRules,
+    parts: Iterable[Part],
+    metered: tuple[float, float],
+    using: str,
+) -> Ledger:
+    """The ledger of `parts`: sums per state, node, GPU and job; with the facility meters'
+    (total, IT) kWh over the window; carbon and cost at the site's rates."""
+    states: dict[str, Line] = {}
+    nodes: dict[int, dict[str, Line]] = {}
+    gpus: dict[tuple[int, int], dict[str, Line]] = {}
+    jobs: dict[int, dict[str, Line]] = {}
+    most: dict[int, int] = {}
+    node_only = Energy()
+    for p in parts:
+        if p.state == NODE_ONLY:
+            node_only = node_only + p.line.energy
+            continue
+        _add(states, p.state, p.line)
+        _add(nodes.setdefault(p.node_id, {}), p.state, p.line)
+        if p.gpu is not None:
+            _add(gpus.setdefault((p.node_id, p.gpu), {}), p.state, p.line)
+        if p.workload_id:
+            _add(jobs.setdefault(p.workload_id, {}), p.state, p.line)
+            most[p.workload_id] = max(most.get(p.workload_id, 1), p.holders)
     led = Ledger(
         window=window,
         rules=rules,
         states=states,
-        gpus=gpus,
-        jobs=jobs,
-        nodes_without_gpus=Energy(0.0, _kwh(node_j), _kwh(node_over_j)),
-        metered_facility_kwh=_kwh(metered_j),
-        metered_it_kwh=_kwh(metered_it_j),
+        nodes=[NodeLedger(n, lines) for n, lines in sorted(nodes.items())],
+        gpus=[GpuLedger(n, g, lines) for (n, g), lines in sorted(gpus.items())],
+        jobs=_jobs(site, jobs, most, using),
+        nodes_without_gpus=node_only,
+        metered_facility_kwh=metered[0],
+        metered_it_kwh=metered[1],
         price=Price(None, None, site.currency),
     )
-    held_hours = led.attributed.gpu_hours
-    return _with_price(led, price(site, led.total_kwh, held_hours))
+    return replace(led, price=price(site, led.total_kwh, led.attributed.gpu_hours))
 
 
-def state_totals(
-    window: Window, rules: LedgerRules = DEFAULT_RULES, using: str = DEFAULT_DB_ALIAS
-) -> dict[str, Line]:
-    """The efficiency page's aggregate: the site's GPU-hours and energy per state, one
-    statement (GPUs with no row at all are not counted as lost here; `ledger` counts them)."""
-    step_h = window.step / 3600
-    rows = _rows(using, per_state_sql(window, rules, _vendor(using)))
-    return {row[0]: _line(row[1:], step_h) for row in rows}
-
-
-def _with_price(led: Ledger, p: Price) -> Ledger:
-    return Ledger(
-        led.window,
-        led.rules,
-        led.states,
-        led.gpus,
-        led.jobs,
-        led.nodes_without_gpus,
-        led.metered_facility_kwh,
-        led.metered_it_kwh,
-        p,
-    )
+def _add(into: dict[str, Line], state: str, line: Line) -> None:
+    into[state] = into.get(state, Line()) + line
 
 
 def _vendor(using: str) -> str:
@@ -253,45 +327,20 @@ def _line(row: Sequence[Any], step_h: float) -> Line:
         gpu_hours=float(buckets) * step_h,
         energy=Energy(_kwh(gpu_j), _kwh(node_j), _kwh(over_j)),
         estimated_hours=float(estimated or 0) * step_h,
-        resets=int(resets or 0),
+        resets=float(resets or 0),
         hours_without_pue=float(no_pue or 0) * step_h,
     )
 
 
-def _gpus(w: Window, rows: list[tuple[Any, ...]], step_h: float, using: str) -> list[GpuLedger]:
-    """Each GPU's lines; the buckets a GPU has no row for (inventory GPUs that sent nothing
-    included) are lost or down."""
-    states: dict[tuple[int, int], dict[str, Line]] = {}
-    for node_id, gpu, state, *sums in rows:
-        states.setdefault((int(node_id), int(gpu)), {})[str(state)] = _line(sums, step_h)
-    known = GPU.objects.using(using).filter(node__rack__hall__site_id=w.site_id)
-    if w.node_ids is not None:
-        known = known.filter(node_id__in=w.node_ids)
-    for node_id, index in known.values_list("node_id", "index"):
-        states.setdefault((node_id, index), {})
-    buckets = (w.b - w.a) // w.step
-    for lines in states.values():
-        missing = buckets - round(sum(line.gpu_hours for line in lines.values()) / step_h)
-        if missing > 0:
-            lines[r.LOST] = lines.get(r.LOST, Line()) + Line(gpu_hours=missing * step_h)
-    return [GpuLedger(n, g, lines) for (n, g), lines in sorted(states.items())]
-
-
-def _jobs(site: Site, rows: list[tuple[Any, ...]], step_h: float, using: str) -> list[JobLedger]:
-    by_job: dict[int, dict[str, Line]] = {}
-    holders: dict[int, int] = {}
-    for workload_id, state, buckets, gpu_j, node_j, over_j, estimated, most in rows:
-        line = Line(
-            gpu_hours=float(buckets) * step_h,
-            energy=Energy(_kwh(gpu_j), _kwh(node_j), _kwh(over_j)),
-            estimated_hours=float(estimated or 0) * step_h,
-        )
-        by_job.setdefault(int(workload_id), {})[str(state)] = line
-        holders[int(workload_id)] = max(holders.get(int(workload_id), 1), int(most))
+def _jobs(
+    site: Site, by_job: dict[int, dict[str, Line]], most: dict[int, int], using: str
+) -> list[JobLedger]:
     workloads = Workload.objects.using(using).in_bulk(list(by_job))
     jobs = []
     for workload_id, lines in sorted(by_job.items()):
-        wl = workloads[workload_id]
+        wl = workloads.get(workload_id)
+        if wl is None:  # removed since (its intervals go with it): nobody to charge
+            continue
         total = _total(lines.values())
         jobs.append(
             JobLedger(
@@ -299,7 +348,7 @@ def _jobs(site: Site, rows: list[tuple[Any, ...]], step_h: float, using: str) ->
                 kind=wl.kind,
                 key=wl.key,
                 owner=wl.owner,
-                split=EXCLUSIVE if holders[workload_id] == 1 else EVEN,
+                split=EXCLUSIVE if most[workload_id] == 1 else EVEN,
                 states=lines,
                 price=price(site, total.energy.total_kwh, total.gpu_hours),
             )

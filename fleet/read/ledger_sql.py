@@ -2,8 +2,10 @@
 
 `ledger_cte` builds a `WITH` clause whose last table, `led`, has one row per GPU and bucket
 of the window (a minute of the 1m tier, an hour of the 1h tier): its state, its holders,
-its own energy, its share of the node's non-GPU energy and its facility overhead. The
-statements here aggregate `led` in the database; fleet/read/ledger.py runs them.
+its own energy, its share of the node's non-GPU energy and its facility overhead.
+`per_holder_sql` folds `led` in the database to a few rows per hour, GPU, holder and state;
+fleet/read/ledger.py folds those for a window, fleet/read/ledger_store.py keeps them per
+hour and day.
 
 Every value put into the SQL text is an int (ids, epoch seconds) or a float from
 `LedgerRules`: nothing a user typed, so nothing is bound. docs/ledger.md says what each
@@ -273,52 +275,44 @@ def ledger_cte(w: Window, rules: LedgerRules, vendor: str) -> str:
     return "WITH " + _with(parts, vendor)
 
 
-_SUMS = "COUNT(*), SUM(gpu_e), SUM(node_e), SUM(over), SUM(estimated), SUM(reset), SUM(1 - has_pue)"
-
-
-def per_gpu_sql(w: Window, rules: LedgerRules, vendor: str) -> str:
-    """node, GPU, state, buckets, GPU J, node-share J, overhead J, estimated buckets,
-    counter resets, buckets without a PUE, most holders at once."""
-    return (
-        f"{ledger_cte(w, rules, vendor)} SELECT node_id, gpu, state, {_SUMS}, MAX(holders)"
-        " FROM led GROUP BY node_id, gpu, state"
+def per_holder_sql(w: Window, rules: LedgerRules, vendor: str) -> str:
+    """hour, node, GPU, workload (0: nobody), state, GPU-buckets, GPU J, node-share J,
+    overhead J, estimated buckets, counter resets, buckets without a PUE, most holders at
+    once: every figure a share, so a bucket with n owning intervals counts 1/n to each and
+    a GPU's rows still add up to its buckets. One statement serves the per-GPU, per-job and
+    per-state ledgers and the stored hours (fleet/read/ledger_store.py). Joined to the
+    intervals themselves (indexed by node and GPU), not to a derived table of holders:
+    SQLite gives a derived table no index."""
+    share = "CASE WHEN al.workload_id IS NULL THEN 1.0 ELSE 1.0 / led.holders END"
+    sums = ", ".join(
+        f"SUM({col} * {share})"
+        for col in ("1", "led.gpu_e", "led.node_e", "led.over", "led.estimated", "led.reset")
     )
-
-
-def per_state_sql(w: Window, rules: LedgerRules, vendor: str) -> str:
-    """The efficiency page's aggregate: state, then the sums of `per_gpu_sql`."""
-    return f"{ledger_cte(w, rules, vendor)} SELECT state, {_SUMS} FROM led GROUP BY state"
-
-
-def per_workload_sql(w: Window, rules: LedgerRules, vendor: str) -> str:
-    """workload, state, GPU-buckets, GPU J, node-share J, overhead J, estimated buckets
-    (each a share: a bucket with n owning intervals counts 1/n to each), most holders at
-    once. Joined to the intervals themselves (indexed by node and GPU), not to a derived
-    table of holders: SQLite gives a derived table no index."""
-    share = "1.0 / led.holders"
     return (
-        f"{ledger_cte(w, rules, vendor)} SELECT al.workload_id, led.state, SUM({share}),"
-        f" SUM(led.gpu_e * {share}), SUM(led.node_e * {share}), SUM(led.over * {share}),"
-        f" SUM(led.estimated * {share}), MAX(led.holders) FROM led JOIN al"
-        f" ON al.node_id = led.node_id AND al.gpu = led.gpu AND {_overlaps(w, 'led.bucket')}"
-        " AND (al.source = 'scheduler' OR led.sched = 0) WHERE led.holders > 0"
-        " GROUP BY al.workload_id, led.state"
+        f"{ledger_cte(w, rules, vendor)} SELECT led.bucket - led.bucket % 3600 AS hour,"
+        " led.node_id, led.gpu, COALESCE(al.workload_id, 0) AS wl, led.state,"
+        f" {sums}, SUM((1 - led.has_pue) * {share}), MAX(led.holders) FROM led LEFT JOIN al"
+        f" ON led.holders > 0 AND al.node_id = led.node_id AND al.gpu = led.gpu"
+        f" AND {_overlaps(w, 'led.bucket')} AND (al.source = 'scheduler' OR led.sched = 0)"
+        " GROUP BY led.bucket - led.bucket % 3600, led.node_id, led.gpu,"
+        " COALESCE(al.workload_id, 0), led.state"
     )
 
 
 def nodes_without_gpus_sql(w: Window, vendor: str) -> str:
-    """Node energy (J) in buckets where none of the node's GPUs has a row, and its overhead:
-    the pool's (nothing held can be charged for it)."""
+    """Per hour and node: node energy (J) in buckets where none of the node's GPUs has a
+    row, and its overhead: the pool's (nothing held can be charged for it)."""
     gpu_table, node_table = rollup_table("gpu", w.tier), rollup_table("node", w.tier)
     joins, pue = _pue_of(w, "nd")
     return (
         f"WITH nodes AS ({_nodes(w)}), {_with(_pue_parts(w), vendor)}"
-        f" SELECT SUM(nd.power_w_mean * {w.step}),"
+        f" SELECT nd.bucket - nd.bucket % 3600, nd.node_id, SUM(nd.power_w_mean * {w.step}),"
         f" SUM(CASE WHEN {pue} > 1 THEN nd.power_w_mean * {w.step} * ({pue} - 1) ELSE 0 END)"
         f" FROM {node_table} nd{joins}"
         f" WHERE nd.node_id IN (SELECT id FROM nodes) AND nd.bucket >= {w.a}"
         f" AND nd.bucket < {w.b} AND nd.power_w_mean IS NOT NULL AND NOT EXISTS"
         f" (SELECT 1 FROM {gpu_table} gr WHERE gr.node_id = nd.node_id AND gr.bucket = nd.bucket)"
+        " GROUP BY nd.bucket - nd.bucket % 3600, nd.node_id"
     )
 
 

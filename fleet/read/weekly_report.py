@@ -1,6 +1,7 @@
 """The weekly report of a site: last ISO week's GPU-hours by state, energy, cost and carbon
 per team, and the ten allocations that held GPUs idle longest, all read from the energy
-ledger (fleet.read.ledger.ledger) of that week, so its figures are the ledger's.
+ledger of that week as stored (fleet.read.ledger_store.stored_ledger), so its figures are the
+efficiency page's.
 
 Weeks are ISO weeks in UTC, Monday 00:00 to Monday 00:00: the ledger's buckets are UTC
 minutes and hours, and a site's local midnight would cut a bucket where its offset is not
@@ -19,8 +20,9 @@ from django.db import DEFAULT_DB_ALIAS
 
 from fleet.models import Site, Workload
 from fleet.read import ledger_rules as r
-from fleet.read.ledger import JobLedger, Line, ledger, tier_for
+from fleet.read.ledger import JobLedger, Line
 from fleet.read.ledger_sql import Window
+from fleet.read.ledger_store import stored_ledger
 from fleet.read.teams import NO_TEAM, team_of, workload_name
 
 __all__ = (
@@ -145,12 +147,12 @@ class WeeklyReport:
 
 
 def weekly_report(
-    site_id: int, year: int, week: int, now: float, using: str = DEFAULT_DB_ALIAS
+    site_id: int, year: int, week: int, using: str = DEFAULT_DB_ALIAS
 ) -> WeeklyReport:
     """The report of ISO week `year`-W`week` at site `site_id` (see the module's docstring)."""
     a, b = week_bounds(year, week)
     site = Site.objects.using(using).get(pk=site_id)
-    led = ledger(Window(site_id, a, b, tier_for(a, b, now)), using=using)
+    led = stored_ledger(Window(site_id, a, b), using)
     workloads = Workload.objects.using(using).in_bulk([j.workload_id for j in led.jobs])
     teams = _teams(led.jobs, workloads)
     pool_lines = [led.states.get(s, Line()) for s in (r.UNALLOCATED, r.LOST)]

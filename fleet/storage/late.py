@@ -137,6 +137,24 @@ def mark_hours_from_picked(cur: Any, kind: str, before: int) -> None:
     )
 
 
+# Kinds the energy ledger reads (fleet/read/ledger_store.py), and the column its marks take.
+LEDGER_KINDS = {"gpu": "node_id", "node": "node_id", "facility": "site_id"}
+
+
+def mark_ledger_hours_from_picked(cur: Any, kind: str) -> None:
+    """The hours just recomputed from the picked marks change the stored ledger's hours:
+    leave a mark in `fw_ledger_late` for each, and for the hours either side (a run of
+    idle minutes that crosses an hour's edge is judged from both)."""
+    column = LEDGER_KINDS.get(kind)
+    if column is None:
+        return
+    cur.execute(
+        f"INSERT INTO fw_ledger_late ({column}, hour) SELECT DISTINCT p.{column},"
+        f" p.bucket + s.shift FROM {pick_table(kind)} p CROSS JOIN (SELECT -3600 AS shift"
+        " UNION ALL SELECT 0 UNION ALL SELECT 3600) s"
+    )
+
+
 def mark_hours_of_range(cur: Any, kind: str, minutes: str, lo: int, hi: int) -> None:
     """Minutes [lo, hi) of the 1m table `minutes` were recomputed inside hours the 1h tier
     has passed: leave a '1h' mark per (entity, hour) that has any of them."""

@@ -18,6 +18,7 @@ pending late mark of that tier (`fw_<kind>_late`) still asks for a recompute.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -53,7 +54,11 @@ MARK_SPAN_S = {"raw": 60, "1m": 3600}
 
 # SQLite: width of one delete slice per table, in its time unit (seconds), about 30k rows
 # each for a 512-GPU fleet at 1 Hz (raw: 1 min; 1m: 1 h; 1h: 1 day; events: 1 h).
-SLICE_S = {"raw": 60, "1m": 3600, "1h": 86400, "event": 3600}
+SLICE_S = {"raw": 60, "1m": 3600, "1h": 86400, "event": 3600, "ledger_1h": 3600, "ledger_1d": 86400}
+
+# The energy ledger's stored hours live as long as the hourly GPU tier they were read from;
+# its days as long as the facility's hours, so yearly ledgers and the 12-month PUE agree.
+LEDGER_TABLES = {"ledger_1h": ("fw_ledger_1h", "gpu"), "ledger_1d": ("fw_ledger_1d", "facility")}
 
 # PostgreSQL still deletes events by slice; it locks rows, not the database, so wider
 # slices only save scans.
@@ -255,6 +260,20 @@ def delete_expired_events(now: float, using: str = DEFAULT_DB_ALIAS) -> int:
     return _delete_slices("fleet_event", "ts", SLICE_S["event"], using, lambda: cutoff)
 
 
+def delete_expired_ledger(now: float, using: str = DEFAULT_DB_ALIAS) -> dict[str, int]:
+    """The energy ledger's stored hours and days past their horizon; rows per table."""
+    deleted = {}
+    for slice_key, (table, kind) in LEDGER_TABLES.items():
+        deleted[table] = _delete_slices(
+            table, "bucket", SLICE_S[slice_key], using, functools.partial(_horizon, now, kind)
+        )
+    return deleted
+
+
+def _horizon(now: float, kind: str) -> float:
+    return now - kept_s("1h", kind)
+
+
 def apply_retention(now: float, using: str = DEFAULT_DB_ALIAS) -> dict[str, int]:
     """Trim every tier as of `now`. Returns, per table, rows deleted (SQLite, events) or
     partitions dropped (PostgreSQL, key `<table> partitions`)."""
@@ -267,4 +286,5 @@ def apply_retention(now: float, using: str = DEFAULT_DB_ALIAS) -> dict[str, int]
             if family.kind in METRICS:
                 removed[family.table] = delete_expired_rows(family, now, using)
     removed["fleet_event"] = delete_expired_events(now, using)
+    removed.update(delete_expired_ledger(now, using))
     return removed

@@ -403,6 +403,8 @@ def _recompute_marked(cur: CursorWrapper, tier: str, kind: str) -> tuple[int, in
         hours_done = _hours_done(cur, kind)
         if hours_done is not None:
             late.mark_hours_from_picked(cur, kind, hours_done)
+    else:
+        late.mark_ledger_hours_from_picked(cur, kind)
     return len(marks), written
 
 

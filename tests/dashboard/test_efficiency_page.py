@@ -20,10 +20,10 @@ from fleet.models import GpuAllocation, Site, Workload
 from fleet.read import ledger_rules as r
 from fleet.read.ledger import Line, ledger
 from fleet.read.ledger_sql import Window
-from fleet.words import STATE_WORDS
+from fleet.words import STATE_WORDS, utc_minute
 from tests.support import people
 from tests.support.databases import T
-from tests.support.ledger_seed import JOBS, Seed, seed
+from tests.support.ledger_seed import JOBS, Seed, kept, seed
 from tests.support.pages import fold, text
 from tests.support.roles import person, signed_in
 
@@ -40,6 +40,7 @@ def seeded(monkeypatch: pytest.MonkeyPatch) -> Seed:
     monkeypatch.setattr(efficiency, "clock", lambda: NOW)
     s = seed("default", T, slug="s1", name="Site 1")
     Site.objects.create(slug="north", name="North")
+    kept("default", minutes=END, hours=END, now=NOW)  # as the `fleet.ledger` task leaves it
     return s
 
 
@@ -98,7 +99,8 @@ def test_each_team_has_the_gpu_hours_energy_cost_and_carbon_the_ledger_computes(
     # the hand-known figures behind them: 2 h 15 min of rows (the window reaches back past
     # the seeded hours' start) on 3 training GPUs, and the empty, hung and notebook ones
     assert rows["physics"].startswith("physics 6.75 2.25 2.25 2.25 ")
-    assert "last 24 h, in 1-minute buckets" in page
+    # to the newest minute the stored ledger has: the rollups' last one
+    assert f"last 24 h: {utc_minute(END - DAY)} – {utc_minute(END)}" in page
 
 
 def test_the_empty_allocation_is_on_the_reclaim_list_and_bursty_inference_is_not(
@@ -163,9 +165,10 @@ def test_the_chart_gets_gpu_hours_per_team_with_the_servers_state_names_and_colo
     assert '<script src="/vendor/plotly.min.js"></script>' in html
 
 
-def test_a_longer_window_says_it_is_read_from_hourly_buckets(seeded: Seed) -> None:
+def test_a_longer_window_says_which_thirty_days_it_covers(seeded: Seed) -> None:
     client = viewer_of_site_1()
-    assert "last 30 d, in 1-hour buckets" in text(client.get("/efficiency/?window=30d"))
+    page = text(client.get("/efficiency/?window=30d"))
+    assert f"last 30 d: {utc_minute(END - 30 * DAY)} – {utc_minute(END)}" in page
     assert client.get("/efficiency/?window=1y").status_code == 404
 
 

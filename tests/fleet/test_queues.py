@@ -48,6 +48,7 @@ def test_each_task_is_routed_to_the_queue_of_its_job() -> None:
             "notifications.deliver",
             "notifications.sweep",
             "fleet.rollup",
+            "fleet.ledger",
             "fleet.retention",
             "fleet.partitions",
             "alerts.watchdog",
@@ -60,6 +61,7 @@ def test_each_task_is_routed_to_the_queue_of_its_job() -> None:
         "notifications.deliver": NOTIFICATIONS,
         "notifications.sweep": NOTIFICATIONS,
         "fleet.rollup": MAINTENANCE,
+        "fleet.ledger": MAINTENANCE,
         "fleet.retention": MAINTENANCE,
         "fleet.partitions": MAINTENANCE,
         # not "rules": a stuck rules worker must not silence the watchdog
@@ -80,6 +82,7 @@ def test_every_scheduled_task_expires_before_its_next_tick_on_a_declared_queue()
     schedule = fleet_app.conf.beat_schedule
     assert {entry["task"] for entry in schedule.values()} >= {
         "fleet.rollup",
+        "fleet.ledger",
         "fleet.retention",
         "fleet.partitions",
         "alerts.evaluate",

@@ -185,3 +185,29 @@ def allocate(using: str, site: Site, s: Seed) -> None:
                 started=started, last_seen=last_seen, ended=None,
             )  # fmt: skip
             s.intervals.append((node_id, gpu, wl.id, source, started, last_seen, None))
+
+
+def rolled_up_to(using: str, minutes: int, hours: int) -> None:
+    """The rollup tiers' progress, as the rollup would leave it: the minutes of GPUs and
+    nodes before `minutes`, the hours of GPUs, nodes and the facility before `hours`."""
+    with transaction.atomic(using=using), connections[using].cursor() as cur:
+        cur.execute("DELETE FROM fw_rollup_state")
+        for tier, kinds, until in (
+            ("1m", ("gpu", "node"), minutes),
+            ("1h", ("gpu", "node", "facility"), hours),
+        ):
+            for kind in kinds:
+                cur.execute(
+                    "INSERT INTO fw_rollup_state (tier, kind, done_until, sealed_until)"
+                    " VALUES (%s, %s, %s, %s)",
+                    [tier, kind, until, until],
+                )
+
+
+def kept(using: str, minutes: int, hours: int, now: float) -> None:
+    """The stored ledger (fleet/read/ledger_store.py) kept over seeded rows the rollup tiers
+    reach as `rolled_up_to` says, as the `fleet.ledger` task would at `now`."""
+    from fleet.read.ledger_store import keep
+
+    rolled_up_to(using, minutes, hours)
+    keep(now, using=using)
