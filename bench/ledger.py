@@ -1,17 +1,23 @@
 """Energy-ledger benchmark: `.venv/bin/python bench/ledger.py [--gpus N] [--days D] [--tier T]`.
 
-Synthetic rollup rows for N GPUs (8 per node) over D days ending now: most GPUs train, some
-hold an allocation that runs nothing, some serve bursty inference, some are unallocated, a
-few hang or are lost; every node draws 800 W besides its GPUs; the facility meter reads
-1.4 × the nodes' power. Then the efficiency page's aggregate (`fleet.read.ledger.state_totals`:
-GPU-hours and energy per state, one statement) is timed, median of `--repeat`, and the whole
-ledger once (per GPU, per job, reconciliation).
+Synthetic rollup rows for N GPUs (8 per node, 8 nodes per rack, one job per node) over D days
+ending at an hour: most GPUs train, some hold an allocation that runs nothing, some serve
+bursty inference, some are unallocated, a few hang or are lost; every node draws 800 W
+besides its GPUs; the facility meter reads 1.4 × the nodes' power. The last 30 minutes also
+have 1-minute rows, which the page's reclaim list ("idle now") reads.
 
-The tier: the page reads the 1-minute tier while it still holds the window (72 h by default)
-and hours beyond, where states are decided per hour (docs/ledger.md). 10,000 GPUs × 30 days
-is 7.2 M hour rows (432 M minute rows, more than the 1-minute tier keeps). SQLite always;
-PostgreSQL too when DATABASE_URL is set. Last line per database:
-`db=… tier=… gpus=… days=… ledger_query_s=… reconcile_error_pct=…`.
+Timed:
+- `ledger()`: the whole ledger computed from the tier (per GPU, per job, reconciliation), once;
+- `keep`: the stored ledger built from the tier (fleet/read/ledger_store.py; on a live site
+  the `fleet.ledger` task does this an hour at a time, here every hour of the window at once);
+- the efficiency page's queries (`fleet.read.efficiency.site_efficiency`: the stored ledger
+  of the window, places, teams, jobs, the reclaim list), median of `--repeat`.
+
+The tier: minutes while the 1-minute tier holds the window (72 h by default), else hours,
+where states are decided per hour (docs/ledger.md). 10,000 GPUs × 30 days is 7.2 M hour
+rows. SQLite always; PostgreSQL too when DATABASE_URL is set. Last line per database:
+`db=… tier=… gpus=… days=… ledger_query_s=… reconcile_error_pct=…` (`ledger_query_s`: the
+page's queries).
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import sys
 import tempfile
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,15 +47,21 @@ django.setup()
 
 from django.db import connections, transaction  # noqa: E402
 
-from fleet.read.ledger import ledger, state_totals  # noqa: E402
+from fleet.models import Site  # noqa: E402
+from fleet.read.efficiency import site_efficiency  # noqa: E402
+from fleet.read.ledger import ledger  # noqa: E402
 from fleet.read.ledger_sql import Window  # noqa: E402
+from fleet.read.ledger_store import keep  # noqa: E402
 from fleet.storage.schema import TIER_SECONDS  # noqa: E402
 from fleetwatch.env import database_from_url, sqlite_database  # noqa: E402
 from tests.support import services  # noqa: E402
 from tests.support.databases import register_alias  # noqa: E402
+from tests.support.ledger_seed import rolled_up_to  # noqa: E402
 from tests.support.server import FleetServer  # noqa: E402
 
 GPUS_PER_NODE = 8
+NODES_PER_RACK = 8
+RECENT_MINUTES = 30  # 1-minute rows before the window's end: the reclaim list's "now"
 NODE_OTHER_W = 800.0
 PUE = 1.4
 LIMIT_W = 700.0
@@ -113,33 +126,46 @@ def insert(alias: str, table: str, columns: tuple[str, ...], rows: list[tuple[An
 
 
 def seed(alias: str, gpus: int, a: int, b: int, tier: str) -> int:
-    """The inventory, intervals and rows; the site's id."""
-    step = TIER_SECONDS[tier]
-    execute(alias, "INSERT INTO fleet_site (slug, name, timezone, currency) VALUES"
-            " ('bench', 'Bench', 'UTC', '')")  # fmt: skip
+    """The inventory (racks of 8 nodes), a job per node, its intervals and the rows; the
+    site's id."""
+    execute(alias, "INSERT INTO fleet_site (slug, name, timezone, currency, grid_gco2_per_kwh,"
+            " tariff_per_kwh) VALUES ('bench', 'Bench', 'UTC', 'EUR', 300, 0.2)")  # fmt: skip
     site = execute(alias, "SELECT id FROM fleet_site WHERE slug = 'bench'")[0][0]
     execute(alias, "INSERT INTO fleet_hall (site_id, name) VALUES (%s, 'H')", [site])
     hall = execute(alias, "SELECT id FROM fleet_hall WHERE site_id = %s", [site])[0][0]
-    execute(alias, "INSERT INTO fleet_rack (hall_id, name, cooling, power_budget_kw, position)"
-            " VALUES (%s, 'R', 'liquid', 1000, 0)", [hall])  # fmt: skip
-    rack = execute(alias, "SELECT id FROM fleet_rack WHERE hall_id = %s", [hall])[0][0]
     nodes = gpus // GPUS_PER_NODE
+    racks = -(-nodes // NODES_PER_RACK)
+    insert(alias, "fleet_rack", ("hall_id", "name", "cooling", "power_budget_kw", "position"),
+           [(hall, f"R{r:04d}", "liquid", 80, r) for r in range(racks)])  # fmt: skip
+    rack_ids = [r[0] for r in execute(alias, "SELECT id FROM fleet_rack ORDER BY name")]
     insert(alias, "fleet_node", ("name", "rack_id", "position", "model", "info"),
-           [(f"b{i:05d}", rack, 0, "", "{}") for i in range(nodes)])  # fmt: skip
+           [(f"b{i:05d}", rack_ids[i // NODES_PER_RACK], i % NODES_PER_RACK, "", "{}")
+            for i in range(nodes)])  # fmt: skip
     ids = [r[0] for r in execute(alias, "SELECT id FROM fleet_node ORDER BY name")]
-    execute(alias, "INSERT INTO fleet_workload (site_id, kind, key, namespace, pod, pod_uid,"
-            " container, container_id, job, step, \"user\", account, first_seen) VALUES"
-            " (%s, 'slurm', 'j', '', '', '', '', '', 'j', '', 'ana', 'physics', %s)",
-            [site, a])  # fmt: skip
-    wl = execute(alias, "SELECT id FROM fleet_workload")[0][0]
+    insert(alias, "fleet_workload", ("site_id", "kind", "key", "namespace", "pod", "pod_uid",
+           "container", "container_id", "job", "step", "\"user\"", "account", "first_seen"),
+           [(site, "slurm", f"j{n}", "", "", "", "", "", f"j{n}", "", "ana",
+             f"team{n % 12}", a) for n in range(nodes)])  # fmt: skip
+    jobs = dict(execute(alias, "SELECT key, id FROM fleet_workload"))
     insert(alias, "fleet_gpuallocation", ("site_id", "node_id", "gpu", "mig", "workload_id",
            "source", "started", "last_seen", "ended"),
-           [(site, ids[g // GPUS_PER_NODE], g % GPUS_PER_NODE, "", wl, "scheduler", a - 3600,
-             b, None) for g in range(gpus) if allocated(g)])  # fmt: skip
+           [(site, ids[g // GPUS_PER_NODE], g % GPUS_PER_NODE, "", jobs[f"j{g // GPUS_PER_NODE}"],
+             "scheduler", a - 3600, b, None) for g in range(gpus) if allocated(g)])  # fmt: skip
+    series(alias, site, ids, tier, a, b)
+    if tier == "1h":
+        series(alias, site, ids, "1m", b - 60 * RECENT_MINUTES, b)
+    for table in ("fw_gpu_1h", "fw_node_1h", "fw_gpu_1m", "fw_node_1m", "fleet_gpuallocation"):
+        execute(alias, f"ANALYZE {table}")
+    return int(site)
+
+
+def series(alias: str, site: int, ids: list[int], tier: str, a: int, b: int) -> None:
+    """GPU, node and facility rows of `tier` over [a, b)."""
+    step = TIER_SECONDS[tier]
     buckets = range((b - a) // step)
-    for start in range(0, nodes, 50):  # 400 GPUs at a time: bounded memory
+    for start in range(0, len(ids), 50):  # 400 GPUs at a time: bounded memory
         gpu_rows, node_rows = [], []
-        for n in range(start, min(start + 50, nodes)):
+        for n in range(start, min(start + 50, len(ids))):
             energy = [1e6] * GPUS_PER_NODE
             for i in buckets:
                 watts = NODE_OTHER_W
@@ -156,15 +182,21 @@ def seed(alias: str, gpus: int, a: int, b: int, tier: str) -> int:
                "util_gpu_pct_max", "power_w_mean", "power_limit_w_mean", "mem_used_mib_max",
                "energy_j_last"), gpu_rows)  # fmt: skip
         insert(alias, f"fw_node_{tier}", ("node_id", "bucket", "n", "power_w_mean"), node_rows)
-    it = execute(alias, f"SELECT bucket, SUM(power_w_mean) FROM fw_node_{tier} GROUP BY bucket")
+    it = execute(alias, f"SELECT bucket, SUM(power_w_mean) FROM fw_node_{tier}"
+                 " WHERE bucket >= %s AND bucket < %s GROUP BY bucket", [a, b])  # fmt: skip
     insert(alias, f"fw_facility_{tier}", ("site_id", "bucket", "n", "total_power_w_mean",
            "it_power_w_mean"), [(site, bk, 60, w * PUE, w) for bk, w in it])  # fmt: skip
-    for table in (f"fw_gpu_{tier}", f"fw_node_{tier}", "fleet_gpuallocation"):
-        execute(alias, f"ANALYZE {table}")
-    return int(site)
 
 
-def run(kind: str, gpus: int, days: float, tier: str, repeat: int) -> None:
+@dataclass(frozen=True)
+class Figures:
+    ledger_s: float  # ledger() from the tier, once
+    keep_s: float  # the store built
+    page_s: float  # the efficiency page's queries, median
+    reconcile_error_pct: float | None
+
+
+def run(kind: str, gpus: int, days: float, tier: str, repeat: int) -> Figures:
     step = TIER_SECONDS[tier]
     b = int(time.time()) // 3600 * 3600
     a = b - int(days * 86400) // step * step
@@ -172,17 +204,27 @@ def run(kind: str, gpus: int, days: float, tier: str, repeat: int) -> None:
         alias, pg_name = make_database(kind, Path(tmp))
         try:
             t0 = time.perf_counter()
-            site = seed(alias, gpus, a, b, tier)
+            site_id = seed(alias, gpus, a, b, tier)
             seeded = time.perf_counter() - t0
-            window = Window(site, a, b, tier)
+            window = Window(site_id, a, b, tier)
+            t1 = time.perf_counter()
+            led = ledger(window, using=alias)
+            whole = time.perf_counter() - t1
+            # The rollups past the window; "now" a little later, or days later for an hourly
+            # window (so every hour is closed from the hourly tier, as a backfill does).
+            rolled_up_to(alias, minutes=b + 600, hours=b)
+            now = b + 60.0 if tier == "1m" else b + 4 * 86400.0
+            t2 = time.perf_counter()
+            keep(now, using=alias, budget_s=3600.0)
+            kept = time.perf_counter() - t2
+            # the seeded minutes end where the hours do: nothing is open after them
+            execute(alias, "UPDATE fw_ledger_state SET open_until = closed_until")
+            site = Site.objects.using(alias).get(pk=site_id)
             times = []
             for _ in range(repeat):
-                t1 = time.perf_counter()
-                totals = state_totals(window, using=alias)
-                times.append(time.perf_counter() - t1)
-            t2 = time.perf_counter()
-            led = ledger(window, using=alias)
-            whole = time.perf_counter() - t2
+                t3 = time.perf_counter()
+                page = site_efficiency(site, b - a, b + 30.0, using=alias)
+                times.append(time.perf_counter() - t3)
         finally:
             connections[alias].close()
             if pg_name:
@@ -190,15 +232,20 @@ def run(kind: str, gpus: int, days: float, tier: str, repeat: int) -> None:
     rows = gpus * (b - a) // step
     print(f"db={kind}: {gpus} GPUs × {days:g} days, tier {tier}: {rows:,} GPU rows"
           f" (seeded in {seeded:.1f} s)")  # fmt: skip
-    for state, line in sorted(totals.items()):
+    for state, line in sorted(page.ledger.states.items()):
         print(f"  {state:18} {line.gpu_hours:12,.0f} GPU-h {line.energy.total_kwh:14,.1f} kWh")
-    print(f"whole ledger (per GPU, per job, reconciliation): {whole:.2f} s")
-    error = led.reconcile_error_pct
+    print(f"  racks {len(page.racks)}, teams {len(page.teams)}, jobs {len(page.jobs)},"
+          f" reclaim list {len(page.reclaim)}")  # fmt: skip
+    print(f"ledger() from the tier: {whole:.2f} s; the store built (keep): {kept:.2f} s")
+    error = page.ledger.reconcile_error_pct
+    computed = led.reconcile_error_pct
+    print(f"reconcile_error_pct: stored {error}, computed {computed}")
     print(
         f"db={kind} tier={tier} gpus={gpus} days={days:g}"
         f" ledger_query_s={statistics.median(times):.3f}"
         f" reconcile_error_pct={'n/a' if error is None else f'{error:.3f}'}"
     )
+    return Figures(whole, kept, statistics.median(times), error)
 
 
 def main() -> int:

@@ -20,7 +20,13 @@ from django.db import DEFAULT_DB_ALIAS, connections
 from fleet.models import GPU, Site, Workload
 from fleet.read import ledger_rules as r
 from fleet.read.ledger_rules import DEFAULT_RULES, LedgerRules
-from fleet.read.ledger_sql import Window, metered_sql, nodes_without_gpus_sql, per_holder_sql
+from fleet.read.ledger_sql import (
+    Window,
+    metered_sql,
+    nodes_without_gpus_sql,
+    per_holder_sql,
+    unmetered_it_sql,
+)
 from fleet.storage import retention
 
 J_PER_KWH = 3.6e6
@@ -93,8 +99,11 @@ class Part:
     holders: int = 0  # most owning intervals on the GPU at once
 
 
-# Node energy in buckets where none of its GPUs has a row: the pool's, never a GPU state.
+# Energy that is the pool's and no GPU's state: node energy in buckets where none of its GPUs
+# has a row, and IT energy the facility meter saw that no node reports (kept with node 0).
 NODE_ONLY = "node_without_gpu_rows"
+UNMETERED_IT = "it_no_node_reports"
+POOL_ONLY = (NODE_ONLY, UNMETERED_IT)
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,6 +172,7 @@ class Ledger:
     gpus: list[GpuLedger]
     jobs: list[JobLedger]
     nodes_without_gpus: Energy  # node energy in buckets with no GPU row: the pool's
+    unmetered_it: Energy  # IT energy the facility meter saw beyond the nodes': the pool's
     metered_facility_kwh: float
     metered_it_kwh: float
     price: Price  # the whole ledger's
@@ -174,9 +184,10 @@ class Ledger:
 
     @property
     def pool(self) -> Energy:
-        """Energy no job holds: unallocated and lost GPUs, nodes whose GPUs sent nothing."""
+        """Energy no job holds: unallocated and lost GPUs, nodes whose GPUs sent nothing, IT
+        energy no node reports (switches, storage, the racks' fans and PDUs)."""
         lines = (self.states.get(s, Line()) for s in (r.UNALLOCATED, r.LOST))
-        return _total(lines).energy + self.nodes_without_gpus
+        return _total(lines).energy + self.nodes_without_gpus + self.unmetered_it
 
     @property
     def total_kwh(self) -> float:
@@ -193,8 +204,8 @@ class Ledger:
     @property
     def unmetered_it_kwh(self) -> float:
         """IT energy the facility meter saw and no node or GPU reported (switches, storage,
-        nodes without a power reading)."""
-        return self.metered_it_kwh - (self.attributed.energy.it_kwh + self.pool.it_kwh)
+        the racks' fans and PDUs): in the pool."""
+        return self.unmetered_it.it_kwh
 
 
 def tier_for(a: float, b: float, now: float) -> str:
@@ -216,7 +227,7 @@ def ledger(
 def parts(window: Window, rules: LedgerRules, using: str = DEFAULT_DB_ALIAS) -> list[Part]:
     """The window's parts per GPU: the statement's rows; the buckets a GPU has no row for
     (inventory GPUs that sent nothing included) as `LOST`, per hour; node energy without GPU
-    rows as `NODE_ONLY`."""
+    rows as `NODE_ONLY`; the site's IT energy no node reports as `UNMETERED_IT` (node 0)."""
     vendor = _vendor(using)
     step_h = window.step / 3600
     found = [
@@ -230,7 +241,12 @@ def parts(window: Window, rules: LedgerRules, using: str = DEFAULT_DB_ALIAS) -> 
         Part(int(hour), int(node), None, 0, NODE_ONLY, Line(energy=Energy(0.0, _kwh(j), _kwh(o))))
         for hour, node, j, o in _rows(using, nodes_without_gpus_sql(window, vendor))
     ]
-    return found + lost + node_only
+    unmetered = [
+        Part(int(hour), 0, None, 0, UNMETERED_IT, Line(energy=Energy(0.0, _kwh(j), _kwh(o))))
+        for hour, j, o in _rows(using, unmetered_it_sql(window, vendor))
+        if j is not None
+    ]
+    return found + lost + node_only + unmetered
 
 
 def _inventory(w: Window, using: str) -> list[tuple[int, int]]:
@@ -274,10 +290,10 @@ def fold(
     gpus: dict[tuple[int, int], dict[str, Line]] = {}
     jobs: dict[int, dict[str, Line]] = {}
     most: dict[int, int] = {}
-    node_only = Energy()
+    pool_only = {state: Energy() for state in POOL_ONLY}
     for p in parts:
-        if p.state == NODE_ONLY:
-            node_only = node_only + p.line.energy
+        if p.state in pool_only:
+            pool_only[p.state] = pool_only[p.state] + p.line.energy
             continue
         _add(states, p.state, p.line)
         _add(nodes.setdefault(p.node_id, {}), p.state, p.line)
@@ -293,7 +309,8 @@ def fold(
         nodes=[NodeLedger(n, lines) for n, lines in sorted(nodes.items())],
         gpus=[GpuLedger(n, g, lines) for (n, g), lines in sorted(gpus.items())],
         jobs=_jobs(site, jobs, most, using),
-        nodes_without_gpus=node_only,
+        nodes_without_gpus=pool_only[NODE_ONLY],
+        unmetered_it=pool_only[UNMETERED_IT],
         metered_facility_kwh=metered[0],
         metered_it_kwh=metered[1],
         price=Price(None, None, site.currency),

@@ -102,10 +102,23 @@ def _overlaps(w: Window, bucket: str) -> str:
     )
 
 
+def _coverage(w: Window, bucket: str) -> str:
+    """The part of the bucket starting at `bucket` that interval `al` covers, 0–1: from its
+    start (or the bucket's) to its end (or the bucket's; an open one runs to the bucket's
+    end). A job that starts or ends inside a bucket is charged only its part of it."""
+    start = f"CASE WHEN al.started > {bucket} THEN al.started ELSE {bucket} END"
+    end = (
+        f"CASE WHEN al.ended IS NOT NULL AND al.ended < {bucket} + {w.step} THEN al.ended"
+        f" ELSE {bucket} + {w.step} END"
+    )
+    return f"(({end}) - ({start})) / {float(w.step)!r}"
+
+
 def _holding(w: Window) -> str:
-    """Each interval on each GPU in each bucket it overlaps."""
+    """Each interval on each GPU in each bucket it overlaps, and how much of it it covers."""
     return (
-        "SELECT m.node_id, m.gpu, m.bucket, al.workload_id, al.source FROM g m"
+        "SELECT m.node_id, m.gpu, m.bucket, al.workload_id, al.source,"
+        f" {_coverage(w, 'm.bucket')} AS cov FROM g m"
         f" JOIN al ON al.node_id = m.node_id AND al.gpu = m.gpu AND {_overlaps(w, 'm.bucket')}"
     )
 
@@ -113,11 +126,14 @@ def _holding(w: Window) -> str:
 # The scheduler's allocation owns a GPU; a process owns it only where no allocation names
 # it (a bare node, a user's job). A pod's allocation and its processes are two workloads
 # (keyed by name and by UID): counting both would halve the pod's energy. `holders`: the
-# owning intervals, so a job on two MIG devices of a GPU counts twice.
+# owning intervals, so a job on two MIG devices of a GPU counts twice; `covered`: the parts
+# of the bucket they cover, summed (below 1: the rest of the bucket nobody held).
 _HOLDER_SUMMARY = (
     "SELECT node_id, gpu, bucket, SUM(CASE WHEN source = 'scheduler' THEN 1 ELSE 0 END) AS sched,"
     " CASE WHEN SUM(CASE WHEN source = 'scheduler' THEN 1 ELSE 0 END) > 0"
     " THEN SUM(CASE WHEN source = 'scheduler' THEN 1 ELSE 0 END) ELSE COUNT(*) END AS holders,"
+    " CASE WHEN SUM(CASE WHEN source = 'scheduler' THEN 1 ELSE 0 END) > 0"
+    " THEN SUM(CASE WHEN source = 'scheduler' THEN cov ELSE 0 END) ELSE SUM(cov) END AS covered,"
     " COUNT(DISTINCT CASE WHEN source = 'process' THEN workload_id END) AS procs"
     " FROM hx GROUP BY node_id, gpu, bucket"
 )
@@ -131,6 +147,7 @@ def _flags(rules: LedgerRules) -> str:
     stall_w = f"COALESCE({limit} * {_f(rules.stall_power_fraction)}, {_f(rules.stall_power_w)})"
     return (
         "SELECT e.*, COALESCE(hs.holders, 0) AS holders, COALESCE(hs.sched, 0) AS sched,"
+        " COALESCE(hs.covered, 0) AS covered,"
         " COALESCE(hs.procs, 0) AS procs,"
         f" CASE WHEN hs.holders IS NOT NULL AND e.util_max < {_f(rules.idle_util_pct)}"
         f" AND e.power <= {idle_w} THEN 1 ELSE 0 END AS idle,"
@@ -166,7 +183,7 @@ def _states(w: Window, rules: LedgerRules) -> str:
     else:
         source = f"(SELECT f.*, {w.step} AS idle_s, {w.step} AS stall_s FROM f)"
     return (
-        "SELECT node_id, gpu, bucket, holders, sched, gpu_e, power, estimated, reset,"
+        "SELECT node_id, gpu, bucket, holders, sched, covered, gpu_e, power, estimated, reset,"
         f" CASE WHEN util IS NULL AND power IS NULL THEN '{r.LOST}'"
         f" WHEN holders = 0 THEN '{r.UNALLOCATED}'"
         f" WHEN stall = 1 AND stall_s >= {60 * rules.stall_minutes} THEN '{r.STALLED}'"
@@ -227,7 +244,7 @@ def _ledger(w: Window) -> str:
     )
     joins, pue = _pue_of(w, "t")
     return (
-        "SELECT t.node_id, t.gpu, t.bucket, t.state, t.holders, t.sched, t.gpu_e,"
+        "SELECT t.node_id, t.gpu, t.bucket, t.state, t.holders, t.sched, t.covered, t.gpu_e,"
         f" {share} AS node_e,"
         f" t.estimated, t.reset, CASE WHEN {pue} > 1 THEN (t.gpu_e + {share}) * ({pue} - 1)"
         f" ELSE 0 END AS over, CASE WHEN {pue} IS NULL THEN 0 ELSE 1 END AS has_pue FROM t"
@@ -244,13 +261,20 @@ _SHARED = frozenset({"nodes", "g", "al", "hx", "hs", "led"})
 # they are a table of their own, which it hashes; SQLite gives such a table no index and
 # scans it per GPU-bucket (5 s → 23 s), so there they are inlined: a primary-key lookup.
 _OWN_TABLE_ON_POSTGRESQL = frozenset({"ph", "pm"})
+# The holders per GPU-bucket: PostgreSQL, expecting one row from a materialized `hs`,
+# joined it to every GPU-bucket by a nested loop (4.6 s for an hourly chunk of 256 GPUs ×
+# 48 h, 130 M rows compared); inlined it plans a hash join (0.16 s).
+_INLINE_ON_POSTGRESQL = frozenset({"hx", "hs"})
 
 
 def _with(parts: Sequence[tuple[str, str]], vendor: str) -> str:
     """`name AS [MATERIALIZED] (sql), …` for Django's `vendor` ("sqlite", "postgresql")."""
 
     def hint(name: str) -> str:
-        own = vendor == "postgresql" and name in _OWN_TABLE_ON_POSTGRESQL
+        postgresql = vendor == "postgresql"
+        if postgresql and name in _INLINE_ON_POSTGRESQL:
+            return ""
+        own = postgresql and name in _OWN_TABLE_ON_POSTGRESQL
         return "MATERIALIZED " if name in _SHARED or own else ""
 
     return ", ".join(f"{name} AS {hint(name)}({sql})" for name, sql in parts)
@@ -278,25 +302,41 @@ def ledger_cte(w: Window, rules: LedgerRules, vendor: str) -> str:
 def per_holder_sql(w: Window, rules: LedgerRules, vendor: str) -> str:
     """hour, node, GPU, workload (0: nobody), state, GPU-buckets, GPU J, node-share J,
     overhead J, estimated buckets, counter resets, buckets without a PUE, most holders at
-    once: every figure a share, so a bucket with n owning intervals counts 1/n to each and
-    a GPU's rows still add up to its buckets. One statement serves the per-GPU, per-job and
-    per-state ledgers and the stored hours (fleet/read/ledger_store.py). Joined to the
-    intervals themselves (indexed by node and GPU), not to a derived table of holders:
-    SQLite gives a derived table no index."""
-    share = "CASE WHEN al.workload_id IS NULL THEN 1.0 ELSE 1.0 / led.holders END"
-    sums = ", ".join(
-        f"SUM({col} * {share})"
-        for col in ("1", "led.gpu_e", "led.node_e", "led.over", "led.estimated", "led.reset")
-    )
-    return (
-        f"{ledger_cte(w, rules, vendor)} SELECT led.bucket - led.bucket % 3600 AS hour,"
-        " led.node_id, led.gpu, COALESCE(al.workload_id, 0) AS wl, led.state,"
-        f" {sums}, SUM((1 - led.has_pue) * {share}), MAX(led.holders) FROM led LEFT JOIN al"
-        f" ON led.holders > 0 AND al.node_id = led.node_id AND al.gpu = led.gpu"
+    once: every figure a share. A holder's share of a bucket is the part of it its interval
+    covers, scaled down where the owning intervals together cover more than the bucket (n
+    jobs on one GPU at once: 1/n each); the part nobody covered is the pool's
+    (`unallocated`). A GPU's rows still add up to its buckets. One statement serves the
+    per-GPU, per-job and per-state ledgers and the stored hours
+    (fleet/read/ledger_store.py). Joined to the intervals themselves (indexed by node and
+    GPU), not to a derived table of holders: SQLite gives a derived table no index."""
+    scale = "CASE WHEN led.covered > 1 THEN led.covered ELSE 1 END"
+    held = (
+        "SELECT led.bucket, led.node_id, led.gpu, COALESCE(al.workload_id, 0) AS wl, led.state,"
+        f" CASE WHEN al.workload_id IS NULL THEN 1.0 ELSE {_coverage(w, 'led.bucket')} / {scale}"
+        " END AS sh, led.gpu_e, led.node_e, led.over, led.estimated, led.reset, led.has_pue,"
+        " led.holders FROM led LEFT JOIN al"
+        " ON led.holders > 0 AND al.node_id = led.node_id AND al.gpu = led.gpu"
         f" AND {_overlaps(w, 'led.bucket')} AND (al.source = 'scheduler' OR led.sched = 0)"
-        " GROUP BY led.bucket - led.bucket % 3600, led.node_id, led.gpu,"
-        " COALESCE(al.workload_id, 0), led.state"
     )
+    # the part of a held bucket no interval covered (a job began or ended inside it)
+    rest = (
+        f"SELECT bucket, node_id, gpu, 0, CASE WHEN state = '{r.LOST}' THEN '{r.LOST}'"
+        f" ELSE '{r.UNALLOCATED}' END, 1.0 - covered, gpu_e, node_e, over, estimated, reset,"
+        f" has_pue, holders FROM led WHERE holders > 0 AND covered < {_f(1 - _COVERED_EPS)}"
+    )
+    sums = ", ".join(
+        f"SUM({col} * sh)" for col in ("1", "gpu_e", "node_e", "over", "estimated", "reset")
+    )
+    hour = "bucket - bucket % 3600"
+    return (
+        f"{ledger_cte(w, rules, vendor)}, sh AS ({held} UNION ALL {rest})"
+        f" SELECT {hour} AS hour, node_id, gpu, wl, state, {sums}, SUM((1 - has_pue) * sh),"
+        f" MAX(holders) FROM sh GROUP BY {hour}, node_id, gpu, wl, state"
+    )
+
+
+# Coverage sums are float arithmetic on seconds: a bucket covered to within this is whole.
+_COVERED_EPS = 1e-9
 
 
 def nodes_without_gpus_sql(w: Window, vendor: str) -> str:
@@ -313,6 +353,35 @@ def nodes_without_gpus_sql(w: Window, vendor: str) -> str:
         f" AND nd.bucket < {w.b} AND nd.power_w_mean IS NOT NULL AND NOT EXISTS"
         f" (SELECT 1 FROM {gpu_table} gr WHERE gr.node_id = nd.node_id AND gr.bucket = nd.bucket)"
         " GROUP BY nd.bucket - nd.bucket % 3600, nd.node_id"
+    )
+
+
+def unmetered_it_sql(w: Window, vendor: str) -> str:
+    """Per hour: the IT energy (J) the facility's IT meter saw beyond what the site's nodes
+    report (network, storage, the racks' own fans and PDUs), never below zero per bucket,
+    and its overhead: the pool's. A node with no power reading in a bucket counts its GPUs'
+    power there, so what its GPUs are charged is not counted twice. Always the whole site:
+    the meter does not know nodes."""
+    site = Window(w.site_id, w.a, w.b, w.tier)
+    node_table, gpu_table = rollup_table("node", w.tier), rollup_table("gpu", w.tier)
+    span = f"bucket >= {w.a} AND bucket < {w.b}"
+    joins, pue = _pue_of(w, "f")
+    rest = "(f.it_power_w_mean - COALESCE(ns.w, 0))"
+    return (
+        f"WITH nodes AS ({_nodes(site)}), {_with(_pue_parts(w), vendor)},"
+        f" nw AS (SELECT node_id, bucket, power_w_mean AS w FROM {node_table}"
+        f" WHERE node_id IN (SELECT id FROM nodes) AND {span} AND power_w_mean IS NOT NULL),"
+        f" gw AS (SELECT node_id, bucket, SUM(power_w_mean) AS w FROM {gpu_table} gr"
+        f" WHERE node_id IN (SELECT id FROM nodes) AND {span} AND NOT EXISTS (SELECT 1 FROM nw"
+        " WHERE nw.node_id = gr.node_id AND nw.bucket = gr.bucket) GROUP BY node_id, bucket),"
+        " ns AS (SELECT bucket, SUM(w) AS w FROM (SELECT bucket, w FROM nw UNION ALL"
+        " SELECT bucket, w FROM gw) x GROUP BY bucket)"
+        f" SELECT f.bucket - f.bucket % 3600, SUM(CASE WHEN {rest} > 0 THEN {rest} * {w.step}"
+        f" ELSE 0 END), SUM(CASE WHEN {rest} > 0 AND {pue} > 1 THEN {rest} * {w.step}"
+        f" * ({pue} - 1) ELSE 0 END) FROM {rollup_table('facility', w.tier)} f"
+        f" LEFT JOIN ns ON ns.bucket = f.bucket{joins} WHERE f.site_id = {int(w.site_id)}"
+        f" AND f.bucket >= {w.a} AND f.bucket < {w.b} AND f.total_power_w_mean IS NOT NULL"
+        " AND f.it_power_w_mean > 0 GROUP BY f.bucket - f.bucket % 3600"
     )
 
 

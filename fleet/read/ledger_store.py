@@ -347,9 +347,12 @@ def _write(cur: CursorWrapper, w: Window, using: str) -> None:
 
 
 def _chosen(node_ids: tuple[int, ...] | None) -> str:
+    """The rows a window of some nodes rewrites: theirs, and the site's own (node 0: IT no
+    node reports, which every node's power changes)."""
     if node_ids is None:
         return ""
-    return " AND node_id IN (" + (", ".join(str(int(n)) for n in node_ids) or "NULL") + ")"
+    chosen = ", ".join(str(int(n)) for n in node_ids) or "NULL"
+    return f" AND (node_id IN ({chosen}) OR node_id = 0)"
 
 
 def _hour_rows(site_id: int, found: Iterable[Part]) -> list[tuple[Any, ...]]:

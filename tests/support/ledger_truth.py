@@ -120,8 +120,10 @@ class Comparison:
 
     @property
     def ledger_it_kwh(self) -> float:
-        """The IT energy the ledger charged: GPUs and nodes, held or the pool's."""
-        return self.led.attributed.energy.it_kwh + self.led.pool.it_kwh
+        """The IT energy the ledger charged for the nodes: GPUs and nodes, held or the
+        pool's (not the IT no node reports)."""
+        led = self.led
+        return led.attributed.energy.it_kwh + led.pool.it_kwh - led.unmetered_it_kwh
 
     @property
     def with_rack_it_pct(self) -> float:
