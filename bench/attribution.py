@@ -9,9 +9,19 @@ spread over the 10 one-second ticks of that cadence. The figure is wall time, wh
 the fake sleeps for each call's sub-microsecond wait, and a sleep lasts tens of microseconds
 (`read_cpu_ms_mean` is the CPU the read burnt).
 
-    .venv/bin/python bench/attribution.py [--reads 200] [--gpus 8] [--procs 4]
+Then, unless `--agent-only`, the server's half of issue 21's figures:
+- `ledger_query_s`: the efficiency page's queries over `--ledger-gpus` GPUs (10,000) × 30 days
+  of hourly rows on PostgreSQL (DATABASE_URL; bench/ledger.py seeds and times them; target
+  ≤ 1 s);
+- `reconcile_error_pct`: the simulator's three hours of jobs through real agents into a real
+  server (tests/support/ledger_truth.py), the ledger's jobs, pool and overhead against the
+  facility meter (target ≤ 2 %), and the worst job against what its GPUs used.
 
-Last line: gpus=8 procs_per_gpu=4 agent_attr_ms_per_gpu_tick=X (target ≤ 0.1).
+    .venv/bin/python bench/attribution.py [--reads 200] [--gpus 8] [--procs 4]
+        [--ledger-gpus 10000] [--agent-only]
+
+Last line: gpus=8 procs_per_gpu=4 agent_attr_ms_per_gpu_tick=X (target ≤ 0.1)
+ledger_gpus=… ledger_query_s=… reconcile_error_pct=… worst_job_error_pct=….
 """
 
 from __future__ import annotations
@@ -48,6 +58,8 @@ def main() -> None:
     parser.add_argument("--reads", type=int, default=200)
     parser.add_argument("--gpus", type=int, default=8)
     parser.add_argument("--procs", type=int, default=4)
+    parser.add_argument("--ledger-gpus", type=int, default=10_000)
+    parser.add_argument("--agent-only", action="store_true")
     args = parser.parse_args()
 
     from agents.attribution.cgroups import ProcReader
@@ -85,8 +97,31 @@ def main() -> None:
         f"read_ms_max={max(took) * 1000:.3f} read_cpu_ms_mean={statistics.mean(cpu) * 1000:.3f} "
         f"every_s={EVERY_S:g}"
     )
-    print(
+    line = (
         f"gpus={args.gpus} procs_per_gpu={args.procs} agent_attr_ms_per_gpu_tick={per_gpu_tick:.4f}"
+    )
+    if not args.agent_only:
+        line += " " + server_figures(args.ledger_gpus)
+    print(line)
+
+
+def server_figures(ledger_gpus: int) -> str:
+    """The page's query time over 30 days (PostgreSQL) and the simulator's reconciliation."""
+    import os
+
+    from bench import ledger as ledger_bench  # sets Django up for the bench's settings
+    from tests.support.ledger_truth import simulated_comparison
+
+    query = "n/a (no DATABASE_URL)"
+    if os.environ.get("DATABASE_URL"):
+        figures = ledger_bench.run("postgresql", ledger_gpus, 30.0, "1h", 3)
+        query = f"{figures.page_s:.3f}"
+    with tempfile.TemporaryDirectory(prefix="fleetwatch-truth-") as tmp:
+        comparison = simulated_comparison(Path(tmp))
+    return (
+        f"ledger_gpus={ledger_gpus} ledger_query_s={query}"
+        f" reconcile_error_pct={comparison.reconcile_pct:.3f}"
+        f" worst_job_error_pct={comparison.worst_job.error_pct:.3f}"
     )
 
 

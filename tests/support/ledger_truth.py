@@ -274,10 +274,10 @@ def _groups(held: dict[Holders, float]) -> dict[Holders, float]:
     return out
 
 
-def reconcile_error_pct(workdir: Path) -> float:
-    """The benchmark's figure: a fresh embedded server, the run, the ledger; the worse of
-    the worst job's error against the truth and the reconciliation's, in %."""
+def simulated_comparison(workdir: Path) -> Comparison:
+    """The benchmark's run: a fresh embedded server, the simulated site, the ledger beside
+    the truth (`Comparison.reconcile_pct`, `Comparison.worst_job`)."""
     with FleetServer.started(workdir / "server", racks=RACKS, extra_env=SERVER_ENV) as server:
         run = asyncio.run(simulate(server, workdir))
         with server_db(server) as alias:
-            return compare(run, alias).worst_error_pct
+            return compare(run, alias)
