@@ -20,7 +20,7 @@ from typing import Any
 
 from agents.collectors.base import Collector, NotPresent, Reading
 from agents.enroll import EnrollError, read_token
-from agents.protocol import reasons
+from agents.protocol import fabric, reasons
 from agents.protocol.metrics import metric_names
 from agents.runconfig import AgentConfig, ConfigError, config_from_args
 from agents.uplink import http_url
@@ -164,6 +164,13 @@ def _describe(name: str, reading: Reading) -> list[str]:
             lines.append(f"  tuning: {finding}")
     for event in reading.events:
         lines.append(f"  event: {event.get('kind')} {event.get('detail', '')}")
+    for port in reading.fabric:
+        label = f"port {port['device']}/{port['port']}"
+        words = ", ".join(str(port[k]) for k in ("state", "rate", "link_layer") if k in port)
+        lines.append(f"  {label}: {words or 'no state readable'}")
+        unsupported = [c for c in fabric.COUNTERS if c not in port["counters"]]
+        if unsupported:
+            lines.append(f"  {label}: not available here (left out): {', '.join(unsupported)}")
     return lines
 
 

@@ -60,6 +60,8 @@ def build_batch(
         batch["events"] = reading.events
     if reading.workloads:
         batch["workloads"] = reading.workloads
+    if reading.fabric:
+        batch["fabric"] = reading.fabric
     batch["agent"] = agent
     return batch
 

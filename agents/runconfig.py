@@ -53,7 +53,7 @@ class AgentConfig:
     bmc_user: str = ""
     bmc_password_file: str = ""
     ipmitool: str = "ipmitool"
-    collectors: str = "gpu,host,power,tuning,workloads"
+    collectors: str = "gpu,host,power,tuning,workloads,fabric"
     # Collector plugins: "package.module:factory" entries, comma-separated; each factory
     # takes the AgentConfig and returns a Collector (see docs/agent.md).
     plugins: str = ""
@@ -65,6 +65,10 @@ class AgentConfig:
     proc_root: Path = Path("/proc")
     kubelet_pod_resources_socket: str = ""
     scontrol: str = "scontrol"
+    # InfiniBand/RoCE ports (docs/agent.md): seconds between reads on the slow lane (0: off),
+    # and the sysfs they are read from (tests point it at recorded trees).
+    fabric_s: float = 10.0
+    sysfs_root: Path = Path("/sys")
     # `[[facility.targets]]`: the devices a facility agent polls (docs/facility.md). The
     # tables are checked by `agents.facility.targets.build_collectors`, not here.
     facility_targets: list[dict[str, Any]] = field(default_factory=list)

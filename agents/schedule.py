@@ -135,3 +135,4 @@ def merge_slow(into: Reading, slow: Reading) -> None:
     into.node_info.update(slow.node_info)
     into.events.extend(slow.events)
     into.workloads.extend(slow.workloads)
+    into.fabric.extend(slow.fabric)

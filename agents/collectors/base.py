@@ -30,6 +30,8 @@ class Reading:
     events: list[dict[str, Any]] = field(default_factory=list)
     # The `workloads` part: who runs on each GPU (agents/collectors/workloads.py).
     workloads: list[dict[str, Any]] = field(default_factory=list)
+    # The `fabric` part: InfiniBand/RoCE ports (agents/collectors/fabric.py).
+    fabric: list[dict[str, Any]] = field(default_factory=list)
 
     def add(self, kind: str, sample: dict[str, Any]) -> None:
         self.samples.setdefault(kind, []).append(sample)
@@ -41,6 +43,7 @@ class Reading:
         self.node_info.update(other.node_info)
         self.events.extend(other.events)
         self.workloads.extend(other.workloads)
+        self.fabric.extend(other.fabric)
 
 
 class Collector(Protocol):

@@ -62,6 +62,10 @@ def build_collectors(config: AgentConfig) -> list[Collector]:
                 scontrol=Scontrol(config.scontrol),
             )
         )
+    if config.enabled("fabric") and config.fabric_s > 0:
+        from agents.collectors.fabric import FabricCollector
+
+        collectors.append(FabricCollector(config.sysfs_root, config.interval_s, config.fabric_s))
     if config.enabled("host"):
         from agents.collectors.host import HostCollector
 

@@ -25,6 +25,15 @@ from agents.protocol import (
     PROTOCOL_VERSION,
     SOURCE_KINDS,
 )
+from agents.protocol.fabric import (
+    COUNTERS,
+    DEVICE_NAME,
+    MAX_COUNTER,
+    MAX_FABRIC_ENTRIES,
+    MAX_PORT,
+    TEXT_KEYS,
+)
+from agents.protocol.fabric import MAX_TEXT as MAX_PORT_TEXT
 from agents.protocol.metrics import ENTITY_KEYS, METRICS, SAMPLE_KINDS
 from agents.protocol.workloads import (
     MAX_MEMORY_MIB,
@@ -170,6 +179,40 @@ def workload_schema() -> dict[str, Any]:
     }
 
 
+def fabric_schema() -> dict[str, Any]:
+    """One InfiniBand/RoCE port of a node as read at `ts`: the kernel's words and the error
+    counters it supports (a counter left out is unsupported, never 0)."""
+    text = {
+        "type": "string",
+        "minLength": 1,
+        "maxLength": MAX_PORT_TEXT,
+        "pattern": "^[^\\u0000-\\u001f\\u007f]*$",  # printable
+    }
+    words = {
+        "state": "IBA port state as sysfs names it (ACTIVE, DOWN, INIT, ARMED, …)",
+        "phys_state": "physical state (LinkUp, Polling, Disabled, …)",
+        "rate": "sysfs `rate`, e.g. 400 Gb/sec (4X NDR)",
+        "link_layer": "InfiniBand, or Ethernet (RoCE)",
+    }
+    counter = {"type": "integer", "minimum": 0, "maximum": MAX_COUNTER}
+    return {
+        "type": "object",
+        "properties": {
+            "ts": {"type": "number", "minimum": 1_000_000_000, "description": TS_HELP},
+            "device": {"type": "string", "pattern": DEVICE_NAME.pattern},
+            "port": {"type": "integer", "minimum": 0, "maximum": MAX_PORT},
+            **{key: {**text, "description": words[key]} for key in TEXT_KEYS},
+            "counters": {
+                "type": "object",
+                "properties": {name: counter for name in COUNTERS},
+                "additionalProperties": False,
+            },
+        },
+        "required": ["ts", "device", "port", "counters"],
+        "additionalProperties": False,
+    }
+
+
 def batch_schema() -> dict[str, Any]:
     properties: dict[str, Any] = {
         "protocol": {"const": PROTOCOL_VERSION},
@@ -221,6 +264,12 @@ def batch_schema() -> dict[str, Any]:
         "description": "node sources only: who runs on each GPU, a full snapshot per GPU",
         "items": {"$ref": "#/$defs/workload"},
     }
+    properties["fabric"] = {
+        "type": "array",
+        "maxItems": MAX_FABRIC_ENTRIES,
+        "description": "node sources only: each InfiniBand/RoCE port's state and error counters",
+        "items": {"$ref": "#/$defs/fabric_port"},
+    }
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "$id": SCHEMA_ID,
@@ -234,6 +283,7 @@ def batch_schema() -> dict[str, Any]:
             **{kind: sample_schema(kind) for kind in SAMPLE_KINDS},
             "owner": owner_schema(),
             "workload": workload_schema(),
+            "fabric_port": fabric_schema(),
         },
     }
 

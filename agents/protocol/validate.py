@@ -30,6 +30,7 @@ from agents.protocol import (
     PROTOCOL_VERSION,
     parse_source,
 )
+from agents.protocol.fabric import check_fabric
 from agents.protocol.metrics import ENTITY_KEYS, METRICS, SAMPLE_KINDS, SampleKind
 from agents.protocol.workloads import check_workloads
 
@@ -64,6 +65,7 @@ class Batch:
     batch_s: float | None = None
     fields_s: dict[str, float] = field(default_factory=dict)  # slower fields' own intervals
     workloads: list[dict[str, Any]] = field(default_factory=list)  # who runs on each GPU
+    fabric: list[dict[str, Any]] = field(default_factory=list)  # InfiniBand/RoCE ports
 
     @property
     def gpu_samples(self) -> int:
@@ -86,6 +88,7 @@ _TOP_KEYS = frozenset(
         "events",
         "agent",
         "workloads",
+        "fabric",
     }
     | set(SAMPLE_KINDS)
 )
@@ -150,6 +153,13 @@ def validate_batch(obj: Any, now: float) -> Batch:
             obj["workloads"],
             source.partition(":")[0],
             lambda ts, where: _timestamp(ts, where, "workload", oldest, newest),
+            lambda where, reason: ProtocolError(400, where, reason),
+        )
+    if "fabric" in obj:
+        batch.fabric = check_fabric(
+            obj["fabric"],
+            source.partition(":")[0],
+            lambda ts, where: _timestamp(ts, where, "port reading", oldest, newest),
             lambda where, reason: ProtocolError(400, where, reason),
         )
     return batch
