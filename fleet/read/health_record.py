@@ -1,0 +1,270 @@
+"""Each GPU's health record for a site (and each node's, folded from its GPUs): the facts
+`fleet.health.record.judge` needs, read set-based in a few queries per site — the site's
+GPUs, their latest state, their XID and off-the-bus events, the resets and thermal time
+the 1m/1h tiers show (fleet/read/health_record_sql.py) — and the verdict on each.
+
+A reset or driver reload is seen where a counter the driver starts again went down
+(`RESET_COUNTERS`); the tier's bucket is as close as it is known, so an event inside the
+reset's bucket counts as before it. The 1m tier answers for as far back as it is kept, the
+1h tier before that.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+
+from fleet import health
+from fleet.health import record as hr
+from fleet.models import Event
+from fleet.read import health_record_sql as sql
+from fleet.read.state import latest_readings, select_rows
+from fleet.storage.schema import TIER_SECONDS
+
+GpuKey = tuple[int, int]  # (node id, GPU index)
+
+
+@dataclass(frozen=True, slots=True)
+class GpuRecord:
+    """One GPU: who it is (as a vendor's RMA form asks), its facts and the verdict."""
+
+    gpu_id: int
+    node_id: int
+    node: str
+    index: int
+    model: str
+    uuid: str
+    serial: str
+    pci_bus_id: str
+    rack: str
+    hall: str
+    facts: hr.GpuFacts
+    verdict: hr.Verdict
+
+    @property
+    def key(self) -> GpuKey:
+        return (self.node_id, self.index)
+
+    @property
+    def state(self) -> str:
+        return self.verdict.state
+
+    @property
+    def first_seen(self) -> float | None:
+        """The earliest evidence in the record: XIDs and off-the-bus episodes."""
+        times = [x.first_ts for x in self.facts.xids] + list(self.facts.off_the_bus)
+        return min(times, default=None)
+
+    @property
+    def last_seen(self) -> float | None:
+        times = [x.last_ts for x in self.facts.xids] + list(self.facts.off_the_bus)
+        return max(times, default=None)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRecord:
+    node_id: int
+    node: str
+    state: str  # its worst GPU's
+    counts: dict[str, int]  # GPUs per state
+
+
+def site_records(site_id: int, now: float) -> list[GpuRecord]:
+    """Every inventoried GPU of the site with its record, worst state first, then by node
+    and index."""
+    gpus = _site_gpus(site_id)
+    if not gpus:
+        return []
+    node_ids = sorted({g["node_id"] for g in gpus})
+    readings = latest_readings("gpu", node_ids)
+    lo = int(now - hr.RECORD_WINDOW_S)
+    resets = reset_times(node_ids, lo, now)
+    events = _events(node_ids, lo)
+    thermal = _thermal(node_ids, lo, now)
+    out = []
+    for g in gpus:
+        key = (g["node_id"], g["index"])
+        reading = readings.get(key, health.EMPTY)
+        facts = gpu_facts(reading, resets.get(key, []), events.get(key, []), thermal.get(key))
+        out.append(GpuRecord(facts=facts, verdict=hr.judge(facts, now), **g))
+    out.sort(key=lambda r: (-hr.STATES.index(r.state), r.node, r.index))
+    return out
+
+
+def node_records(records: Iterable[GpuRecord]) -> list[NodeRecord]:
+    """Each node's state (its worst GPU's) and its GPUs per state."""
+    by_node: dict[int, list[GpuRecord]] = {}
+    for r in records:
+        by_node.setdefault(r.node_id, []).append(r)
+    return [
+        NodeRecord(
+            node_id,
+            rs[0].node,
+            hr.worst_state(r.state for r in rs),
+            dict(hr.state_counts(r.state for r in rs)),
+        )
+        for node_id, rs in sorted(by_node.items(), key=lambda item: item[1][0].node)
+    ]
+
+
+def gpu_record(gpu_id: int, now: float) -> GpuRecord | None:
+    """One GPU's record (the GPU page's), read as its site's is, for its node only."""
+    rows = select_rows(_GPUS + " WHERE g.id = %s", [gpu_id])
+    if not rows:
+        return None
+    g = _identity(rows[0])
+    node_ids = [g["node_id"]]
+    key = (g["node_id"], g["index"])
+    lo = int(now - hr.RECORD_WINDOW_S)
+    reading = latest_readings("gpu", node_ids).get(key, health.EMPTY)
+    facts = gpu_facts(
+        reading,
+        reset_times(node_ids, lo, now).get(key, []),
+        _events(node_ids, lo).get(key, []),
+        _thermal(node_ids, lo, now).get(key),
+    )
+    return GpuRecord(facts=facts, verdict=hr.judge(facts, now), **g)
+
+
+# -- facts from what was read ------------------------------------------------------------
+
+Happened = tuple[float, str, int | None]  # (ts, kind, code) of an xid or gpu_lost event
+Thermal = tuple[float | None, int | None]  # (slowdown ns, excursions)
+
+
+def gpu_facts(
+    reading: health.Reading,
+    resets: Sequence[float],
+    events: Sequence[Happened],
+    thermal: Thermal | None,
+) -> hr.GpuFacts:
+    """One GPU's facts: `resets` are the ends of the buckets in which it was reset, oldest
+    first; XIDs count from the newest of them."""
+    last_reset = resets[-1] if resets else None
+    since = [e for e in events if last_reset is None or e[0] >= last_reset]
+    before = [e for e in events if last_reset is not None and e[0] < last_reset]
+    off_bus = [t for t, kind, code in events if _off_the_bus(kind, code)]
+    v = reading.values
+    ns, excursions = thermal if thermal is not None else (None, None)
+    return hr.GpuFacts(
+        xids=xid_counts(since),
+        reset_xids_before_reset=frozenset(
+            c for _, k, c in before if k == "xid" and c in hr.RESET_XIDS
+        ),
+        last_reset_ts=last_reset,
+        resets=len(resets),
+        off_the_bus=hr.episodes(off_bus),
+        ecc_sbe_volatile=_int(v.get("ecc_sbe_vol_total")),
+        ecc_dbe_volatile=_int(v.get("ecc_dbe_vol_total")),
+        remapped_correctable=_int(v.get("remapped_rows_correctable")),
+        remapped_uncorrectable=_int(v.get("remapped_rows_uncorrectable")),
+        remap_pending=_flag(v.get("remap_pending")),
+        remap_failure=_flag(v.get("remap_failure")),
+        thermal_slowdown_h=None if ns is None else ns / 1e9 / 3600,
+        thermal_excursions=excursions,
+    )
+
+
+def xid_counts(events: Iterable[Happened]) -> tuple[hr.XidCount, ...]:
+    """XIDs by code: how many, first and last seen; most frequent first."""
+    seen: dict[int, list[float]] = {}
+    for ts, kind, code in events:
+        if kind == "xid" and code is not None:
+            seen.setdefault(int(code), []).append(ts)
+    counts = [hr.XidCount(code, len(ts), min(ts), max(ts)) for code, ts in seen.items()]
+    return tuple(sorted(counts, key=lambda x: (-x.count, x.code)))
+
+
+def _off_the_bus(kind: str, code: int | None) -> bool:
+    return kind == "gpu_lost" or (kind == "xid" and code == health.OFF_THE_BUS_XID)
+
+
+def _int(value: float | int | None) -> int | None:
+    return None if value is None else int(value)
+
+
+def _flag(value: float | int | None) -> bool | None:
+    return None if value is None else bool(value)
+
+
+# -- reads --------------------------------------------------------------------------------
+
+_GPUS = (
+    'SELECT g.id, n.id, n.name, g."index", g.model, g.uuid, g.info, k.name, h.name'
+    " FROM fleet_gpu g JOIN fleet_node n ON n.id = g.node_id"
+    " JOIN fleet_rack k ON k.id = n.rack_id JOIN fleet_hall h ON h.id = k.hall_id"
+)
+
+
+def _site_gpus(site_id: int) -> list[dict[str, Any]]:
+    rows = select_rows(_GPUS + " WHERE h.site_id = %s", [site_id])
+    return [_identity(row) for row in rows]
+
+
+def _identity(row: Sequence[Any]) -> dict[str, Any]:
+    info = row[6]
+    if isinstance(info, str):  # SQLite hands JSON back as text
+        info = json.loads(info or "{}")
+    info = info if isinstance(info, dict) else {}
+    return {
+        "gpu_id": row[0],
+        "node_id": row[1],
+        "node": row[2],
+        "index": row[3],
+        "model": row[4] or str(info.get("model", "")),
+        "uuid": row[5] or str(info.get("uuid", "")),
+        "serial": str(info.get("serial", "")),
+        "pci_bus_id": str(info.get("pci_bus_id", "")),
+        "rack": row[7],
+        "hall": row[8],
+    }
+
+
+def minute_tier_from(now: float) -> int:
+    """Where the 1m tier takes over from the 1h tier: the hour boundary after the oldest
+    minute it keeps."""
+    oldest = now - float(settings.RETENTION_1M_HOURS) * 3600
+    return int(oldest // 3600 + 1) * 3600
+
+
+def reset_times(node_ids: Sequence[int], lo: int, now: float) -> dict[GpuKey, list[float]]:
+    """The end of each bucket in which a GPU of the nodes was reset or its driver reloaded,
+    oldest first: from the 1h tier before the 1m tier's reach, from the 1m tier after."""
+    split = max(lo, minute_tier_from(now))
+    out: dict[GpuKey, list[float]] = {}
+    for tier, a, b in (("1h", lo, split), ("1m", split, int(now) + 60)):
+        if a >= b:
+            continue
+        step = TIER_SECONDS[tier]
+        for node_id, gpu, bucket in select_rows(sql.resets_sql(tier, node_ids, a, b)):
+            out.setdefault((node_id, gpu), []).append(float(bucket + step))
+    for times in out.values():
+        times.sort()
+    return out
+
+
+def _events(node_ids: Sequence[int], lo: int) -> dict[GpuKey, list[Happened]]:
+    rows = (
+        Event.objects.filter(
+            node_id__in=node_ids, gpu_index__isnull=False, ts__gte=lo, kind__in=("xid", "gpu_lost")
+        )
+        .order_by("ts")
+        .values_list("node_id", "gpu_index", "ts", "kind", "code")
+    )
+    out: dict[GpuKey, list[Happened]] = {}
+    for node_id, gpu, ts, kind, code in rows:
+        if node_id is not None and gpu is not None:
+            out.setdefault((node_id, gpu), []).append((ts, kind, code))
+    return out
+
+
+def _thermal(node_ids: Sequence[int], lo: int, now: float) -> dict[GpuKey, Thermal]:
+    rows = select_rows(sql.thermal_sql(node_ids, lo, int(now) + 3600))
+    return {
+        (node_id, gpu): (None if ns is None else float(ns), None if runs is None else int(runs))
+        for node_id, gpu, ns, runs, _hours in rows
+    }

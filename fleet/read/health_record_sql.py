@@ -1,0 +1,94 @@
+"""The health record's reads of the 1m/1h tiers, as set-based SQL for SQLite and PostgreSQL:
+one statement per tier for the resets and driver reloads of a site's GPUs, one for their
+thermal time. Every value put into the SQL text is an int (ids, epoch seconds); nothing a
+user typed, so nothing is bound.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from fleet.storage.schema import TIER_SECONDS, rollup_table
+
+# Counters a GPU reset or a driver reload starts again from zero (docs/gpu-health.md):
+# the energy counter (since the driver loaded), the volatile ECC counts, and the pending
+# remap flag (cleared only by a reset).
+RESET_COUNTERS = ("energy_j", "ecc_sbe_vol_total", "ecc_dbe_vol_total", "remap_pending")
+
+
+def _ids(node_ids: Sequence[int]) -> str:
+    return ", ".join(str(int(i)) for i in node_ids) or "NULL"
+
+
+def _went_down(metric: str) -> str:
+    """The counter fell in the bucket: below its previous bucket's last value, or its last
+    value below its own maximum (it fell inside the bucket). NULLs compare false."""
+    return f"({metric}_min < {metric}_prev OR {metric}_last < {metric}_max)"
+
+
+def resets_sql(tier: str, node_ids: Sequence[int], lo: int, hi: int) -> str:
+    """node_id, gpu, bucket: each bucket of [lo, hi) in which a GPU of the nodes was reset or
+    its driver reloaded (one of RESET_COUNTERS went down)."""
+    lags = ", ".join(f"LAG({m}_last) OVER w AS {m}_prev" for m in RESET_COUNTERS)
+    stats = ", ".join(f"{m}_min, {m}_max, {m}_last" for m in RESET_COUNTERS)
+    fell = " OR ".join(_went_down(m) for m in RESET_COUNTERS)
+    return (
+        f"SELECT node_id, gpu, bucket FROM (SELECT node_id, gpu, bucket, {stats}, {lags}"
+        f" FROM {rollup_table('gpu', tier)} WHERE node_id IN ({_ids(node_ids)})"
+        f" AND bucket >= {int(lo)} AND bucket < {int(hi)}"
+        " WINDOW w AS (PARTITION BY node_id, gpu ORDER BY bucket)) r"
+        f" WHERE {fell} ORDER BY node_id, gpu, bucket"
+    )
+
+
+def _increase(metric: str) -> str:
+    """A counter's increase over the bucket: from the previous bucket's last value (a
+    counter that restarted counts from zero), else within the bucket."""
+    last, prev = f"{metric}_last", f"{metric}_prev"
+    return (
+        f"CASE WHEN {prev} IS NULL THEN {last} - {metric}_min"
+        f" WHEN {last} >= {prev} THEN {last} - {prev} ELSE {last} END"
+    )
+
+
+def thermal_sql(node_ids: Sequence[int], lo: int, hi: int, tier: str = "1h") -> str:
+    """node_id, gpu, thermal slowdown (ns), excursions, hours past slowdown over [lo, hi).
+
+    Thermal slowdown: the larger of the SW and HW thermal slowdown counters' increase in
+    each bucket (they can run at once: summing would count the same time twice); NULL
+    where the GPU reports neither. Excursions: runs of buckets whose hottest reading is at
+    or past the GPU's slowdown limit in force (entered, else reported); NULL without one."""
+    step = TIER_SECONDS[tier]
+    sw, hw = _increase("slowdown_sw_thermal_ns"), _increase("slowdown_hw_thermal_ns")
+    lags = (
+        "LAG(slowdown_sw_thermal_ns_last) OVER w AS slowdown_sw_thermal_ns_prev,"
+        " LAG(slowdown_hw_thermal_ns_last) OVER w AS slowdown_hw_thermal_ns_prev"
+    )
+    rows = (
+        "SELECT x.node_id, x.gpu, x.bucket, temp_gpu_c_max, slowdown_sw_thermal_ns_min,"
+        " slowdown_sw_thermal_ns_last, slowdown_hw_thermal_ns_min, slowdown_hw_thermal_ns_last,"
+        f" {lags}, COALESCE(g.slowdown_c, g.reported_slowdown_c) AS lim"
+        f" FROM {rollup_table('gpu', tier)} x LEFT JOIN fleet_gpu g"
+        ' ON g.node_id = x.node_id AND g."index" = x.gpu'
+        f" WHERE x.node_id IN ({_ids(node_ids)}) AND x.bucket >= {int(lo)}"
+        f" AND x.bucket < {int(hi)} WINDOW w AS (PARTITION BY x.node_id, x.gpu ORDER BY x.bucket)"
+    )
+    per_bucket = (
+        f"SELECT node_id, gpu, bucket, ({sw}) AS sw, ({hw}) AS hw,"
+        " CASE WHEN lim IS NULL THEN NULL WHEN temp_gpu_c_max >= lim THEN 1 ELSE 0 END AS hot"
+        " FROM r"
+    )
+    runs = (
+        "SELECT node_id, gpu, bucket, hot, CASE WHEN sw IS NULL THEN hw WHEN hw IS NULL THEN sw"
+        " WHEN sw >= hw THEN sw ELSE hw END AS ns, LAG(hot) OVER w AS hot_prev,"
+        " LAG(bucket) OVER w AS b_prev FROM b"
+        " WINDOW w AS (PARTITION BY node_id, gpu ORDER BY bucket)"
+    )
+    starts = (
+        "CASE WHEN hot IS NULL THEN NULL WHEN hot = 1 AND NOT (COALESCE(hot_prev, 0) = 1"
+        f" AND COALESCE(b_prev, -1) = bucket - {step}) THEN 1 ELSE 0 END"
+    )
+    return (
+        f"WITH r AS ({rows}), b AS ({per_bucket}), u AS ({runs})"
+        f" SELECT node_id, gpu, SUM(ns), SUM({starts}), SUM(hot) FROM u GROUP BY node_id, gpu"
+    )
