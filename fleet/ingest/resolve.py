@@ -23,6 +23,7 @@ from fleet.ingest.inventory import RELOAD_MIN_S, Inventory
 from fleet.ingest.tally import UNKNOWN_GPU_FIELD, writer_statement
 from fleet.storage.db import Database, Row
 from fleet.storage.dialect import POSTGRESQL, json_param
+from fleet.storage.fabric import FabricWrite
 from fleet.storage.samples import SampleWrite
 from fleet.storage.workloads import snapshots_of
 
@@ -100,6 +101,8 @@ class Resolver:
             out.statements.extend(self._info_statements(node_id, batch))
             site_id = self.inventory.nodes[conn.name].site_id
             out.workloads = snapshots_of(node_id, site_id, batch.workloads)
+            if batch.fabric:
+                out.fabric = [FabricWrite(node_id, batch.source, batch.seq, batch.fabric)]
             return out, left_out
         for kind in ("rack", "feed", "loop"):
             samples = batch.samples.get(kind)

@@ -6,6 +6,7 @@ from fleet.models.access import SiteRole, SiteRoleChoices
 from fleet.models.agents import EnrollmentToken, SourceToken, hash_token, new_secret
 from fleet.models.cooling import CoolingLoop
 from fleet.models.events import Event
+from fleet.models.fabric import FabricPort
 from fleet.models.facility import FacilityMeter, pue_category_for_roles
 from fleet.models.ingest import IngestWriter
 from fleet.models.nodes import GPU, Node
@@ -20,6 +21,7 @@ __all__ = (
     "CoolingLoop",
     "EnrollmentToken",
     "Event",
+    "FabricPort",
     "FacilityMeter",
     "GpuAllocation",
     "Hall",

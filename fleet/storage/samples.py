@@ -9,6 +9,8 @@ imports. One call stores, in ONE transaction on either engine:
 - events (keyed by source, seq and position),
 - statements that keep inventory facts current (GPU limits, node info, source stats),
 - who runs on each GPU, as intervals opened, kept and closed (`fleet.storage.workloads`),
+- each node's InfiniBand/RoCE ports, and the link events their changes make
+  (`fleet.storage.fabric`),
 - and, when given, the latest-state merge (`fleet.storage.latest`), per field newest-wins.
 
 Either all of it is stored or none of it is; the exception tells the caller why
@@ -24,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fleet.storage.db import Database, Row, Tx
+from fleet.storage.fabric import FabricWrite, store_fabric
 from fleet.storage.late import Mark, insert_marks
 from fleet.storage.latest import Key, LatestDelta, merge_latest, metric_names
 from fleet.storage.schema import ENTITY_COLUMNS
@@ -40,6 +43,7 @@ class SampleWrite:
     events: list[Row] = field(default_factory=list)
     statements: list[tuple[str, Row]] = field(default_factory=list)
     workloads: list[Snapshot] = field(default_factory=list)  # nodes' workloads snapshots
+    fabric: list[FabricWrite] = field(default_factory=list)  # nodes' InfiniBand/RoCE ports
 
     def add_samples(self, kind: str, items: Iterable[tuple[Key, Sample]]) -> None:
         self.samples.setdefault(kind, []).extend(items)
@@ -50,9 +54,10 @@ class SampleWrite:
         self.events.extend(other.events)
         self.statements.extend(other.statements)
         self.workloads.extend(other.workloads)
+        self.fabric.extend(other.fabric)
 
     def __bool__(self) -> bool:
-        return bool(self.samples or self.events or self.statements or self.workloads)
+        return bool(self.samples or self.events or self.statements or self.workloads or self.fabric)
 
 
 def write_samples(
@@ -90,6 +95,8 @@ def _write(tx: Tx, write: SampleWrite, latest: LatestDelta | None) -> None:
     run_statements(tx, write.statements)
     if write.workloads:
         store_workloads(tx, write.workloads)
+    if write.fabric:
+        store_fabric(tx, write.fabric)
     if latest is not None and len(latest):
         merge_latest(tx, latest)
 
