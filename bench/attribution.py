@@ -1,8 +1,8 @@
 """Benchmark: what "who runs on each GPU" costs the node agent, on a machine without GPUs.
 
-The workloads collector reads 8 fake H200s with 4 processes each, every process's owner from a
-`/proc` tree of the recorded cgroup shapes (tests/data/proc/), exactly as on the slow lane. The
-fake NVML answers from the H200 capture and spends, per process query, the cost in
+The workloads collector reads 8 fake H200s with 4 processes each, every process's owner (and
+start) from a `/proc` tree of the recorded shapes (tests/data/proc/), exactly as on the slow
+lane. The fake NVML answers from the H200 capture and spends, per process query, the cost in
 bench/data/attribution_nvml_costs.json (CPU burnt, then a wait for the rest of the wall time);
 the GPUs are under load (the capture's costlier phase). A read comes every 10 s, so its cost is
 spread over the 10 one-second ticks of that cadence. The figure is wall time, which overstates:
@@ -48,9 +48,14 @@ TICK_S = 1.0
 
 def _proc_tree(root: Path, pids: list[int]) -> None:
     """`pids` under `root`, each with the cgroup and status of one recorded shape in turn."""
-    templates = sorted(p for shape in SHAPES.iterdir() if shape.is_dir() for p in shape.iterdir())
+    templates = sorted(
+        p for shape in SHAPES.iterdir() if shape.is_dir() for p in shape.iterdir() if p.is_dir()
+    )
     for n, pid in enumerate(pids):
-        shutil.copytree(templates[n % len(templates)], root / str(pid))
+        shutil.copytree(templates[n % len(templates)], root / str(pid), dirs_exist_ok=True)
+        # Every process has a start (`stat`), read once while its PID stays listed.
+        shutil.copy(SHAPES / "started" / "4113" / "stat", root / str(pid) / "stat")
+    shutil.copy(SHAPES / "started" / "stat", root / "stat")  # the host's boot time
 
 
 def main() -> None:

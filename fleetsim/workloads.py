@@ -3,8 +3,10 @@ shows it to the agent.
 
 Per simulated node, under the simulator's working directory (`<jobs dir>/<node>/`):
 
-- `proc/<pid>/cgroup` and `proc/<pid>/status` for each job process, written when it starts
-  and removed when it ends, in the real shapes: cgroup v2 with the systemd driver and
+- `proc/<pid>/cgroup`, `proc/<pid>/status` and `proc/<pid>/stat` for each job process,
+  written when it starts and removed when it ends, in the real shapes (`stat`'s starttime
+  is the job's start, in clock ticks after a boot at simulated time 0, which `proc/stat`'s
+  `btime` places on the wall clock at the first read): cgroup v2 with the systemd driver and
   containerd for pods (`/kubepods.slice/…pod<uid>.slice/cri-containerd-<id>.scope`),
   `slurmstepd.scope/job_<id>/step_0/user/task_<n>` for Slurm (the SLUID as the job
   directory on the 26.05-style node); the agent's `ProcReader` reads them as `proc_root`;
@@ -33,6 +35,7 @@ from typing import Any
 
 from agents.attribution.cgroups import ProcReader
 from agents.attribution.slurm import Scontrol
+from agents.attribution.starts import CLOCK_TICKS
 from agents.collectors.base import Reading
 from agents.collectors.workloads import WorkloadCollector
 from agents.log import get_logger
@@ -60,6 +63,7 @@ class NodeWorkloads:
         self.now = 0.0
         self.running: list[Job] = []
         self.live: dict[int, Process] = {}
+        self.boot: int | None = None  # the wall clock's Unix time at simulated time 0
         shutil.rmtree(self.proc, ignore_errors=True)  # a previous run's processes are gone
         self.proc.mkdir(parents=True)
         count = max((g.index for g in node.gpus), default=-1) + 1
@@ -91,14 +95,18 @@ class NodeWorkloads:
         wanted = {p.pid: p for job in self.running for p in job.processes}
         if wanted.keys() == self.live.keys():
             return
+        started = {p.pid: job.start_s for job in self.running for p in job.processes}
         for pid in self.live.keys() - wanted.keys():
             shutil.rmtree(self.proc / str(pid), ignore_errors=True)
         for pid in wanted.keys() - self.live.keys():
-            _write_proc(self.proc / str(pid), wanted[pid])
+            _write_proc(self.proc / str(pid), wanted[pid], started[pid])
         self.live = wanted
 
     def read(self, ts: float) -> Reading:
         """The collector's snapshot now (call `sync` first)."""
+        if self.boot is None:
+            self.boot = round(ts - self.now)
+            _write_boot(self.proc, self.boot)
         self._list_processes()
         return self.collector.read(ts)
 
@@ -144,15 +152,30 @@ def show_job_line(job: Job) -> str:
     )
 
 
-def _write_proc(directory: Path, process: Process) -> None:
-    """`cgroup` (pure cgroup v2: one `0::` line) and `status` as the kernel words them."""
+def _write_proc(directory: Path, process: Process, start_s: float) -> None:
+    """`cgroup` (pure cgroup v2: one `0::` line), `status` and `stat` as the kernel words
+    them, `stat`'s starttime (field 22) the job's start in ticks since simulated time 0."""
     directory.mkdir(parents=True, exist_ok=True)
+    ticks = round(start_s * CLOCK_TICKS)
+    (directory / "stat").write_text(
+        f"{process.pid} ({process.comm}) S 1 {process.pid} {process.pid} 0 -1 4194560 0 0 0 0"
+        f" 0 0 0 0 20 0 1 0 {ticks} 0 0 18446744073709551615 0 0 0 0 0 0 0 0 0 0 0 0 17 0"
+        " 0 0 0 0 0\n"
+    )
     (directory / "cgroup").write_text(f"0::{process.cgroup}\n")
     ids = f"{process.uid}\t{process.uid}\t{process.uid}\t{process.uid}"
     (directory / "status").write_text(
         f"Name:\t{process.comm}\nUmask:\t0022\nState:\tS (sleeping)\nTgid:\t{process.pid}\n"
         f"Ngid:\t0\nPid:\t{process.pid}\nPPid:\t1\nTracerPid:\t0\nUid:\t{ids}\nGid:\t{ids}\n"
         "FDSize:\t256\nGroups:\t\n"
+    )
+
+
+def _write_boot(proc: Path, boot: int) -> None:
+    """`/proc/stat` with the lines the agent reads (`btime`) and the shape of the others."""
+    (proc / "stat").write_text(
+        "cpu  0 0 0 0 0 0 0 0 0 0\ncpu0 0 0 0 0 0 0 0 0 0 0\nintr 0\nctxt 0\n"
+        f"btime {boot}\nprocesses 0\nprocs_running 1\nprocs_blocked 0\n"
     )
 
 

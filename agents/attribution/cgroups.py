@@ -34,6 +34,7 @@ import re
 from pathlib import Path
 
 from agents.attribution.owners import ContainerOwner, Owner, PodOwner, SlurmOwner, UserOwner
+from agents.attribution.starts import boot_time, start_ticks, started_at
 
 _DELETED = " (deleted)"
 # A pod UID is a UUID; a static pod's is a 32-hex hash of its manifest. `_` for `-` under systemd.
@@ -137,6 +138,20 @@ class ProcReader:
 
     def __init__(self, root: Path = Path("/proc")) -> None:
         self.root = root
+        self._boot: int | None = None
+
+    def started(self, pid: int) -> float | None:
+        """When the PID started (Unix time, agents/attribution/starts.py); None when it is
+        gone or this host's `/proc` does not say (the boot time is read once: it is fixed)."""
+        try:
+            if self._boot is None:
+                self._boot = boot_time((self.root / "stat").read_text())
+            ticks = start_ticks((self.root / str(pid) / "stat").read_text())
+        except OSError:  # exited, or no such file under a recorded tree
+            return None
+        if self._boot is None or ticks is None:
+            return None
+        return started_at(self._boot, ticks)
 
     def owner(self, pid: int) -> Owner | None:
         """The PID's owner; None when the process is gone (it may exit between NVML's answer

@@ -2,10 +2,12 @@
 
 Per GPU (per MIG device where MIG is on): NVML's compute and graphics processes with the
 memory each holds and, where NVML samples it, each one's SM use; each PID's owner from its
-cgroup path (agents/attribution/cgroups.py); and the GPU's *allocation*, what the scheduler
-gave: the kubelet's pod-resources device IDs (when `kubelet_pod_resources_socket` is set) or
-the GPUs `scontrol -d` lists for a Slurm job seen on this node. An allocation with no process
-is the waste this part exists to show, so a GPU is sent even with no process on it.
+cgroup path (agents/attribution/cgroups.py) and when it started (`/proc/<pid>/stat`: the
+server opens its interval there rather than at the first snapshot); and the GPU's
+*allocation*, what the scheduler gave: the kubelet's pod-resources device IDs (when
+`kubelet_pod_resources_socket` is set) or the GPUs `scontrol -d` lists for a Slurm job seen
+on this node. An allocation with no process is the waste this part exists to show, so a GPU
+is sent even with no process on it.
 
 Each read is a full snapshot: the server needs no memory of earlier ones.
 """
@@ -57,6 +59,10 @@ class WorkloadCollector:
         self.uuids: dict[int, str] = {}
         self._gres_order: list[int] = []  # GPU indexes by /dev/nvidiaN minor: GRES IDX order
         self._last_seen_us: dict[int, int] = {}
+        # PID -> its start, for the PIDs of the last read: a process's start never changes,
+        # so only PIDs new since then cost a read of /proc/<pid>/stat.
+        self._starts: dict[int, float | None] = {}
+        self._starts_now: dict[int, float | None] = {}
         self._pods_warned = False
 
     def setup(self) -> None:
@@ -89,6 +95,7 @@ class WorkloadCollector:
 
     def read(self, now: float) -> Reading:
         pods = self._pod_allocations()
+        self._starts, self._starts_now = self._starts_now, {}
         entries: list[dict[str, Any]] = []
         for index, handle in self.handles.items():
             try:
@@ -147,9 +154,21 @@ class WorkloadCollector:
                 row["memory_mib"] = round(process.used_bytes / MIB, 1)
             row["sm_pct"] = None if sm is None else sm.get(process.pid, 0.0)
             row["owner"] = owner
+            started = self._started(process.pid)
+            if started is not None and started <= now:  # later: a clock stepped back
+                row["started"] = started
             rows.append(row)
         entry["processes"] = sorted(rows, key=lambda r: r["pid"])
         return entry
+
+    def _started(self, pid: int) -> float | None:
+        """The PID's start (Unix time), read once while the PID stays listed; a PID that
+        leaves and comes back (reused) is read again."""
+        if pid in self._starts_now:
+            return self._starts_now[pid]
+        started = self._starts[pid] if pid in self._starts else self.procs.started(pid)
+        self._starts_now[pid] = started
+        return started
 
     def _sm_by_pid(self, index: int, handle: DeviceHandle) -> dict[int, float] | None:
         """Each PID's mean SM % over the samples since the last read; a PID without a sample

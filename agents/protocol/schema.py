@@ -157,6 +157,11 @@ def workload_schema() -> dict[str, Any]:
                 "maximum": 100,
                 "description": "mean SM % since the last snapshot; null where NVML has none (MIG)",
             },
+            "started": {
+                "type": "number",
+                "minimum": 0,
+                "description": "when the process started, Unix time (s); at most the entry's ts",
+            },
             "owner": {"$ref": "#/$defs/owner"},
         },
         "required": ["pid", "sm_pct", "owner"],

@@ -3,7 +3,8 @@
 One entry per GPU (per MIG device where MIG is on), a full snapshot each time it is sent:
 
     {"ts": …, "gpu": 0, "mig": "MIG-…" (optional), "allocation": null | <owner>,
-     "processes": [{"pid": 4242, "memory_mib": 1024.0, "sm_pct": 37.5 | null, "owner": <owner>}]}
+     "processes": [{"pid": 4242, "memory_mib": 1024.0, "sm_pct": 37.5 | null,
+                    "started": 1767225600.25 (optional), "owner": <owner>}]}
 
 `<owner>` is `{"kind": "pod" | "slurm" | "container" | "user", …}` (docs/protocol.md). Checked
 field by field, naming the path of a fault (`workloads[3].processes[0].pid`); the sizes are
@@ -26,7 +27,7 @@ MAX_UID = 2**32 - 2  # (uid_t)-1 means "no user"
 MAX_MEMORY_MIB = 16 * 1024 * 1024  # 16 TiB: far above any GPU's memory
 
 ENTRY_KEYS = frozenset({"ts", "gpu", "mig", "allocation", "processes"})
-PROCESS_KEYS = frozenset({"pid", "memory_mib", "sm_pct", "owner"})
+PROCESS_KEYS = frozenset({"pid", "memory_mib", "sm_pct", "started", "owner"})
 # kind -> (required text fields, optional text fields)
 OWNER_TEXT: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "pod": (frozenset(), frozenset({"pod_uid", "namespace", "pod", "container", "container_id"})),
@@ -87,10 +88,10 @@ def _entry(entry: Any, where: str, timestamp: Timestamp, refuse: Refuse) -> None
             f"{len(processes)} processes; at most {MAX_PROCESSES_PER_GPU} per GPU",
         )
     for k, process in enumerate(processes):
-        _process(process, f"{where}.processes[{k}]", refuse)
+        _process(process, f"{where}.processes[{k}]", entry["ts"], refuse)
 
 
-def _process(process: Any, where: str, refuse: Refuse) -> None:
+def _process(process: Any, where: str, ts: float, refuse: Refuse) -> None:
     if type(process) is not dict:
         raise refuse(where, "must be an object")
     _known_keys(process, PROCESS_KEYS, where, refuse)
@@ -103,6 +104,9 @@ def _process(process: Any, where: str, refuse: Refuse) -> None:
         raise refuse(f"{where}.sm_pct", "required: a percentage, or null where NVML has none")
     if process["sm_pct"] is not None:
         _number(process["sm_pct"], 0, 100, f"{where}.sm_pct", refuse)
+    if "started" in process:
+        # When the process started (Unix time): before the snapshot that lists it.
+        _number(process["started"], 0, ts, f"{where}.started", refuse)
     if "owner" not in process:
         raise refuse(f"{where}.owner", "required object")
     _owner(process["owner"], f"{where}.owner", refuse)
