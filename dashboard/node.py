@@ -1,13 +1,13 @@
 """The node page /nodes/<id>/: its GPUs (the rack page's tiles, each linking to its GPU
-page), its host figures, the host tuning audit, the agent's version and clock, and how
-old its data is. Figures and levels come from `fleet.health` through `fleet.read.state`; this
-module puts them in order and in words.
+page), its host figures, its InfiniBand/RoCE ports (dashboard/fabric.py), the host tuning
+audit, the agent's version and clock, and how old its data is. Figures and levels come from
+`fleet.health` through `fleet.read.state`; this module puts them in order and in words.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.contrib.auth.decorators import login_required
@@ -15,6 +15,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
+from dashboard.fabric import PortRow, port_rows
 from dashboard.gpu import PLOTLY_VERSION, EventRow, event_rows
 from dashboard.rack import GpuTile, gpu_tiles
 from fleet import health
@@ -66,6 +67,7 @@ class NodePage:
     as_of: str
     events: list[EventRow]
     lost: str = ""  # "2 GPUs lost" while the node reports
+    ports: list[PortRow] = field(default_factory=list)  # InfiniBand/RoCE, as last read
 
 
 def _fresh(reading: health.Reading, metric: str, now: float) -> float | None:
@@ -218,6 +220,7 @@ def node_page(node: Node, now: float) -> NodePage:
         last_heard=last_data_words(None if token is None else token.last_seen, now),
         as_of=as_of(now),
         events=event_rows(node.id, None, now),
+        ports=port_rows(node.id, now),
     )
 
 

@@ -212,3 +212,22 @@ def clock_offset_text(stats: object) -> str:
     text = f"{abs(offset):.3f} s {side}" if offset else "in step"
     # Past a second it matters to readings lined up across nodes; refused past 300 s ahead.
     return f"⚠ {text}" if abs(offset) >= 1.0 else text
+
+
+# InfiniBand/RoCE ports (agents/protocol/fabric.py names the counters; docs/protocol.md
+# `fabric`), as the node page names them.
+FABRIC_COUNTER_WORDS: dict[str, str] = {
+    "link_downed": "Link went down",
+    "link_error_recovery": "Link retrained",
+    "symbol_error": "Symbol errors",
+    "port_rcv_errors": "Bad packets received",
+    "port_rcv_remote_physical_errors": "Packets marked bad by the far end",
+    "port_rcv_switch_relay_errors": "Packets the switch could not relay",
+    "port_xmit_discards": "Packets discarded on send",
+    "port_xmit_constraint_errors": "Send partition errors",
+    "port_rcv_constraint_errors": "Receive partition errors",
+    "local_link_integrity_errors": "Local link integrity errors",
+    "excessive_buffer_overrun_errors": "Receive buffer overruns",
+    "VL15_dropped": "Management packets dropped",
+}
+LINK_LAYER_WORDS: dict[str, str] = {"InfiniBand": "InfiniBand", "Ethernet": "RoCE (Ethernet)"}
