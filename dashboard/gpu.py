@@ -21,11 +21,13 @@ from django.http import FileResponse, Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
+from dashboard.gpu_health import record_figures, xid_rows
 from dashboard.rack import GpuTile, gpu_tile
 from fleet import health
 from fleet.access import can_view_site
 from fleet.health.limits import LIMIT_LABELS, STORED_LIMITS, limit_in_force, reported_column
 from fleet.models import GPU, Event
+from fleet.read.health_record import GpuRecord, gpu_record
 from fleet.read.history import RANGES, HistoryError, reason_spans
 from fleet.read.state import gpu_limits, latest_readings, throttle_words
 from fleet.words import age_words, as_of, no_data_words
@@ -110,6 +112,15 @@ class GpuPage:
     timeline_tier: str = ""
     timeline: list[ReasonRow] = field(default_factory=list)
     events: list[EventRow] = field(default_factory=list)
+    health: GpuRecord | None = None  # its health record (docs/gpu-health.md)
+
+    @property
+    def health_figures(self) -> list[tuple[str, str]]:
+        return [] if self.health is None else record_figures(self.health.facts)
+
+    @property
+    def health_xids(self) -> list[tuple[str, str, str, str]]:
+        return [] if self.health is None else xid_rows(self.health.facts)
 
     def chart_config(self) -> dict[str, Any]:
         """What gpu.js needs to draw and extend the charts."""
@@ -334,6 +345,7 @@ def gpu_page(gpu: GPU, range_name: str, now: float, figures_only: bool = False) 
     if not figures_only:
         page.timeline_tier, page.timeline = timeline(gpu, range_name, now)
         page.events = event_rows(gpu.node_id, gpu.index, now)
+        page.health = gpu_record(gpu.pk, now)
     return page
 
 

@@ -2,7 +2,18 @@ from __future__ import annotations
 
 from django.urls import URLPattern, path
 
-from dashboard import capacity, efficiency, gpu, history, muting, node, power, reports, views
+from dashboard import (
+    capacity,
+    efficiency,
+    gpu,
+    gpu_health,
+    history,
+    muting,
+    node,
+    power,
+    reports,
+    views,
+)
 
 urlpatterns: list[URLPattern] = [
     path("", views.fleet_overview, name="fleet-overview"),
@@ -13,6 +24,7 @@ urlpatterns: list[URLPattern] = [
     path("power/", power.power_view, name="power"),
     path("capacity/", capacity.capacity_view, name="capacity"),
     path("efficiency/", efficiency.efficiency_view, name="efficiency"),
+    path("health/", gpu_health.gpu_health_view, name="gpu-health"),
     path("reports/weekly/", reports.weekly_report_view, name="weekly-report"),
     path("alerts/", views.alerts, name="alerts"),
     path("alerts/acknowledge", views.acknowledge_alerts, name="alerts-acknowledge"),
