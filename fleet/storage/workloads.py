@@ -3,9 +3,17 @@ in the commit that stores the batch's samples (`fleet.storage.samples.write_samp
 
 A snapshot lists everything on the node's GPUs at one time, so for each node it applies:
 
-- open an interval for each (GPU, MIG device, workload, source) not open yet;
+- open an interval for each (GPU, MIG device, workload, source) not open yet, `started` at
+  the earliest start of the owner's processes where the agent sends it (a process interval:
+  its processes on that GPU; an allocation: the owner's processes anywhere on the node, a
+  pod's devices being allocated before its containers start), after the node's previous
+  snapshot (which did not list it: an earlier start puts it midway between the two) and
+  not after this one; with no start sent, at the snapshot;
 - bump `last_seen` (and peak memory) of those still open;
-- close (`ended` = the snapshot's time) those open for the node that it no longer lists.
+- close those open for the node that it no longer lists, at the midpoint between the last
+  snapshot that listed them (`last_seen`) and this one: the job ended somewhere between the
+  two, and without more to go on the midpoint is the estimate whose error is smallest at
+  its worst (half the gap) and averages out over many jobs.
 
 A snapshot applies only if it is newer than the node's last one (`fleet_workloadsnapshot`):
 a resent batch, or one older than what is stored, changes nothing. The agent's first
@@ -63,6 +71,7 @@ class Seen:
     source: str
     pid: int | None = None
     memory_mib: float | None = None
+    started: float | None = None  # its processes' earliest start, where the agent sent one
 
 
 @dataclass(slots=True)
@@ -74,6 +83,12 @@ class Snapshot:
     ts: float
     seen: list[Seen] = field(default_factory=list)
     owners: dict[OwnerKey, dict[str, Any]] = field(default_factory=dict)
+    starts: dict[OwnerKey, float] = field(default_factory=dict)  # earliest process start
+
+    def start_of(self, seen: Seen) -> float | None:
+        """When `seen` began as far as the agent knows: a process interval, its processes'
+        earliest start; an allocation, that of its owner's processes on the node."""
+        return seen.started if seen.source == PROCESS else self.starts.get(seen.owner)
 
 
 def owner_key(owner: dict[str, Any]) -> OwnerKey:
@@ -119,14 +134,19 @@ def _add_entry(snap: Snapshot, entry: dict[str, Any], allocated_by: str) -> None
     # An owner's processes on one GPU are one interval: lowest PID, memory added up.
     pids: dict[OwnerKey, int] = {}
     memory: dict[OwnerKey, float | None] = {}
+    starts: dict[OwnerKey, float] = {}
     for process in entry["processes"]:
         key = _owner(snap, process["owner"])
         pids[key] = min(pids.get(key, process["pid"]), process["pid"])
         held = process.get("memory_mib")
         if held is not None or key not in memory:
             memory[key] = None if held is None else (memory.get(key) or 0.0) + held
+        if process.get("started") is not None:
+            started = float(process["started"])
+            starts[key] = min(starts.get(key, started), started)
+            snap.starts[key] = min(snap.starts.get(key, started), started)
     for key, pid in pids.items():
-        snap.seen.append(Seen(gpu, mig, key, PROCESS, pid, memory[key]))
+        snap.seen.append(Seen(gpu, mig, key, PROCESS, pid, memory[key], starts.get(key)))
 
 
 def _owner(snap: Snapshot, owner: dict[str, Any]) -> OwnerKey:
@@ -144,11 +164,12 @@ def _owner(snap: Snapshot, owner: dict[str, Any]) -> OwnerKey:
 def store_workloads(tx: Tx, snapshots: Sequence[Snapshot]) -> None:
     """Apply `snapshots` (of any nodes, in any order) inside `tx`."""
     for generation in _generations(snapshots):
+        previous = _previous(tx, generation)
         current = _advance(tx, generation)
         if not current:
             continue
         ids = _workload_ids(tx, current)
-        _open_or_bump(tx, current, ids)
+        _open_or_bump(tx, current, ids, previous)
         _close_absent(tx, sorted(s.node_id for s in current))
 
 
@@ -162,6 +183,24 @@ def _generations(snapshots: Sequence[Snapshot]) -> Iterator[list[Snapshot]]:
     depth = max((len(snaps) for snaps in ordered), default=0)
     for k in range(depth):
         yield [snaps[k] for snaps in ordered if k < len(snaps)]
+
+
+_PREVIOUS = "SELECT node_id, ts FROM fleet_workloadsnapshot WHERE node_id IN ({rows})"
+
+
+def _previous(tx: Tx, generation: list[Snapshot]) -> dict[int, float]:
+    """Each node's last snapshot before these, for the nodes whose snapshots carry process
+    starts (none from an agent that sends no start: no statement). On PostgreSQL the marks
+    are locked first, so that a second writer of the node waits here rather than moving the
+    mark between this read and `_advance` (SQLite's write lock is held since BEGIN)."""
+    nodes = sorted(s.node_id for s in generation if s.starts)
+    if not nodes:
+        return {}
+    sql = _PREVIOUS + (" FOR UPDATE" if tx.vendor == "postgresql" else "")
+    found: dict[int, float] = {}
+    for statement, params in _chunked(tx.vendor, sql, [(n,) for n in nodes], ("int",)):
+        found.update((int(row[0]), float(row[1])) for row in tx.execute(statement, params))
+    return found
 
 
 _ADVANCE = (
@@ -258,23 +297,43 @@ _OPEN_OR_BUMP = (
 )
 
 
-def _open_or_bump(tx: Tx, current: list[Snapshot], ids: dict[tuple[int, str, str], int]) -> None:
+def _open_or_bump(
+    tx: Tx,
+    current: list[Snapshot],
+    ids: dict[tuple[int, str, str], int],
+    previous: dict[int, float],
+) -> None:
     rows: dict[tuple[int, int, str, int, str], Row] = {}
     for snap in current:
         for seen in snap.seen:
             workload = ids[(snap.site_id, *seen.owner)]
             key = (snap.node_id, seen.gpu, seen.mig, workload, seen.source)
+            # `started` counts only where this opens the interval (an open one keeps its own).
+            started = _opened_at(snap.start_of(seen), previous.get(snap.node_id), snap.ts)
             # The validator refuses two entries for one GPU at one time: a key repeats
             # only within one entry, where _add_entry already merged it.
-            rows[key] = (snap.site_id, *key, snap.ts, snap.ts, seen.pid, seen.memory_mib)
+            rows[key] = (snap.site_id, *key, started, snap.ts, seen.pid, seen.memory_mib)
     # In key order: two writers lock the rows they share in the same order.
     ordered = [rows[k] for k in sorted(rows)]
     for sql, params in _chunked(tx.vendor, _OPEN_OR_BUMP, ordered, _ALLOCATION):
         tx.execute(sql, params)
 
 
+def _opened_at(start: float | None, previous: float | None, ts: float) -> float:
+    """When an interval first listed by the snapshot at `ts` began: its processes' start,
+    not after `ts` (the two are read apart and rounded apart). The node's previous snapshot
+    did not list it (it would be open): a start before that one says only that the process
+    came onto the GPU later, between the two, so midway, as an end is placed. No start
+    known (an agent that sends none): `ts`, the first snapshot that lists it."""
+    if start is None:
+        return ts
+    if previous is not None and start <= previous:
+        return (previous + ts) / 2
+    return min(start, ts)
+
+
 _CLOSE_ABSENT = (
-    "UPDATE fleet_gpuallocation SET ended = ({mark})"
+    "UPDATE fleet_gpuallocation SET ended = (last_seen + ({mark})) / 2"
     " WHERE ended IS NULL AND node_id IN ({nodes}) AND last_seen < ({mark})"
 ).replace(
     "{mark}",
@@ -283,8 +342,9 @@ _CLOSE_ABSENT = (
 
 
 def _close_absent(tx: Tx, nodes: list[int]) -> None:
-    """Close what the nodes' snapshots (their marks, just moved) no longer list: every
-    interval they still show was bumped to the snapshot's time a statement ago."""
+    """Close what the nodes' snapshots (their marks, just moved) no longer list, midway
+    between the last snapshot that listed it and the mark: every interval they still show
+    was bumped to the snapshot's time a statement ago."""
     per_stmt = _SQLITE_MAX_PARAMS
     for start in range(0, len(nodes), per_stmt):
         chunk = nodes[start : start + per_stmt]

@@ -1,7 +1,8 @@
 """Who runs on each GPU, kept as intervals (fleet/storage/workloads.py): a node's `workloads`
 snapshots, through the ingest pipeline and its one write path, open an interval per
-(GPU, workload, source), keep it while listed and close it at the first snapshot without
-it; across an agent restart, and unchanged by a resend."""
+(GPU, workload, source) at its processes' start where the agent sends it (else at the
+snapshot), keep it while listed and close it midway between the last snapshot that listed
+it and the first without it; across an agent restart, and unchanged by a resend."""
 
 from __future__ import annotations
 
@@ -51,8 +52,16 @@ def entry(
     return out
 
 
-def process(pid: int, owner: dict[str, Any], memory_mib: float = 1024.0) -> dict[str, Any]:
-    return {"pid": pid, "memory_mib": memory_mib, "sm_pct": 50.0, "owner": owner}
+def process(
+    pid: int, owner: dict[str, Any], memory_mib: float = 1024.0, started: float | None = None
+) -> dict[str, Any]:
+    out = {"pid": pid, "memory_mib": memory_mib, "sm_pct": 50.0, "owner": owner}
+    return out if started is None else {**out, "started": started}
+
+
+def mid(a: float, b: float) -> float:
+    """Midway between two snapshots, as the server computes it."""
+    return (a + b) / 2
 
 
 def send(
@@ -107,15 +116,17 @@ def test_the_next_snapshot_keeps_them_open_until_its_time(pipeline: IngestPipeli
     assert Workload.objects.get().owner == "physics / ana"
 
 
-def test_what_a_snapshot_no_longer_lists_ends_at_its_time(pipeline: IngestPipeline) -> None:
+def test_what_a_snapshot_no_longer_lists_ends_midway_since_the_last_that_listed_it(
+    pipeline: IngestPipeline,
+) -> None:
     t = time.time() - 60
     send(pipeline, 1, t, entry(0, JOB, process(77, JOB)), entry(1, None, process(7, ANA)))
     send(pipeline, 2, t + 10, entry(0, JOB, process(77, JOB)), entry(1, None))
     send(pipeline, 3, t + 20, entry(0, None), entry(1, None))
     assert intervals() == [
-        (0, "", "4242", "process", t, t + 10, t + 20),
-        (0, "", "4242", "scheduler", t, t + 10, t + 20),
-        (1, "", "1000", "process", t, t, t + 10),
+        (0, "", "4242", "process", t, t + 10, mid(t + 10, t + 20)),
+        (0, "", "4242", "scheduler", t, t + 10, mid(t + 10, t + 20)),
+        (1, "", "1000", "process", t, t, mid(t, t + 10)),
     ]
 
 
@@ -125,10 +136,75 @@ def test_a_workload_that_comes_back_gets_a_new_interval(pipeline: IngestPipeline
     send(pipeline, 2, t + 10, entry(0, None))
     send(pipeline, 3, t + 20, entry(0, None, process(8, ANA)))
     assert intervals() == [
-        (0, "", "1000", "process", t, t, t + 10),
+        (0, "", "1000", "process", t, t, mid(t, t + 10)),
         (0, "", "1000", "process", t + 20, t + 20, None),
     ]
     assert Workload.objects.count() == 1
+
+
+def test_an_interval_opens_when_its_processes_started_and_their_allocation_with_them(
+    pipeline: IngestPipeline,
+) -> None:
+    t = time.time() - 60
+    send(pipeline, 1, t - 10, entry(0, None), entry(1, None))
+    early, late = process(78, JOB, started=t - 7), process(77, JOB, started=t - 4)
+    send(pipeline, 2, t, entry(0, JOB, late), entry(1, JOB, early))
+    # Each GPU's processes their own start; the job's allocation its earliest on the node.
+    assert intervals() == [
+        (0, "", "4242", "process", t - 4, t, None),
+        (0, "", "4242", "scheduler", t - 7, t, None),
+        (1, "", "4242", "process", t - 7, t, None),
+        (1, "", "4242", "scheduler", t - 7, t, None),
+    ]
+
+
+def test_an_allocation_whose_processes_are_another_workload_opens_at_the_snapshot(
+    pipeline: IngestPipeline,
+) -> None:
+    t = time.time() - 60
+    send(pipeline, 1, t - 10, entry(0, None))
+    send(pipeline, 2, t, entry(0, TRAINER, process(4101, TRAINER_PROCESS, started=t - 4)))
+    assert intervals() == [
+        (0, "", "1f6a3c2e-9b4d", "process", t - 4, t, None),
+        (0, "", "ml/trainer-0", "scheduler", t, t, None),
+    ]
+
+
+def test_a_start_before_the_previous_snapshot_opens_midway_between_the_two(
+    pipeline: IngestPipeline,
+) -> None:
+    # The process ran an hour, but came onto this GPU after the snapshot that did not list it.
+    t = time.time() - 60
+    send(pipeline, 1, t - 10, entry(0, None))
+    send(pipeline, 2, t, entry(0, None, process(7, ANA, started=t - 3600)))
+    assert intervals() == [(0, "", "1000", "process", mid(t - 10, t), t, None)]
+
+
+def test_a_nodes_first_snapshot_opens_at_the_start_however_long_ago(
+    pipeline: IngestPipeline,
+) -> None:
+    t = time.time() - 60
+    send(pipeline, 1, t, entry(0, None, process(7, ANA, started=t - 3600)))
+    assert intervals() == [(0, "", "1000", "process", t - 3600, t, None)]
+
+
+def test_starts_change_nothing_on_a_resend_or_across_an_agent_restart(
+    pipeline: IngestPipeline,
+) -> None:
+    t = time.time() - 60
+    running = entry(0, JOB, process(77, JOB, started=t - 4))
+    send(pipeline, 1, t - 10, entry(0, None))
+    send(pipeline, 2, t, running)
+    send(pipeline, 3, t + 10, running)
+    assert send(pipeline, 3, t + 10, running) == 0  # resent
+    assert send(pipeline, 2, t, running) == 0  # older, late
+    pipeline.bye(1)
+    pipeline.hello(2, f"node:{NODE}", 1, "hash")
+    assert send(pipeline, 1, t + 40, running, conn=2) == 0
+    assert intervals() == [
+        (0, "", "4242", "process", t - 4, t + 40, None),
+        (0, "", "4242", "scheduler", t - 4, t + 40, None),
+    ]
 
 
 def test_an_agent_restart_continues_what_still_runs_and_ends_what_is_gone(
@@ -142,7 +218,7 @@ def test_an_agent_restart_continues_what_still_runs_and_ends_what_is_gone(
     assert intervals() == [
         (0, "", "4242", "process", t, t + 30, None),
         (0, "", "4242", "scheduler", t, t + 30, None),
-        (1, "", "1000", "process", t, t, t + 30),
+        (1, "", "1000", "process", t, t, mid(t, t + 30)),
     ]
 
 
@@ -153,7 +229,7 @@ def test_a_resent_or_older_batch_changes_nothing(pipeline: IngestPipeline) -> No
     before = intervals()
     assert send(pipeline, 2, t + 10, entry(0, None)) == 0  # the same batch again
     assert send(pipeline, 1, t, entry(0, None, process(7, ANA))) == 0  # an older one, late
-    assert intervals() == before == [(0, "", "1000", "process", t, t, t + 10)]
+    assert intervals() == before == [(0, "", "1000", "process", t, t, mid(t, t + 10))]
 
 
 def test_an_allocation_running_nothing_is_an_open_scheduler_interval(
@@ -179,7 +255,7 @@ def test_each_mig_device_has_intervals_of_its_own(pipeline: IngestPipeline) -> N
     send(pipeline, 2, t + 10, entry(2, None, process(7, ANA), mig="MIG-aaaa"))
     assert intervals() == [
         (2, "MIG-aaaa", "1000", "process", t, t + 10, None),
-        (2, "MIG-bbbb", "1000", "process", t, t, t + 10),
+        (2, "MIG-bbbb", "1000", "process", t, t, mid(t, t + 10)),
     ]
 
 

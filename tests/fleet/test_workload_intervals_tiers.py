@@ -52,5 +52,23 @@ def test_intervals_open_keep_and_close_alike_on_every_tier(db: TierDb) -> None:
     assert got == [
         (0, "4242", "process", T, T + 10, None),
         (0, "4242", "scheduler", T, T + 10, None),
-        (1, "1000", "process", T, T, T + 10),
+        (1, "1000", "process", T, T, (T + (T + 10)) / 2),  # ended midway
     ]
+
+
+def test_a_process_start_opens_its_interval_alike_on_every_tier(db: TierDb) -> None:
+    node = a_node(db)
+    idle: dict[str, Any] = {"gpu": 0, "allocation": None, "processes": []}
+    job = {
+        "gpu": 0,
+        "allocation": JOB,
+        "processes": [{"pid": 77, "sm_pct": 9.0, "started": T + 6, "owner": JOB}],
+    }
+    store(db, node, T, idle)
+    store(db, node, T + 10, job)
+    store(db, node, T + 10, job)  # resent
+    store(db, node, T + 20, idle)
+    rows = GpuAllocation.objects.using(db.alias).order_by("source")
+    got = [(a.source, a.started, a.last_seen, a.ended) for a in rows]
+    ended = (T + 10 + (T + 20)) / 2
+    assert got == [("process", T + 6, T + 10, ended), ("scheduler", T + 6, T + 10, ended)]
