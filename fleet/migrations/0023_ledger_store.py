@@ -3,7 +3,8 @@
 - `fw_ledger_1h`, `fw_ledger_1d`: per site, bucket (hour or UTC day), node, holder
   (`workload_id`, 0 for nobody) and ledger state: GPU-seconds (shares), GPU, node-share and
   overhead energy (J), estimated GPU-seconds, counter resets (shares), GPU-seconds without a
-  PUE, and the most holders a GPU had at once.
+  PUE, the energy (J) of hours with a grid-intensity value and its carbon (g), and the most
+  holders a GPU had at once.
 - `fw_ledger_state`: per site, `closed_until` (every hour before it is final) and
   `open_until` (how far the hours after it are computed for now).
 - `fw_ledger_late`: hours to compute again, left by the hourly rollup when late data
@@ -19,7 +20,17 @@ from typing import Any
 
 from django.db import migrations
 
-FIGURES = ("gpu_s", "gpu_j", "node_j", "over_j", "estimated_s", "resets", "no_pue_s")
+FIGURES = (
+    "gpu_s",
+    "gpu_j",
+    "node_j",
+    "over_j",
+    "estimated_s",
+    "resets",
+    "no_pue_s",
+    "series_j",
+    "series_g",
+)
 
 
 def forwards(apps: Any, schema_editor: Any) -> None:

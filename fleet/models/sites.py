@@ -8,7 +8,7 @@ from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models
 
-__all__ = ("Hall", "Site")
+__all__ = ("GridIntensity", "Hall", "IdleEnergyTo", "Site")
 
 slug_validator = RegexValidator(r"^[a-z0-9][a-z0-9-]*$", "lower-case letters, digits and dashes")
 
@@ -18,6 +18,13 @@ def validate_timezone(value: str) -> None:
         zoneinfo.ZoneInfo(value)
     except (zoneinfo.ZoneInfoNotFoundError, ValueError):
         raise ValidationError(f"{value!r} is not an IANA time zone (e.g. Europe/London)") from None
+
+
+class IdleEnergyTo(models.TextChoices):
+    """Who the energy ledger charges the energy of GPUs held and idle (docs/ledger.md)."""
+
+    OWNER = "owner", "the job holding them"
+    POOL = "pool", "the site's pool"
 
 
 class Site(models.Model):
@@ -48,6 +55,13 @@ class Site(models.Model):
         help_text="optional: charged per GPU-hour held, on top of energy",
     )
     currency = models.CharField(max_length=3, blank=True, help_text="ISO 4217 code, e.g. EUR")
+    idle_energy_to = models.CharField(
+        max_length=8,
+        choices=IdleEnergyTo.choices,
+        default=IdleEnergyTo.OWNER,
+        verbose_name="idle energy charged to",
+        help_text="allocated-but-idle and idle-held-memory energy: the job's owner, or the pool",
+    )
 
     class Meta:
         ordering = ("slug",)
@@ -66,3 +80,25 @@ class Hall(models.Model):
 
     def __str__(self) -> str:
         return f"{self.site.slug}/{self.name}"
+
+
+class GridIntensity(models.Model):
+    """The grid's carbon intensity at a site in one UTC hour, where the site has a time
+    series (imported: `manage.py import_grid_intensity`); the site's constant
+    (`Site.grid_gco2_per_kwh`) covers the hours without one."""
+
+    site = models.ForeignKey(Site, on_delete=models.CASCADE, related_name="grid_intensity")
+    hour = models.BigIntegerField(help_text="the hour's start, epoch seconds (UTC)")
+    gco2_per_kwh = models.FloatField(validators=[MinValueValidator(0)])
+
+    class Meta:
+        ordering = ("site", "hour")
+        constraints = [
+            models.UniqueConstraint(fields=("site", "hour"), name="grid_intensity_one_per_hour"),
+            models.CheckConstraint(
+                condition=models.Q(gco2_per_kwh__gte=0), name="grid_intensity_not_negative"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.site.slug} {self.hour}: {self.gco2_per_kwh} g/kWh"

@@ -19,7 +19,16 @@ from django.db import DEFAULT_DB_ALIAS
 from fleet.models import GpuAllocation, Node, Site, Workload
 from fleet.models.workloads import AllocationSource, WorkloadKind
 from fleet.read import ledger_rules as r
-from fleet.read.ledger import JobLedger, Ledger, Line, Price, ledger, price, tier_for
+from fleet.read.ledger import (
+    JobLedger,
+    Ledger,
+    Line,
+    Price,
+    charged_states,
+    ledger,
+    price,
+    tier_for,
+)
 from fleet.read.ledger_rules import DEFAULT_RULES, LedgerRules
 from fleet.read.ledger_sql import Window
 from fleet.read.ledger_store import progress, stored_ledger
@@ -133,11 +142,15 @@ def _held_hours(states: dict[str, Line]) -> float:
     return sum(line.gpu_hours for s, line in states.items() if s in r.HELD_STATES)
 
 
-def total_of(site: Site, name: str, parent: str, states: dict[str, Line]) -> Total:
-    """`states` with their price: kWh (energy and overhead) and held GPU-hours at the site's
+def total_of(
+    site: Site, name: str, parent: str, states: dict[str, Line], charged: Iterable[str] = r.STATES
+) -> Total:
+    """`states` with their price: the energy (and overhead) of the `charged` states — a
+    place's all of them, a team's what its jobs pay for — and held GPU-hours at the site's
     rates."""
-    energy = sum(states.values(), Line()).energy.total_kwh
-    return Total(name, parent, states, price(site, energy, _held_hours(states)))
+    kept = set(charged)
+    paid = sum((line for s, line in states.items() if s in kept), Line())
+    return Total(name, parent, states, price(site, paid, _held_hours(states)))
 
 
 def _places(site: Site, led: Ledger, using: str) -> tuple[list[Total], list[Total]]:
@@ -182,7 +195,8 @@ def _teams(site: Site, jobs: Iterable[Job]) -> list[Total]:
     teams: dict[str, dict[str, Line]] = {}
     for job in jobs:
         _add(teams.setdefault(job.team, {}), job.ledger.states)
-    totals = [total_of(site, team, "", states) for team, states in teams.items()]
+    charged = charged_states(site)
+    totals = [total_of(site, team, "", states, charged) for team, states in teams.items()]
     return sorted(totals, key=lambda t: (-t.total.gpu_hours, t.name))
 
 

@@ -18,6 +18,7 @@ from typing import Any
 from django.db import DEFAULT_DB_ALIAS, connections
 
 from fleet.models import GPU, Site, Workload
+from fleet.models.sites import GridIntensity, IdleEnergyTo
 from fleet.read import ledger_rules as r
 from fleet.read.ledger_rules import DEFAULT_RULES, LedgerRules
 from fleet.read.ledger_sql import (
@@ -69,6 +70,10 @@ class Line:
     estimated_hours: float = 0.0
     resets: float = 0.0  # shares: a reset on a GPU two jobs hold counts half to each
     hours_without_pue: float = 0.0
+    # The part of `energy.total_kwh` in hours the site's grid-intensity series covers, and
+    # its carbon at those hours' values (the site's constant prices the rest).
+    series_kwh: float = 0.0
+    series_g: float = 0.0
 
     def __add__(self, other: Line) -> Line:
         return Line(
@@ -77,6 +82,8 @@ class Line:
             self.estimated_hours + other.estimated_hours,
             self.resets + other.resets,
             self.hours_without_pue + other.hours_without_pue,
+            self.series_kwh + other.series_kwh,
+            self.series_g + other.series_g,
         )
 
 
@@ -116,8 +123,16 @@ class Price:
     currency: str
 
 
-def price(site: Site, energy_kwh: float, gpu_hours: float) -> Price:
-    carbon = None if site.grid_gco2_per_kwh is None else energy_kwh * site.grid_gco2_per_kwh / 1e3
+def price(site: Site, line: Line, gpu_hours: float) -> Price:
+    """`line`'s energy (overhead included) and `gpu_hours` held at the site's rates. Carbon:
+    the hours its grid-intensity series covers at their values, the rest at the site's
+    constant; None when it has neither."""
+    energy_kwh = line.energy.total_kwh
+    constant = site.grid_gco2_per_kwh
+    carbon = None
+    if constant is not None or line.series_kwh > 0:
+        rest_kwh = max(0.0, energy_kwh - line.series_kwh)
+        carbon = (line.series_g + rest_kwh * (constant or 0.0)) / 1e3
     parts = []
     if site.tariff_per_kwh is not None:
         parts.append(energy_kwh * site.tariff_per_kwh)
@@ -155,11 +170,18 @@ class JobLedger:
     owner: str
     split: str  # EXCLUSIVE or EVEN
     states: dict[str, Line]
-    price: Price
+    price: Price  # of `charged`, with the GPU-hour price on every hour held
+    charged_states: tuple[str, ...] = r.HELD_STATES
 
     @property
     def total(self) -> Line:
         return _total(self.states.values())
+
+    @property
+    def charged(self) -> Line:
+        """What the job pays for: every state it held the GPUs in, or, where the site charges
+        idle energy to the pool, all but the idle ones."""
+        return _total(line for s, line in self.states.items() if s in self.charged_states)
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,22 +198,30 @@ class Ledger:
     metered_facility_kwh: float
     metered_it_kwh: float
     price: Price  # the whole ledger's
+    charged_states: tuple[str, ...] = r.HELD_STATES  # `charged_states(site)`
 
     @property
     def attributed(self) -> Line:
-        """Held GPU-buckets: the jobs' (idle ones included: charged to their owners)."""
-        return _total(self.states.get(s, Line()) for s in r.HELD_STATES)
+        """What the jobs are charged: held GPU-buckets (the idle ones too, unless the site
+        charges idle energy to the pool)."""
+        return _total(self.states.get(s, Line()) for s in self.charged_states)
 
     @property
     def pool(self) -> Energy:
-        """Energy no job holds: unallocated and lost GPUs, nodes whose GPUs sent nothing, IT
-        energy no node reports (switches, storage, the racks' fans and PDUs)."""
-        lines = (self.states.get(s, Line()) for s in (r.UNALLOCATED, r.LOST))
+        """Energy no job pays for: unallocated and lost GPUs, idle ones where the site says
+        so, nodes whose GPUs sent nothing, IT energy no node reports (switches, storage, the
+        racks' fans and PDUs)."""
+        lines = (self.states.get(s, Line()) for s in r.STATES if s not in self.charged_states)
         return _total(lines).energy + self.nodes_without_gpus + self.unmetered_it
 
     @property
     def total_kwh(self) -> float:
         return self.attributed.energy.total_kwh + self.pool.total_kwh
+
+    @property
+    def held_hours(self) -> float:
+        """GPU-hours jobs held, idle or not: what a GPU-hour price charges."""
+        return _total(self.states.get(s, Line()) for s in r.HELD_STATES).gpu_hours
 
     @property
     def reconcile_error_pct(self) -> float | None:
@@ -206,6 +236,14 @@ class Ledger:
         """IT energy the facility meter saw and no node or GPU reported (switches, storage,
         the racks' fans and PDUs): in the pool."""
         return self.unmetered_it.it_kwh
+
+
+def charged_states(site: Site) -> tuple[str, ...]:
+    """The held states a job pays for: all of them, or all but the idle ones where the site
+    charges idle energy to the pool (`Site.idle_energy_to`)."""
+    if site.idle_energy_to == IdleEnergyTo.POOL:
+        return tuple(s for s in r.HELD_STATES if s not in r.IDLE_STATES)
+    return r.HELD_STATES
 
 
 def tier_for(a: float, b: float, now: float) -> str:
@@ -246,7 +284,25 @@ def parts(window: Window, rules: LedgerRules, using: str = DEFAULT_DB_ALIAS) -> 
         for hour, j, o in _rows(using, unmetered_it_sql(window, vendor))
         if j is not None
     ]
-    return found + lost + node_only + unmetered
+    return with_series(window, found + lost + node_only + unmetered, using)
+
+
+def with_series(w: Window, found: list[Part], using: str) -> list[Part]:
+    """`found` with the carbon of the hours the site's grid-intensity series covers."""
+    hours = {p.hour for p in found}
+    values = dict(
+        GridIntensity.objects.using(using)
+        .filter(site_id=w.site_id, hour__in=hours)
+        .values_list("hour", "gco2_per_kwh")
+    )
+    if not values:
+        return found
+    return [p if p.hour not in values else _with_value(p, values[p.hour]) for p in found]
+
+
+def _with_value(p: Part, gco2_per_kwh: float) -> Part:
+    kwh = p.line.energy.total_kwh
+    return replace(p, line=replace(p.line, series_kwh=kwh, series_g=kwh * gco2_per_kwh))
 
 
 def _inventory(w: Window, using: str) -> list[tuple[int, int]]:
@@ -291,7 +347,9 @@ def fold(
     jobs: dict[int, dict[str, Line]] = {}
     most: dict[int, int] = {}
     pool_only = {state: Energy() for state in POOL_ONLY}
+    everything = Line()
     for p in parts:
+        everything = everything + p.line
         if p.state in pool_only:
             pool_only[p.state] = pool_only[p.state] + p.line.energy
             continue
@@ -309,13 +367,14 @@ def fold(
         nodes=[NodeLedger(n, lines) for n, lines in sorted(nodes.items())],
         gpus=[GpuLedger(n, g, lines) for (n, g), lines in sorted(gpus.items())],
         jobs=_jobs(site, jobs, most, using),
+        charged_states=charged_states(site),
         nodes_without_gpus=pool_only[NODE_ONLY],
         unmetered_it=pool_only[UNMETERED_IT],
         metered_facility_kwh=metered[0],
         metered_it_kwh=metered[1],
         price=Price(None, None, site.currency),
     )
-    return replace(led, price=price(site, led.total_kwh, led.attributed.gpu_hours))
+    return replace(led, price=price(site, everything, led.held_hours))
 
 
 def _add(into: dict[str, Line], state: str, line: Line) -> None:
@@ -358,7 +417,9 @@ def _jobs(
         wl = workloads.get(workload_id)
         if wl is None:  # removed since (its intervals go with it): nobody to charge
             continue
-        total = _total(lines.values())
+        charged = charged_states(site)
+        paid = _total(line for st, line in lines.items() if st in charged)
+        held = _total(line for st, line in lines.items() if st in r.HELD_STATES).gpu_hours
         jobs.append(
             JobLedger(
                 workload_id=workload_id,
@@ -367,7 +428,8 @@ def _jobs(
                 owner=wl.owner,
                 split=EXCLUSIVE if most[workload_id] == 1 else EVEN,
                 states=lines,
-                price=price(site, total.energy.total_kwh, total.gpu_hours),
+                price=price(site, paid, held),
+                charged_states=charged,
             )
         )
     return jobs

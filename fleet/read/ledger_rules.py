@@ -18,8 +18,12 @@ ALLOCATED_IDLE = "allocated_idle"  # held, idle, nothing holds memory
 BUSY = "busy"  # held and used
 
 STATES: tuple[str, ...] = (BUSY, ALLOCATED_IDLE, IDLE_HELD_MEMORY, STALLED, UNALLOCATED, LOST)
-# States whose energy a holder pays for; the rest goes to the pool.
+# States a holder has the GPU in: charged to it, but for the idle ones where the site
+# charges idle energy to the pool (`Site.idle_energy_to`); the rest is the pool's.
 HELD_STATES: tuple[str, ...] = (BUSY, ALLOCATED_IDLE, IDLE_HELD_MEMORY, STALLED)
+# Held and doing nothing: an allocation running nothing, or a process holding memory on an
+# idle GPU. Both are GPUs someone could reclaim.
+IDLE_STATES: tuple[str, ...] = (ALLOCATED_IDLE, IDLE_HELD_MEMORY)
 
 
 @dataclass(frozen=True, slots=True)

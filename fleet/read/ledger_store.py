@@ -52,7 +52,17 @@ CLOSED_HOURS_PER_CHUNK = {"1m": 6, "1h": 48}
 OPEN_REFRESH_S = 120
 # One run's work before it leaves the rest to the next (the task's soft limit is 600 s).
 RUN_BUDGET_S = 240.0
-FIGURES = ("gpu_s", "gpu_j", "node_j", "over_j", "estimated_s", "resets", "no_pue_s")
+FIGURES = (
+    "gpu_s",
+    "gpu_j",
+    "node_j",
+    "over_j",
+    "estimated_s",
+    "resets",
+    "no_pue_s",
+    "series_j",
+    "series_g",
+)
 KEY = ("site_id", "bucket", "node_id", "workload_id", "state")
 COLUMNS = (*KEY, *FIGURES, "holders")
 
@@ -159,13 +169,17 @@ def _metered(cur: CursorWrapper, w: Window) -> tuple[float, float]:
 
 
 def _line(figures: Sequence[Any]) -> Line:
-    gpu_s, gpu_j, node_j, over_j, estimated_s, resets, no_pue_s = (float(f or 0) for f in figures)
+    gpu_s, gpu_j, node_j, over_j, estimated_s, resets, no_pue_s, series_j, series_g = (
+        float(f or 0) for f in figures
+    )
     return Line(
         gpu_hours=gpu_s / HOUR_S,
         energy=Energy(gpu_j / J_PER_KWH, node_j / J_PER_KWH, over_j / J_PER_KWH),
         estimated_hours=estimated_s / HOUR_S,
         resets=resets,
         hours_without_pue=no_pue_s / HOUR_S,
+        series_kwh=series_j / J_PER_KWH,
+        series_g=series_g,
     )
 
 
@@ -332,6 +346,14 @@ def _write(cur: CursorWrapper, w: Window, using: str) -> None:
     )
     _insert(cur, "fw_ledger_1h", rows)
     first_day, end_day = _floor(first_hour, DAY_S), -(-end_hour // DAY_S) * DAY_S
+    _resum_days(cur, site, first_day, end_day, chosen)
+
+
+def _resum_days(
+    cur: CursorWrapper, site_id: int, first_day: int, end_day: int, chosen: str
+) -> None:
+    """The daily rows of [first_day, end_day) (of the `chosen` nodes) from their hours."""
+    site = int(site_id)
     cur.execute(
         f"DELETE FROM fw_ledger_1d WHERE site_id = {site} AND bucket >= {first_day}"
         f" AND bucket < {end_day}{chosen}"
@@ -344,6 +366,20 @@ def _write(cur: CursorWrapper, w: Window, using: str) -> None:
         f" AND bucket >= {first_day} AND bucket < {end_day}{chosen}"
         f" GROUP BY site_id, {day}, node_id, workload_id, state"
     )
+
+
+def apply_intensity(cur: CursorWrapper, site_id: int, values: dict[int, float]) -> None:
+    """Stored hours of `site_id` take the grid intensity just set for them (hour → gCO2/kWh):
+    their energy becomes the series' part, at that value; their days are summed again. In
+    the caller's transaction, with the values' own write."""
+    energy = "gpu_j + node_j + over_j"
+    cur.executemany(
+        f"UPDATE fw_ledger_1h SET series_j = {energy}, series_g = ({energy}) / {J_PER_KWH!r} * %s"
+        " WHERE site_id = %s AND bucket = %s",
+        [(value, site_id, hour) for hour, value in values.items()],
+    )
+    for day in sorted({_floor(hour, DAY_S) for hour in values}):
+        _resum_days(cur, site_id, day, day + DAY_S, "")
 
 
 def _chosen(node_ids: tuple[int, ...] | None) -> str:
@@ -369,17 +405,18 @@ def _hour_rows(site_id: int, found: Iterable[Part]) -> list[tuple[Any, ...]]:
             line.estimated_hours * HOUR_S,
             line.resets,
             line.hours_without_pue * HOUR_S,
-            float(p.holders),
+            line.series_kwh * J_PER_KWH,
+            line.series_g,
         )
         have = rows.get(key)
         if have is None:
-            rows[key] = list(figures)
+            rows[key] = [*figures, float(p.holders)]
         else:
-            for i in range(7):
-                have[i] += figures[i]
-            have[7] = max(have[7], figures[7])
+            for i, value in enumerate(figures):
+                have[i] += value
+            have[-1] = max(have[-1], float(p.holders))
     return [
-        (site_id, hour, node, wl, state, *figures[:7], int(figures[7]))
+        (site_id, hour, node, wl, state, *figures[:-1], int(figures[-1]))
         for (hour, node, wl, state), figures in rows.items()
     ]
 

@@ -43,9 +43,7 @@ __all__ = (
 
 WEEK_S = 7 * 86400
 TOP_IDLE = 10
-# Held and doing nothing: an allocation running nothing, or a process holding memory on an
-# idle GPU. Both are GPUs someone could reclaim.
-IDLE_STATES: tuple[str, ...] = (r.ALLOCATED_IDLE, r.IDLE_HELD_MEMORY)
+IDLE_STATES = r.IDLE_STATES
 POOL = "(pool)"  # the report's name for GPU time nobody held: unallocated, lost or down
 _WEEK = re.compile(r"^(\d{4})-W(\d{2})$")
 
