@@ -24,7 +24,14 @@ from django.db import connections
 from fleet.storage.dialect import POSTGRESQL
 from fleet.storage.schema import TIER_SECONDS, latest_table, rollup_table
 
-__all__ = ("RackDraw", "enforced_limits", "rack_draws", "rack_utilisation")
+__all__ = (
+    "RackDraw",
+    "enforced_limits",
+    "rack_draws",
+    "rack_series_params",
+    "rack_series_sql",
+    "rack_utilisation",
+)
 
 # The racks of one site, for every statement below.
 _SITE_RACKS = (
@@ -45,8 +52,10 @@ class RackDraw:
     sources: dict[str, int]  # power source → buckets it gave the draw
 
 
-def _series_sql(tier: str) -> str:
-    """Rack draw per bucket with its source; parameters: (site, since, until) × 3."""
+def rack_series_sql(tier: str) -> str:
+    """CTEs (after a WITH) ending in `series`: each rack's draw per whole bucket in
+    [since, until) with its source; parameters `rack_series_params(site, since, until)`.
+    Shared with fleet/read/forecast_sources.py: one rule for a rack's draw."""
     step = TIER_SECONDS[tier]
 
     def window(table: str) -> str:  # whole buckets inside [since, until)
@@ -110,7 +119,7 @@ def _interpolated(p: float) -> str:
 
 
 def _percentiles_sql(tier: str, vendor: str) -> str:
-    head = "WITH " + _series_sql(tier)
+    head = "WITH " + rack_series_sql(tier)
     if vendor == POSTGRESQL:
         return head + (
             "SELECT rack_id, percentile_cont(0.95) WITHIN GROUP (ORDER BY w),"
@@ -126,7 +135,8 @@ def _percentiles_sql(tier: str, vendor: str) -> str:
     )
 
 
-def _params(site_id: int, since: float, until: float) -> list[Any]:
+def rack_series_params(site_id: int, since: float, until: float) -> list[Any]:
+    """The parameters of `rack_series_sql`: (site, since, until) for each of its three reads."""
     return [site_id, int(since), int(until)] * 3
 
 
@@ -135,7 +145,7 @@ def rack_draws(site_id: int, since: float, until: float, tier: str, using: str) 
     over the tier's bucket means, how many buckets, and which source gave them."""
     vendor = connections[using].vendor
     with connections[using].cursor() as cur:
-        cur.execute(_percentiles_sql(tier, vendor), _params(site_id, since, until))
+        cur.execute(_percentiles_sql(tier, vendor), rack_series_params(site_id, since, until))
         rows = cur.fetchall()
     return [
         RackDraw(

@@ -27,7 +27,7 @@ from django.db import DEFAULT_DB_ALIAS, connections
 
 from fleet.health.thresholds import RACK_POWER_CRIT_FRACTION
 from fleet.models import CoolingLoop, PowerFeed, Rack
-from fleet.read.capacity_sql import _params, _series_sql
+from fleet.read.capacity_sql import rack_series_params, rack_series_sql
 from fleet.read.forecast import PARAMS, Forecast, ForecastParams, NoForecast, time_to_limit
 from fleet.storage.schema import TIER_SECONDS, rollup_table
 
@@ -93,10 +93,10 @@ def rack_power(site_id: int, since: float, until: float, tier: str, using: str) 
     # The stranded-capacity statement's per-bucket series: one rule for a rack's draw.
     sql = (
         "WITH "
-        + _series_sql(tier)
+        + rack_series_sql(tier)
         + "SELECT rack_id, bucket, w FROM series WHERE w IS NOT NULL ORDER BY rack_id, bucket"
     )
-    return _series(sql, _params(site_id, since, until), TIER_SECONDS[tier], 1e-3, using)
+    return _series(sql, rack_series_params(site_id, since, until), TIER_SECONDS[tier], 1e-3, using)
 
 
 def feed_power(site_id: int, since: float, until: float, tier: str, using: str) -> Series:
