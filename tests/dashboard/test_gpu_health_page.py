@@ -17,7 +17,7 @@ from fleet.health import record as hr
 from tests.support import people
 from tests.support.databases import T
 from tests.support.health_seed import Place, counter_run, event, latest, minutes, site_with_gpus
-from tests.support.pages import text
+from tests.support.pages import fold, text
 from tests.support.roles import person, signed_in
 
 pytestmark = pytest.mark.django_db
@@ -71,16 +71,9 @@ def test_the_gpus_to_replace_and_reset_are_listed_with_their_evidence(place: Pla
     assert "serial 1652300000" in words
     watched = page.split('id="watch-')[1].split("</table>")[0]
     assert f'data-gpu="{watch.id}"' in watched
-    assert "fell off the bus in the last 7 days" in text_of(watched)
+    assert "fell off the bus in the last 7 days" in fold(watched)
     assert "1 replace · 1 reset needed · 1 watch · 1 healthy" in words
     assert f'href="/nodes/{replace.node_id}/"' in page  # the node with GPUs to act on
-
-
-def text_of(fragment: str) -> str:
-    class R:
-        content = fragment.encode()
-
-    return text(R())
 
 
 def test_the_csv_has_what_an_rma_form_asks_for(place: Place) -> None:
@@ -123,7 +116,7 @@ def test_the_gpu_page_shows_the_record(place: Place, monkeypatch: pytest.MonkeyP
     reset = place.gpus[1]
     response = viewer_of_site_1().get(f"/gpus/{reset.id}/")
     page = response.content.decode()
-    health = text_of(page.split('id="gpu-health"')[1].split("</section>")[0])
+    health = fold(page.split('id="gpu-health"')[1].split("</section>")[0])
     assert "reset needed" in health
     assert "drain it, then reset the GPU" in health
     assert "Row remap pending yes" in health
