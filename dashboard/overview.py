@@ -21,6 +21,8 @@ from django.urls import reverse
 from fleet import health
 from fleet.health import STALE_AFTER_S
 from fleet.models import Rack, Site
+from fleet.read.forecast_now import forecasts_now
+from fleet.read.forecast_sources import interval_words, sentence
 from fleet.read.site_summary import agent_counts, site_payloads
 from fleet.read.state import RackState, rack_payload, rack_summaries
 from fleet.words import level_word, say, throttling_words
@@ -57,6 +59,10 @@ class RackTile:
     loop_word: str
     power: str  # kW now, or "–"
     budget: str  # kW
+    # "A07 reaches 45 kW in ~40 min at this trend" and its interval; "" without a
+    # forecast. Rendered with the page, not pushed (docs/ui.md).
+    forecast: str = ""
+    forecast_interval: str = ""
 
 
 @dataclass
@@ -103,8 +109,10 @@ def fleet_overview(now: float, sites: set[int] | None = None) -> tuple[Halls, di
     halls = Halls()
     racks: dict[str, Any] = {}
     links = Links.reverse()
+    forecasts = rack_forecasts({s.info.site_id for s in states.values()}, now)
     for rack_id, state in states.items():
         tile = rack_tile(state, links)
+        tile.forecast, tile.forecast_interval = forecasts.get(rack_id, ("", ""))
         racks[str(rack_id)] = tile.data
         hall = state.info.hall
         if len(names) > 1:
@@ -121,6 +129,17 @@ def fleet_overview(now: float, sites: set[int] | None = None) -> tuple[Halls, di
         "places": {str(r): [s.info.site_id, s.info.loop_id] for r, s in states.items()},
     }
     return halls, payload
+
+
+def rack_forecasts(site_ids: Iterable[int], now: float) -> dict[int, tuple[str, str]]:
+    """Each rack with a forecast to reach its budget: (its sentence, its interval)."""
+    out: dict[int, tuple[str, str]] = {}
+    for site_id in site_ids:
+        for item in forecasts_now(site_id, now):
+            words = sentence(item) if item.subject == "rack" else None
+            if words is not None:
+                out[item.entity_id] = (words, interval_words(item) or "")
+    return out
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 
 from fleet import health
 from fleet.models import GPU, Node, PowerFeed, Rack
+from fleet.read.forecast_now import forecasts_now
+from fleet.read.forecast_sources import interval_words, sentence
 from fleet.read.lost_gpus import LostSince, lost_since
 from fleet.read.payloads import gpu_entry, liquid_entry
 from fleet.read.state import (  # REASON_WORDS and throttle_words: imported from here by others
@@ -90,6 +92,16 @@ class Liquid:
     flow: str
 
 
+@dataclass(frozen=True)
+class ForecastLine:
+    """One subject's time to limit in words ("A07 reaches 45 kW in ~40 min at this
+    trend") and its interval (a title and small print)."""
+
+    subject: str  # rack, feed, loop_supply, loop_heat
+    words: str
+    interval: str
+
+
 @dataclass
 class RackPage:
     id: int
@@ -111,6 +123,7 @@ class RackPage:
     liquid: Liquid | None
     nodes: list[NodeRow]
     as_of: str
+    forecasts: list[ForecastLine] = field(default_factory=list)
 
 
 def kw_words(kw: float | None, ts: float | None, now: float) -> str:
@@ -328,6 +341,21 @@ def liquid(state: RackState, now: float) -> Liquid | None:
     )
 
 
+def forecast_lines(state: RackState, feed_ids: set[int], now: float) -> list[ForecastLine]:
+    """The rack's, its feeds' and its loop's forecasts that reach their limit (this
+    minute's, fleet.read.forecast_now); none where none does."""
+    info = state.info
+    ours = {"rack": {info.id}, "feed": feed_ids}
+    if info.loop_id is not None:
+        ours.update(loop_supply={info.loop_id}, loop_heat={info.loop_id})
+    lines = []
+    for item in forecasts_now(info.site_id, now):
+        words = sentence(item) if item.entity_id in ours.get(item.subject, ()) else None
+        if words is not None:
+            lines.append(ForecastLine(item.subject, words, interval_words(item) or ""))
+    return lines
+
+
 def site_timezone(rack_id: int) -> str:
     """The time zone of the rack's site, in which the page says when a GPU was lost."""
     tz = Rack.objects.filter(pk=rack_id).values_list("hall__site__timezone", flat=True).first()
@@ -362,4 +390,5 @@ def rack_page(rack_id: int, now: float) -> RackPage | None:
         liquid=liquid(state, now),
         nodes=elevation(state, now, site_timezone(rack_id)),
         as_of=as_of(now),
+        forecasts=forecast_lines(state, {f.id for f in feeds}, now),
     )

@@ -35,6 +35,7 @@ __all__ = (
     "LimitForecast",
     "Series",
     "feed_power",
+    "interval_words",
     "loop_metric",
     "rack_power",
     "sentence",
@@ -71,10 +72,29 @@ def sentence(item: LimitForecast) -> str | None:
     forecast = item.forecast
     if not isinstance(forecast, Forecast):
         return None
-    minutes = forecast.in_s / 60
-    when = f"~{round(minutes)} min" if minutes < 100 else f"~{minutes / 60:.1f} h"
+    when = _minutes(forecast.in_s)
     limit = f"{round(item.limit, 1):g} {item.unit}"
     return f"{item.name}{_FIGURES[item.subject]} reaches {limit} in {when} at this trend"
+
+
+def _minutes(seconds: float) -> str:
+    minutes = seconds / 60
+    return f"~{round(minutes)} min" if minutes < 100 else f"~{minutes / 60:.1f} h"
+
+
+def interval_words(item: LimitForecast) -> str | None:
+    """The crossing's interval in words ("90 % interval: ~36 min to ~45 min; fitted to 180
+    minute means"), for a title or small print under the sentence; None without one."""
+    forecast = item.forecast
+    if not isinstance(forecast, Forecast):
+        return None
+    start = _minutes(forecast.earliest - forecast.now)
+    end = _minutes(forecast.latest - forecast.now)
+    pattern = " and the daily pattern" if forecast.daily else ""
+    return (
+        f"{round(100 * PARAMS.interval)} % interval: {start} to {end};"
+        f" fitted to {forecast.points} minute means{pattern}"
+    )
 
 
 def _series(sql: str, params: Sequence[Any], step: int, scale: float, using: str) -> Series:

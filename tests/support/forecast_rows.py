@@ -1,0 +1,32 @@
+"""Rollup rows of a known shape for the forecast tests of pages and rules: the 1-minute
+means a ramp (or a flat line) leaves in the default database, the recent window the
+forecast fits (fleet/read/forecast.py PARAMS.recent_s) up to a given time."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from django.db import connection, transaction
+
+from fleet.read.forecast import PARAMS
+
+MINUTE = 60
+
+
+def seed_minutes(
+    table: str,
+    key: str,
+    entity_id: int,
+    column: str,
+    shape: Callable[[float], float],
+    until: float,
+) -> None:
+    """One row per whole minute of the recent window before `until` (each the shape's
+    value at its bucket's centre), as the 1-minute rollup writes them."""
+    end = int(until) - int(until) % MINUTE
+    start = end - int(PARAMS.recent_s)
+    rows = [(entity_id, b, 6, shape(b + MINUTE / 2)) for b in range(start, end, MINUTE)]
+    with transaction.atomic(), connection.cursor() as cur:
+        cur.executemany(
+            f"INSERT INTO {table} ({key}, bucket, n, {column}) VALUES (%s, %s, %s, %s)", rows
+        )
