@@ -37,7 +37,7 @@ from agents.outbox import Outbox
 from agents.protocol import cadence
 from agents.spool import SpoolSettings
 from agents.uplink import UplinkSettings
-from fleet.models import Site
+from fleet.models import GpuAllocation, Site
 from fleet.read.ledger import J_PER_KWH, Ledger, ledger
 from fleet.read.ledger_sql import Window
 from fleetsim.collectors import site_collectors, site_reading
@@ -70,33 +70,47 @@ SERVER_ENV = {"FLEETWATCH_RETENTION_RAW_HOURS": str(HOURS + 3)}
 
 @dataclass
 class SimRun:
-    """What was simulated: the truth, the server's site, the minutes covered `[a, b)`."""
+    """What was simulated: the truth, the server's site, the minutes covered `[a, b)`, and
+    the wall clock's Unix time at simulated time 0 (`w0`: a job's start is `w0 + start_s`)."""
 
     truth: EnergyTruth
     site_slug: str
     a: int
     b: int
+    w0: int
 
 
 @dataclass(frozen=True, slots=True)
 class JobCheck:
     """One job (or the jobs sharing GPUs) in kWh: the ledger's GPU energy; the truth's, what
-    the GPUs used while it held them; and the truth's energy of every GPU-minute it held for
-    any part of (split evenly where several jobs did), the ledger's own rule applied to the
-    truth."""
+    the GPUs used while it held them; and the ledger's own rule applied to the truth with the
+    jobs' exact edges: of each GPU-minute, the part the job's run covers (scaled down where
+    several jobs' parts add up to more than the minute), so `exact_edges_error_pct` is what
+    the rule misses by itself, whatever the intervals' edges."""
 
     jobs: tuple[str, ...]  # the ledger's workload keys
     ledger_kwh: float
     truth_kwh: float
-    whole_minutes_kwh: float
+    exact_edges_kwh: float
 
     @property
     def error_pct(self) -> float:
         return 100.0 * (self.ledger_kwh - self.truth_kwh) / self.truth_kwh
 
     @property
-    def whole_minutes_error_pct(self) -> float:
-        return 100.0 * (self.ledger_kwh - self.whole_minutes_kwh) / self.whole_minutes_kwh
+    def exact_edges_error_pct(self) -> float:
+        return 100.0 * (self.exact_edges_kwh - self.truth_kwh) / self.truth_kwh
+
+
+@dataclass(frozen=True, slots=True)
+class Edge:
+    """A job's process interval on one GPU against the simulated job: how far its start and
+    end (None while it runs past the window) are from the job's, in seconds."""
+
+    job: str  # the ledger's workload key
+    gpu: int
+    start_error_s: float
+    end_error_s: float | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +118,7 @@ class Comparison:
     led: Ledger
     jobs: list[JobCheck]
     truth: Facility  # what the model's facility, racks and nodes drew (J), not what was metered
+    edges: list[Edge]
 
     @property
     def worst_job(self) -> JobCheck:
@@ -187,7 +202,7 @@ async def simulate(server: FleetServer, workdir: Path, hours: float = HOURS) -> 
         await asyncio.gather(*(box.close(5.0) for box in outboxes.values()))
         workloads.close()
     server.manage("rollup")
-    return SimRun(truth, inventory.site_slug, w0 + 60, w0 + round(hours * 3600))
+    return SimRun(truth, inventory.site_slug, w0 + 60, w0 + round(hours * 3600), w0)
 
 
 def _outbox(server: FleetServer, workdir: Path, source: str, token: str) -> Outbox:
@@ -238,21 +253,66 @@ def compare(run: SimRun, using: str) -> Comparison:
         cells[(node, gpu, minute)] = (cell_j + joules, cell_holders | ({keys} if keys else set()))
     groups = _groups(held)
     group_of = {k: g for g in groups for k in g}
-    whole: dict[Holders, float] = {}
-    for cell_j, cell_holders in cells.values():
-        holding = {group_of[keys[0]] for keys in cell_holders}
-        for group in holding:
-            whole[group] = whole.get(group, 0.0) + cell_j / len(holding)
+    covered = _covered_j(run, {node_gpu_minute: j for node_gpu_minute, (j, _) in cells.items()})
+    exact: dict[Holders, float] = {}
+    for key, joules in covered.items():
+        if key in group_of:  # else the truth never saw it hold a GPU inside the window
+            exact[group_of[key]] = exact.get(group_of[key], 0.0) + joules
     checks = [
         JobCheck(
             keys,
             sum(charged.get(k, 0.0) for k in keys),
             joules / J_PER_KWH,
-            whole[keys] / J_PER_KWH,
+            exact.get(keys, 0.0) / J_PER_KWH,
         )
         for keys, joules in groups.items()
     ]
-    return Comparison(led, sorted(checks, key=lambda c: c.jobs), run.truth.facility_j(run.a, run.b))
+    return Comparison(
+        led,
+        sorted(checks, key=lambda c: c.jobs),
+        run.truth.facility_j(run.a, run.b),
+        _edges(run, using),
+    )
+
+
+def _covered_j(run: SimRun, cells: dict[tuple[str, int, int], float]) -> dict[str, float]:
+    """Each job's (by ledger key) GPU energy by the ledger's rule at the jobs' exact edges:
+    of each GPU-minute's energy, the part of the minute its run covers, the parts scaled
+    down where together they cover more than the minute."""
+    runs: dict[tuple[str, int], list[tuple[str, float, float]]] = {}
+    for job in run.truth.jobs.values():
+        for gpu in job.gpus:
+            span = (run.w0 + job.start_s, run.w0 + job.end_s)
+            runs.setdefault((job.node, gpu), []).append((ledger_key(job), *span))
+    out: dict[str, float] = {}
+    for (node, gpu, minute), joules in cells.items():
+        parts = [
+            (key, max(0.0, min(end, minute + 60) - max(start, minute)) / 60)
+            for key, start, end in runs.get((node, gpu), [])
+        ]
+        total = sum(part for _, part in parts)
+        for key, part in parts:
+            if part > 0:
+                out[key] = out.get(key, 0.0) + joules * part / max(1.0, total)
+    return out
+
+
+def _edges(run: SimRun, using: str) -> list[Edge]:
+    """Every job's process intervals against the job (names two jobs share left out)."""
+    by_key: dict[str, list[Job]] = {}
+    for job in run.truth.jobs.values():
+        by_key.setdefault(ledger_key(job), []).append(job)
+    out = []
+    rows = GpuAllocation.objects.using(using).filter(source="process").select_related("workload")
+    for row in rows:
+        jobs = by_key.get(row.workload.key, [])
+        if len(jobs) != 1:
+            continue
+        job = jobs[0]
+        start, end = run.w0 + job.start_s, run.w0 + job.end_s
+        ended = None if row.ended is None or end >= run.b else row.ended - end
+        out.append(Edge(row.workload.key, row.gpu, row.started - start, ended))
+    return out
 
 
 def _groups(held: dict[Holders, float]) -> dict[Holders, float]:
