@@ -196,7 +196,9 @@ class Figures:
     reconcile_error_pct: float | None
 
 
-def run(kind: str, gpus: int, days: float, tier: str, repeat: int) -> Figures:
+def run(
+    kind: str, gpus: int, days: float, tier: str, repeat: int, computed: bool = True
+) -> Figures:
     step = TIER_SECONDS[tier]
     b = int(time.time()) // 3600 * 3600
     a = b - int(days * 86400) // step * step
@@ -208,7 +210,7 @@ def run(kind: str, gpus: int, days: float, tier: str, repeat: int) -> Figures:
             seeded = time.perf_counter() - t0
             window = Window(site_id, a, b, tier)
             t1 = time.perf_counter()
-            led = ledger(window, using=alias)
+            led = ledger(window, using=alias) if computed else None
             whole = time.perf_counter() - t1
             # The rollups past the window; "now" a little later, or days later for an hourly
             # window (so every hour is closed from the hourly tier, as a backfill does).
@@ -236,10 +238,10 @@ def run(kind: str, gpus: int, days: float, tier: str, repeat: int) -> Figures:
         print(f"  {state:18} {line.gpu_hours:12,.0f} GPU-h {line.energy.total_kwh:14,.1f} kWh")
     print(f"  racks {len(page.racks)}, teams {len(page.teams)}, jobs {len(page.jobs)},"
           f" reclaim list {len(page.reclaim)}")  # fmt: skip
-    print(f"ledger() from the tier: {whole:.2f} s; the store built (keep): {kept:.2f} s")
+    said = f"{whole:.2f} s" if led is not None else "not run (--skip-computed)"
+    print(f"ledger() from the tier: {said}; the store built (keep): {kept:.2f} s")
     error = page.ledger.reconcile_error_pct
-    computed = led.reconcile_error_pct
-    print(f"reconcile_error_pct: stored {error}, computed {computed}")
+    print(f"reconcile_error_pct: stored {error}, computed {led and led.reconcile_error_pct}")
     print(
         f"db={kind} tier={tier} gpus={gpus} days={days:g}"
         f" ledger_query_s={statistics.median(times):.3f}"
@@ -256,15 +258,18 @@ def main() -> int:
                         help="default: 1m up to 3 days, else 1h")  # fmt: skip
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--no-sqlite", action="store_true")
+    parser.add_argument(
+        "--skip-computed", action="store_true", help="leave out ledger() from the tier"
+    )
     args = parser.parse_args()
     tier = args.tier or ("1m" if args.days <= 3 else "1h")
     print(
         f"machine: {platform.machine()} {os.cpu_count()} cores, Python {platform.python_version()}"
     )
     if not args.no_sqlite:
-        run("sqlite", args.gpus, args.days, tier, args.repeat)
+        run("sqlite", args.gpus, args.days, tier, args.repeat, not args.skip_computed)
     if os.environ.get("DATABASE_URL"):
-        run("postgresql", args.gpus, args.days, tier, args.repeat)
+        run("postgresql", args.gpus, args.days, tier, args.repeat, not args.skip_computed)
     return 0
 
 

@@ -18,6 +18,7 @@ class Migration(migrations.Migration):
             name="idle_energy_to",
             field=models.CharField(
                 choices=[("owner", "the job holding them"), ("pool", "the site's pool")],
+                db_default="owner",
                 default="owner",
                 help_text="allocated-but-idle and idle-held-memory energy: the job's owner, or the pool",
                 max_length=8,

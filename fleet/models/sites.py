@@ -59,6 +59,8 @@ class Site(models.Model):
         max_length=8,
         choices=IdleEnergyTo.choices,
         default=IdleEnergyTo.OWNER,
+        # in the table too: a row written without the ORM (a bench, a script) gets it
+        db_default=IdleEnergyTo.OWNER,
         verbose_name="idle energy charged to",
         help_text="allocated-but-idle and idle-held-memory energy: the job's owner, or the pool",
     )

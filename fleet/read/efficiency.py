@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from django.db import DEFAULT_DB_ALIAS
+from django.db import DEFAULT_DB_ALIAS, connections
 
 from fleet.models import GpuAllocation, Node, Site, Workload
 from fleet.models.workloads import AllocationSource, WorkloadKind
@@ -30,7 +30,7 @@ from fleet.read.ledger import (
     tier_for,
 )
 from fleet.read.ledger_rules import DEFAULT_RULES, LedgerRules
-from fleet.read.ledger_sql import Window
+from fleet.read.ledger_sql import Window, idle_now_sql
 from fleet.read.ledger_store import progress, stored_ledger
 
 DAY_S = 86_400
@@ -203,18 +203,16 @@ def _teams(site: Site, jobs: Iterable[Job]) -> list[Total]:
 def idle_now(
     site_id: int, now: float, rules: LedgerRules = DEFAULT_RULES, using: str = DEFAULT_DB_ALIAS
 ) -> set[tuple[int, int]]:
-    """(node, GPU) of the GPUs allocated and idle now: in the ledger of the last
-    `idle_minutes`, every minute a holder had is `allocated_idle`. The rule's run length
-    makes one such minute mean the GPU has idled at least that long; minutes without a row
-    (the newest one not rolled up yet, a node gone quiet) decide nothing."""
-    b = int(now // 60) * 60
-    led = ledger(Window(site_id, b - 60 * rules.idle_minutes, b, "1m"), rules, using)
-    other_held = set(r.HELD_STATES) - {r.ALLOCATED_IDLE}
-    return {
-        (g.node_id, g.gpu)
-        for g in led.gpus
-        if r.ALLOCATED_IDLE in g.states and not other_held & set(g.states)
-    }
+    """(node, GPU) of the GPUs allocated and idle now: every one of the last `idle_minutes`
+    rolled-up minutes idle (the ledger's test of a minute, fleet/read/ledger_sql.py
+    `idle_reading`) under an open scheduler allocation, no process on the GPU, no memory
+    held. One aggregate over those minutes of the held GPUs, not a ledger of them."""
+    with connections[using].cursor() as cur:
+        cur.execute("SELECT done_until FROM fw_rollup_state WHERE tier = '1m' AND kind = 'gpu'")
+        row = cur.fetchone()
+        b = int(now // 60) * 60 if row is None else min(int(now // 60) * 60, int(row[0]))
+        cur.execute(idle_now_sql(site_id, b, rules))
+        return {(int(node), int(gpu)) for node, gpu in cur.fetchall()}
 
 
 def reclaim_list(

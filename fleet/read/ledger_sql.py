@@ -139,18 +139,26 @@ _HOLDER_SUMMARY = (
 )
 
 
+def idle_reading(rules: LedgerRules, util_max: str, power: str, limit: str) -> str:
+    """The SQL test of one bucket's reading for idle: its highest utilisation under
+    `idle_util_pct`, its mean power at most `idle_power_fraction` of the limit (`idle_power_w`
+    without one). A limit of 0 W is no limit known, as for the alert's test
+    (fleet/alerts/holders.is_idle; tests/alerts/test_idle_agreement.py holds them alike)."""
+    known = f"NULLIF({limit}, 0)"
+    idle_w = f"COALESCE({known} * {_f(rules.idle_power_fraction)}, {_f(rules.idle_power_w)})"
+    return f"{util_max} < {_f(rules.idle_util_pct)} AND {power} <= {idle_w}"
+
+
 def _flags(rules: LedgerRules) -> str:
     """Per bucket: is it idle, is it stalled (before the run-length rule)."""
-    # A limit of 0 W is no limit known, as for the alert's test (fleet/alerts/holders.is_idle).
     limit = "NULLIF(e.plimit, 0)"
-    idle_w = f"COALESCE({limit} * {_f(rules.idle_power_fraction)}, {_f(rules.idle_power_w)})"
     stall_w = f"COALESCE({limit} * {_f(rules.stall_power_fraction)}, {_f(rules.stall_power_w)})"
+    idle = idle_reading(rules, "e.util_max", "e.power", "e.plimit")
     return (
         "SELECT e.*, COALESCE(hs.holders, 0) AS holders, COALESCE(hs.sched, 0) AS sched,"
         " COALESCE(hs.covered, 0) AS covered,"
         " COALESCE(hs.procs, 0) AS procs,"
-        f" CASE WHEN hs.holders IS NOT NULL AND e.util_max < {_f(rules.idle_util_pct)}"
-        f" AND e.power <= {idle_w} THEN 1 ELSE 0 END AS idle,"
+        f" CASE WHEN hs.holders IS NOT NULL AND {idle} THEN 1 ELSE 0 END AS idle,"
         f" CASE WHEN hs.holders IS NOT NULL AND e.util >= {_f(rules.stall_util_pct)}"
         f" AND e.power <= {stall_w} THEN 1 ELSE 0 END AS stall"
         " FROM e LEFT JOIN hs ON hs.node_id = e.node_id AND hs.gpu = e.gpu AND hs.bucket = e.bucket"
@@ -382,6 +390,31 @@ def unmetered_it_sql(w: Window, vendor: str) -> str:
         f" LEFT JOIN ns ON ns.bucket = f.bucket{joins} WHERE f.site_id = {int(w.site_id)}"
         f" AND f.bucket >= {w.a} AND f.bucket < {w.b} AND f.total_power_w_mean IS NOT NULL"
         " AND f.it_power_w_mean > 0 GROUP BY f.bucket - f.bucket % 3600"
+    )
+
+
+def idle_now_sql(site_id: int, b: int, rules: LedgerRules) -> str:
+    """(node, GPU) of the site's GPUs an open scheduler allocation holds that were idle in
+    every one of the `idle_minutes` minutes before `b` (each with a row: a missing minute
+    breaks the run, as in the ledger), with no process on them and no memory held: the
+    ledger's `allocated_idle` now, read from those minutes alone."""
+    a = b - 60 * rules.idle_minutes
+    idle = idle_reading(rules, "m.util_gpu_pct_max", "m.power_w_mean", "m.power_limit_w_mean")
+    held = (
+        "SELECT DISTINCT node_id, gpu FROM fleet_gpuallocation WHERE site_id = {site}"
+        " AND ended IS NULL AND source = '{source}'"
+    )
+    return (
+        f"SELECT m.node_id, m.gpu FROM {rollup_table('gpu', '1m')} m"
+        f" JOIN ({held.format(site=int(site_id), source='scheduler')}) h"
+        " ON h.node_id = m.node_id AND h.gpu = m.gpu"
+        f" WHERE m.bucket >= {a} AND m.bucket < {b} AND NOT EXISTS (SELECT 1 FROM"
+        f" ({held.format(site=int(site_id), source='process')}) p"
+        " WHERE p.node_id = m.node_id AND p.gpu = m.gpu)"
+        " GROUP BY m.node_id, m.gpu"
+        f" HAVING COUNT(*) = {rules.idle_minutes}"
+        f" AND SUM(CASE WHEN {idle} THEN 1 ELSE 0 END) = {rules.idle_minutes}"
+        f" AND MAX(COALESCE(m.mem_used_mib_max, 0)) < {_f(rules.held_memory_mib)}"
     )
 
 
