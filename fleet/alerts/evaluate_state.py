@@ -18,6 +18,7 @@ from django.db import connection
 from agents.protocol import reasons as nvml
 from fleet import health
 from fleet.alerts.evaluate_events import event_count
+from fleet.alerts.evaluate_forecast import minutes_to_limit
 from fleet.alerts.evaluate_source import gpu_missing, metric_lag, silent_intervals
 from fleet.alerts.holders import allocated_idle
 from fleet.alerts.models import AlertRule
@@ -226,6 +227,10 @@ DERIVED: dict[tuple[str, str], Callable[[Snapshot], Values]] = {
     ("loop", "flow_fraction"): _loop_field("flow_frac"),
     ("site", "pue"): _pue,
     ("gpu", "allocated_idle"): allocated_idle,
+    ("rack", "power_minutes_to_limit"): minutes_to_limit("rack"),
+    ("feed", "power_minutes_to_limit"): minutes_to_limit("feed"),
+    ("loop", "supply_minutes_to_limit"): minutes_to_limit("loop_supply"),
+    ("loop", "heat_minutes_to_limit"): minutes_to_limit("loop_heat"),
 }
 
 # Derived signals whose value depends on the rule's params (each param resolved against

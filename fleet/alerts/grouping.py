@@ -14,7 +14,9 @@ names silences match on. `assign_groups` puts each instance that fires into its 
 - an idle allocation's alerts (`allocated_idle`): `workload:<workload id>:<rule key>`, one
   message per workload listing its GPUs, wherever they are;
 - a consequence (a GPU off the bus, a node gone silent) of an open cooling-loop or rack-
-  power incident: that incident (fleet/alerts/consequences.py).
+  power incident: that incident (fleet/alerts/consequences.py);
+- a rack's or feed's time-to-limit forecast while an incident of its rack is open: that
+  incident (a loop's forecast joins its loop's incident by its own key).
 """
 
 from __future__ import annotations
@@ -203,13 +205,33 @@ def assign_groups(firing: Iterable[AlertInstance], at: dt.datetime) -> None:
     causes = _Causes(groups, at)
     for inst in ordered:
         open_loops = {int(k[5:]) for k in groups if k.startswith("loop:") and k[5:].isdigit()}
-        key = causes.consequence_of(inst, open_loops) or group_key(inst, open_loops)
+        key = (
+            causes.consequence_of(inst, open_loops)
+            or forecast_joins(inst, groups)
+            or group_key(inst, open_loops)
+        )
         group = groups.get(key)
         if group is None:
             group = AlertGroup.objects.create(key=key, site_id=inst.site_id, opened_at=at)
             groups[key] = group
         inst.group = group
         inst.labels = {**inst.labels, INCIDENT_LABEL: key}
+
+
+def forecast_joins(inst: AlertInstance, groups: dict[str, AlertGroup]) -> str | None:
+    """A rack's or feed's time-to-limit alert, while an incident of that rack is open:
+    that incident, the oldest if several (what is already wrong there is why it climbs).
+    A loop's joins its loop's incident by its own key (`loop:<id>`)."""
+    if inst.scope not in ("rack", "feed") or inst.rack_id is None:
+        return None
+    if inst.rule.signal not in signals.FORECAST_SIGNALS:
+        return None
+    prefix = f"rack:{inst.rack_id}:"
+    own = group_key(inst, set())
+    open_here = sorted(
+        (g.opened_at, key) for key, g in groups.items() if key.startswith(prefix) and key != own
+    )
+    return open_here[0][1] if open_here else None
 
 
 class _Causes:

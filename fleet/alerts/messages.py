@@ -425,6 +425,9 @@ def _names(inst: AlertInstance, place: Place) -> dict[str, Any]:
     """Summary placeholders naming the entity (a GPU's uuid and model read here: only
     for the few instances a message leads with)."""
     names: dict[str, Any] = dict(place.names)
+    spec = inst.rule.signal_spec  # what a signal supplies is kept among the labels
+    extra = () if spec is None else spec.placeholders
+    names.update({k: v for k, v in (inst.labels or {}).items() if k in extra})
     if inst.scope == "gpu":
         parts = inst.entity.split(":")
         gpu = None

@@ -13,7 +13,8 @@ that metric of the scope's sample kind; `health:<function>` calls that function 
 fleet/health/ (`.field` names a part of what it returns); `events:<kind>` counts
 stored events (fleet.models.Event) of that kind over the rule's `window_s`;
 `workloads:<what>` joins the latest state with the open allocations
-(fleet/alerts/holders.py).
+(fleet/alerts/holders.py); `forecast:<subject>` reads this minute's time-to-limit forecasts
+(fleet/alerts/evaluate_forecast.py).
 """
 
 from __future__ import annotations
@@ -84,7 +85,7 @@ class Signal:
     scope: str
     unit: str  # "" for counts and ratios without a unit; "flag" for 0/1
     description: str
-    source: str  # metric:<name> | health:<function>[.field] | events:<kind> | source:<what>
+    source: str  # metric:<name> | health:<function>[.field] | events:<kind> | forecast:<subject>
     params: tuple[Param, ...] = ()
     placeholders: tuple[str, ...] = field(default=())  # extra ones this signal supplies
     # No value means the condition is over (nothing holds the GPU any more), not that the
@@ -287,6 +288,31 @@ _DERIVED: tuple[Signal, ...] = (
     ),
 )
 
+# Time to limit (fleet/read/forecast_sources.py): minutes until the subject's forecast
+# reaches its limit, no value without a forecast (flat, noisy, falling, already over, too
+# far ahead: docs/forecast.md) — and no forecast is the end of the condition. Summaries
+# may name the crossing (`crossing`: "14:42 UTC") and the page's sentence (`forecast`),
+# both fixed when the instance starts (fleet/alerts/evaluate_forecast.py).
+FORECAST_PLACEHOLDERS = ("crossing", "forecast", "limit")
+_FORECAST: tuple[Signal, ...] = tuple(
+    Signal(
+        name,
+        scope,
+        "min",
+        f"minutes until {what} is forecast to reach {limit} at its trend (docs/forecast.md)",
+        f"forecast:{subject}",
+        placeholders=FORECAST_PLACEHOLDERS,
+        absent_clears=True,
+    )
+    for name, scope, subject, what, limit in (
+        ("power_minutes_to_limit", "rack", "rack", "the rack's power", "its budget"),
+        ("power_minutes_to_limit", "feed", "feed", "the feed's power", "its rating"),
+        ("supply_minutes_to_limit", "loop", "loop_supply", "the supply", "the loop's limit"),
+        ("heat_minutes_to_limit", "loop", "loop_heat", "heat removed", "the loop's rating"),
+    )
+)
+FORECAST_SIGNALS = frozenset(s.name for s in _FORECAST)
+
 # The source itself: silent, or sending while one of its fields stopped.
 _SILENT_SCOPES = {
     "node": "node agent",
@@ -370,7 +396,7 @@ def _unit(name: str) -> str:
     return next((u for s, u in suffixes.items() if name.endswith(s)), "")
 
 
-SIGNALS: tuple[Signal, ...] = (*_raw_signals(), *_DERIVED, *_SOURCE)
+SIGNALS: tuple[Signal, ...] = (*_raw_signals(), *_DERIVED, *_FORECAST, *_SOURCE)
 BY_KEY: dict[tuple[str, str], Signal] = {s.key: s for s in SIGNALS}
 NAMES: frozenset[str] = frozenset(s.name for s in SIGNALS)
 

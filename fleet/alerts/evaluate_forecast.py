@@ -1,0 +1,75 @@
+"""The time-to-limit signals (fleet/alerts/signals.py, `forecast:<subject>`): minutes until
+each rack's, feed's or loop's forecast reaches its limit, from this minute's forecasts of
+every site (fleet/read/forecast_now.py: computed at most once a minute per process, so the
+rules' 10 s evaluation reads them from memory five times in six).
+
+A subject without a forecast has no value: the rule's instance, if any, resolves
+(`absent_clears`). A new instance is labelled with the crossing it announces — `crossing`
+("2026-12-06 14:42 UTC"), `forecast` (the page's sentence) and `limit` ("45 kW") — which
+its summary may name; they are fixed when it starts, as its place is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
+
+from fleet.models import Site
+from fleet.read.forecast import Forecast
+from fleet.read.forecast_now import forecasts_now
+from fleet.read.forecast_sources import LimitForecast, sentence
+from fleet.words import utc_minute
+
+if TYPE_CHECKING:
+    from fleet.alerts.evaluate_state import Snapshot, Values
+    from fleet.alerts.models import AlertInstance
+
+__all__ = ("PREFIX", "forecasts", "label_forecasts", "minutes_to_limit")
+
+PREFIX = "forecast:"
+_Found = dict[tuple[str, int], LimitForecast]
+
+
+def forecasts(snap: Snapshot) -> _Found:
+    """Every site's forecasts that reach their limit, by (subject, entity id): read once
+    per evaluation, and only when a forecast rule is enabled."""
+
+    def make() -> _Found:
+        found: _Found = {}
+        for site_id in Site.objects.values_list("pk", flat=True):
+            for item in forecasts_now(site_id, snap.now):
+                if isinstance(item.forecast, Forecast):
+                    found[(item.subject, item.entity_id)] = item
+        return found
+
+    return snap.cached("forecasts", make)  # type: ignore[no-any-return]
+
+
+def minutes_to_limit(subject: str) -> Callable[[Snapshot], Values]:
+    """Minutes from the evaluation to the crossing, for each `subject` with a forecast."""
+
+    def compute(snap: Snapshot) -> Values:
+        return {
+            (entity_id,): max(0.0, (item.forecast.crossing_at - snap.now) / 60)
+            for (kind, entity_id), item in forecasts(snap).items()
+            if kind == subject and isinstance(item.forecast, Forecast)
+        }
+
+    return compute
+
+
+def label_forecasts(created: Iterable[AlertInstance], snap: Snapshot) -> None:
+    """Name the crossing each new forecast instance announces among its labels."""
+    for inst in created:
+        spec = inst.rule.signal_spec
+        if spec is None or not spec.source.startswith(PREFIX) or not inst.entity.isdigit():
+            continue
+        item = forecasts(snap).get((spec.source.removeprefix(PREFIX), int(inst.entity)))
+        if item is None or not isinstance(item.forecast, Forecast):
+            continue
+        inst.labels = {
+            **inst.labels,
+            "crossing": utc_minute(item.forecast.crossing_at),
+            "forecast": sentence(item) or "",
+            "limit": f"{round(item.limit, 1):g} {item.unit}",
+        }
