@@ -60,7 +60,8 @@ def _gpu_rows(w: Window, rules: LedgerRules) -> str:
     lo, hi = w.a - rules.lookback_s - w.step, w.b + rules.lookback_s
     return (
         "SELECT node_id, gpu, bucket, util_gpu_pct_mean AS util, util_gpu_pct_max AS util_max,"
-        " power_w_mean AS power, power_limit_w_mean AS plimit, mem_used_mib_max AS mem,"
+        " power_w_mean AS power, power_w_min AS pmin, power_limit_w_mean AS plimit,"
+        " mem_used_mib_max AS mem,"
         " energy_j_last AS e, LAG(energy_j_last) OVER w AS e_prev, LAG(bucket) OVER w AS b_prev"
         f" FROM {rollup_table('gpu', w.tier)}"
         f" WHERE node_id IN (SELECT id FROM nodes) AND bucket >= {lo} AND bucket < {hi}"
@@ -74,7 +75,7 @@ def _energy(w: Window) -> str:
     value is what was used since. Otherwise mean power × the bucket, flagged estimated."""
     counted = f"e IS NOT NULL AND e_prev IS NOT NULL AND b_prev = bucket - {w.step}"
     return (
-        "SELECT node_id, gpu, bucket, util, util_max, power, plimit, mem,"
+        "SELECT node_id, gpu, bucket, util, util_max, power, pmin, plimit, mem,"
         f" CASE WHEN {counted} THEN (CASE WHEN e < e_prev THEN e ELSE e - e_prev END)"
         f" WHEN power IS NOT NULL THEN power * {w.step} ELSE 0 END AS gpu_e,"
         f" CASE WHEN NOT ({counted}) AND power IS NOT NULL THEN 1 ELSE 0 END AS estimated,"
@@ -191,7 +192,8 @@ def _states(w: Window, rules: LedgerRules) -> str:
     else:
         source = f"(SELECT f.*, {w.step} AS idle_s, {w.step} AS stall_s FROM f)"
     return (
-        "SELECT node_id, gpu, bucket, holders, sched, covered, gpu_e, power, estimated, reset,"
+        "SELECT node_id, gpu, bucket, holders, sched, covered, gpu_e, power, pmin, estimated,"
+        " reset,"
         f" CASE WHEN util IS NULL AND power IS NULL THEN '{r.LOST}'"
         f" WHEN holders = 0 THEN '{r.UNALLOCATED}'"
         f" WHEN stall = 1 AND stall_s >= {60 * rules.stall_minutes} THEN '{r.STALLED}'"
@@ -245,17 +247,26 @@ def _ledger(w: Window) -> str:
     """One row per GPU and bucket: energies in J. The GPU's share of its node's non-GPU
     energy: node power minus its GPUs' power, never below zero, split evenly over the GPUs
     that have a row. `over`: the facility overhead on its IT energy, (PUE − 1) × (GPU +
-    node share), 0 in an hour with no PUE (or one below 1)."""
+    node share), 0 in an hour with no PUE (or one below 1); `pue_x` that factor. `rest_e`:
+    of a held bucket's GPU energy, what the part no interval covers drew (a job began or
+    ended inside it): that part's seconds at the bucket's lowest power (the GPU idling before
+    the job or after it), never more than the bucket's energy."""
     share = (
         f"CASE WHEN nr.power_w_mean > t.gpower THEN (nr.power_w_mean - t.gpower) * {w.step}"
         " / t.ngpus ELSE 0 END"
     )
     joins, pue = _pue_of(w, "t")
+    idle_part = f"(1 - t.covered) * {w.step} * COALESCE(t.pmin, t.gpu_e / {w.step})"
+    rest = (
+        f"CASE WHEN t.holders > 0 AND t.covered < {_f(1 - _COVERED_EPS)} THEN CASE WHEN"
+        f" {idle_part} < t.gpu_e THEN {idle_part} ELSE t.gpu_e END ELSE 0 END"
+    )
     return (
         "SELECT t.node_id, t.gpu, t.bucket, t.state, t.holders, t.sched, t.covered, t.gpu_e,"
-        f" {share} AS node_e,"
+        f" {share} AS node_e, {rest} AS rest_e,"
         f" t.estimated, t.reset, CASE WHEN {pue} > 1 THEN (t.gpu_e + {share}) * ({pue} - 1)"
-        f" ELSE 0 END AS over, CASE WHEN {pue} IS NULL THEN 0 ELSE 1 END AS has_pue FROM t"
+        f" ELSE 0 END AS over, CASE WHEN {pue} > 1 THEN {pue} - 1 ELSE 0 END AS pue_x,"
+        f" CASE WHEN {pue} IS NULL THEN 0 ELSE 1 END AS has_pue FROM t"
         f" LEFT JOIN {rollup_table('node', w.tier)} nr ON nr.node_id = t.node_id"
         " AND nr.bucket = t.bucket" + joins
     )
@@ -310,36 +321,45 @@ def ledger_cte(w: Window, rules: LedgerRules, vendor: str) -> str:
 def per_holder_sql(w: Window, rules: LedgerRules, vendor: str) -> str:
     """hour, node, GPU, workload (0: nobody), state, GPU-buckets, GPU J, node-share J,
     overhead J, estimated buckets, counter resets, buckets without a PUE, most holders at
-    once: every figure a share. A holder's share of a bucket is the part of it its interval
-    covers, scaled down where the owning intervals together cover more than the bucket (n
-    jobs on one GPU at once: 1/n each); the part nobody covered is the pool's
-    (`unallocated`). A GPU's rows still add up to its buckets. One statement serves the
-    per-GPU, per-job and per-state ledgers and the stored hours
-    (fleet/read/ledger_store.py). Joined to the intervals themselves (indexed by node and
-    GPU), not to a derived table of holders: SQLite gives a derived table no index."""
+    once. A holder's share of a bucket's time is the part of it its interval covers, scaled
+    down where the owning intervals together cover more than the bucket (n jobs on one GPU at
+    once: 1/n each); the part nobody covered is the pool's (`unallocated`), with the energy
+    the GPU drew in it (`rest_e`); the holders share the rest of the GPU's energy by the
+    parts they cover, the node's share by time, and the overhead follows both. A GPU's rows
+    still add up to its buckets and its energy. One statement serves the per-GPU, per-job and
+    per-state ledgers and the stored hours (fleet/read/ledger_store.py). Joined to the
+    intervals themselves (indexed by node and GPU), not to a derived table of holders:
+    SQLite gives a derived table no index."""
+    cov = _coverage(w, "led.bucket")
     scale = "CASE WHEN led.covered > 1 THEN led.covered ELSE 1 END"
+    nobody = "al.workload_id IS NULL"
+    sh = f"CASE WHEN {nobody} THEN 1.0 ELSE {cov} / {scale} END"
+    ge = (
+        f"CASE WHEN {nobody} THEN led.gpu_e ELSE (led.gpu_e - led.rest_e) * {cov} / led.covered END"
+    )
+    ne = f"led.node_e * ({sh})"
     held = (
-        "SELECT led.bucket, led.node_id, led.gpu, COALESCE(al.workload_id, 0) AS wl, led.state,"
-        f" CASE WHEN al.workload_id IS NULL THEN 1.0 ELSE {_coverage(w, 'led.bucket')} / {scale}"
-        " END AS sh, led.gpu_e, led.node_e, led.over, led.estimated, led.reset, led.has_pue,"
-        " led.holders FROM led LEFT JOIN al"
+        f"SELECT led.bucket, led.node_id, led.gpu, COALESCE(al.workload_id, 0) AS wl, led.state,"
+        f" {sh} AS sh, {ge} AS ge, {ne} AS ne, ({ge} + {ne}) * led.pue_x AS oe,"
+        f" led.estimated * ({sh}) AS est, led.reset * ({sh}) AS rs,"
+        f" (1 - led.has_pue) * ({sh}) AS np, led.holders FROM led LEFT JOIN al"
         " ON led.holders > 0 AND al.node_id = led.node_id AND al.gpu = led.gpu"
         f" AND {_overlaps(w, 'led.bucket')} AND (al.source = 'scheduler' OR led.sched = 0)"
     )
     # the part of a held bucket no interval covered (a job began or ended inside it)
     rest = (
         f"SELECT bucket, node_id, gpu, 0, CASE WHEN state = '{r.LOST}' THEN '{r.LOST}'"
-        f" ELSE '{r.UNALLOCATED}' END, 1.0 - covered, gpu_e, node_e, over, estimated, reset,"
-        f" has_pue, holders FROM led WHERE holders > 0 AND covered < {_f(1 - _COVERED_EPS)}"
+        f" ELSE '{r.UNALLOCATED}' END, 1.0 - covered, rest_e, node_e * (1.0 - covered),"
+        " (rest_e + node_e * (1.0 - covered)) * pue_x, estimated * (1.0 - covered),"
+        " reset * (1.0 - covered), (1 - has_pue) * (1.0 - covered), holders FROM led"
+        f" WHERE holders > 0 AND covered < {_f(1 - _COVERED_EPS)}"
     )
-    sums = ", ".join(
-        f"SUM({col} * sh)" for col in ("1", "gpu_e", "node_e", "over", "estimated", "reset")
-    )
+    sums = ", ".join(f"SUM({col})" for col in ("sh", "ge", "ne", "oe", "est", "rs", "np"))
     hour = "bucket - bucket % 3600"
     return (
         f"{ledger_cte(w, rules, vendor)}, sh AS ({held} UNION ALL {rest})"
-        f" SELECT {hour} AS hour, node_id, gpu, wl, state, {sums}, SUM((1 - has_pue) * sh),"
-        f" MAX(holders) FROM sh GROUP BY {hour}, node_id, gpu, wl, state"
+        f" SELECT {hour} AS hour, node_id, gpu, wl, state, {sums}, MAX(holders)"
+        f" FROM sh GROUP BY {hour}, node_id, gpu, wl, state"
     )
 
 

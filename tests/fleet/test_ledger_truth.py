@@ -6,10 +6,10 @@ rolled up, and the ledger over those minutes set beside what the simulated GPUs 
 facility really used (fleetsim/truth.py; the run: tests/support/ledger_truth.py).
 
 A job's intervals open when its processes started and close midway between the snapshots
-around its end; it is charged the part of each bucket its interval covers, and IT energy no
-node reports is the pool's (docs/ledger.md): jobs, pool and overhead add up to the facility
-meter. Each job within 2 % of what its GPUs used while it held it does not hold yet: it is
-marked `xfail(strict=True)` with its cause, and the marker must go when it passes.
+around its end; it is charged the part of each bucket its interval covers, with the energy
+the GPU drew in the uncovered part (at the bucket's lowest power) left to the pool, and IT
+energy no node reports is the pool's (docs/ledger.md): each job is within 2 % of what its
+GPUs used while it held them, and jobs, pool and overhead add up to the facility meter.
 """
 
 from __future__ import annotations
@@ -86,14 +86,6 @@ def test_each_jobs_intervals_start_with_it_and_end_within_5_s_of_its_end(
     assert abs(sum(ends) / len(ends)) < 1.5  # no bias: as many a little early as late
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a job is charged the part of each edge minute its interval covers by time, while"
-    " its GPU draws more in the job's seconds than in the idle ones around them: 18 of 128"
-    " jobs miss, inference pods of 7–31 minutes at −2.0 to −6.4 %, one 15-minute training pod"
-    " at −2.1 %. Not the edges: they are the jobs' own (starts to the tick from /proc, ends"
-    " within ±5 s), and the rule applied to the truth with exact edges misses 19 alike",
-)
 def test_each_job_is_charged_within_2_percent_of_the_energy_its_gpus_used(
     run: Comparison,
 ) -> None:
