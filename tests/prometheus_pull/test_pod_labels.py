@@ -181,7 +181,7 @@ def test_a_pull_opens_intervals_for_named_gpus_and_ends_one_whose_pod_left(
     _pull(source, monkeypatch, later, SCRAPED + 30)
     assert set(_open()) == {("gpu-a01-01", 2), ("gpu-a01-02", 0)}
     ended = GpuAllocation.objects.get(gpu=0, node__name="gpu-a01-01")
-    assert ended.ended == SCRAPED + 30
+    assert ended.ended == SCRAPED + 15  # midway between the pull that named it and this one
 
 
 @pytest.mark.django_db
