@@ -20,7 +20,7 @@ from fleet.models import CoolingLoop, PowerFeed, Rack
 from fleet.read import forecast_now
 from fleet.words import utc_minute
 from tests.support.alert_engine import T0
-from tests.support.forecast_rows import seed_minutes
+from tests.support.forecast_rows import metered, seed_minutes
 from tests.support.latest import store_latest
 from tests.support.series import ramp
 
@@ -63,7 +63,7 @@ def title(inst: AlertInstance) -> str:
 
 def test_a_ramping_rack_fires_with_the_crossing_time_in_its_message(site: None) -> None:
     # 130 kW budget: 125 kW now, 7.5 kW an hour, reaches it 40 minutes from now
-    rack_draws("A01", ramp(125e3, START, 7.5e3))
+    rack_draws("A01", metered(ramp(125e3, START, 7.5e3), 300))
     for k in range(8):  # 10 s ticks over 70 s: the rule's 60 s for-duration
         evaluate(START + 1 + 10 * k)
     inst = firing()["rack-power-forecast"]
@@ -76,7 +76,7 @@ def test_a_ramping_rack_fires_with_the_crossing_time_in_its_message(site: None) 
 
 def test_a_cdu_supply_climbing_to_its_class_limit_fires(site: None) -> None:
     loop = CoolingLoop.objects.get(name="CDU-1")
-    climbing = ramp(31.0, START, 3.0)
+    climbing = metered(ramp(31.0, START, 3.0), 0.03)
     seed_minutes("fw_loop_1m", "loop_id", loop.pk, "supply_c_mean", climbing, START)
     for k in range(8):
         evaluate(START + 1 + 10 * k)
@@ -88,14 +88,14 @@ def test_a_cdu_supply_climbing_to_its_class_limit_fires(site: None) -> None:
 
 
 def test_a_flat_rack_never_fires(site: None) -> None:
-    rack_draws("A01", lambda t: 125e3)  # 5 kW under its budget, going nowhere
+    rack_draws("A01", metered(lambda t: 125e3, 300))  # 5 kW under its budget, going nowhere
     for k in range(30):  # five minutes of ticks
         evaluate(START + 1 + 10 * k)
     assert not AlertInstance.objects.exists()
 
 
 def test_a_forecast_joins_the_incident_already_open_on_its_rack(site: None) -> None:
-    rack = rack_draws("A01", ramp(125e3, START, 7.5e3))
+    rack = rack_draws("A01", metered(ramp(125e3, START, 7.5e3), 300))
     AlertRule.objects.filter(key="feed-over-rating").update(enabled=True)
     feed = PowerFeed.objects.filter(rack=rack).first()
     assert feed is not None

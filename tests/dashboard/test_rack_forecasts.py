@@ -15,7 +15,7 @@ from dashboard.live_pages import rack_live
 from fleet.models import Rack
 from fleet.read import forecast_now
 from tests.support import pages, people
-from tests.support.forecast_rows import seed_minutes
+from tests.support.forecast_rows import metered, seed_minutes
 from tests.support.pages import fold
 from tests.support.series import ramp
 
@@ -44,7 +44,7 @@ def seed_rack(name: str, shape: Callable[[float], float]) -> Rack:
 def test_a_ramping_rack_says_when_it_reaches_its_budget(site: None, client: Client) -> None:
     now = time.time()
     # 130 kW budget: 125 kW now, rising 7.5 kW an hour, reaches it in 40 minutes
-    a01 = seed_rack("A01", ramp(125e3, now, 7.5e3))
+    a01 = seed_rack("A01", metered(ramp(125e3, now, 7.5e3), 300))
 
     page = client.get(f"/racks/{a01.pk}/").content.decode()
 
@@ -57,7 +57,7 @@ def test_a_ramping_rack_says_when_it_reaches_its_budget(site: None, client: Clie
 
 
 def test_a_flat_rack_says_nothing_about_a_limit(site: None, client: Client) -> None:
-    a01 = seed_rack("A01", lambda t: 100e3)
+    a01 = seed_rack("A01", metered(lambda t: 100e3, 300))
 
     page = client.get(f"/racks/{a01.pk}/").content.decode()
 
@@ -68,8 +68,8 @@ def test_the_fleet_overview_names_the_rack_that_ramps_and_only_it(
     site: None, client: Client
 ) -> None:
     now = time.time()
-    seed_rack("A01", ramp(125e3, now, 7.5e3))
-    seed_rack("A02", lambda t: 100e3)
+    seed_rack("A01", metered(ramp(125e3, now, 7.5e3), 300))
+    seed_rack("A02", metered(lambda t: 100e3, 300))
 
     page = fold(client.get("/").content.decode())
 

@@ -4,6 +4,7 @@ forecast fits (fleet/read/forecast.py PARAMS.recent_s) up to a given time."""
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 
 from django.db import connection, transaction
@@ -30,3 +31,12 @@ def seed_minutes(
         cur.executemany(
             f"INSERT INTO {table} ({key}, bucket, n, {column}) VALUES (%s, %s, %s, %s)", rows
         )
+
+
+def metered(shape: Callable[[float], float], sd: float, seed: int = 0) -> Callable[[float], float]:
+    """`shape` as a meter reads it: plus seeded noise of standard deviation `sd`. A ramp
+    without any is exact but for rounding, and the rounding error of a straight line is
+    smooth: it reads as a slow wander (fleet/read/forecast.py, n_eff) and the forecast
+    rightly declines it, at times, depending on the values."""
+    rng = random.Random(seed)
+    return lambda t: shape(t) + rng.gauss(0, sd)
