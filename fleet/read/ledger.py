@@ -22,6 +22,7 @@ from fleet.models.sites import GridIntensity, IdleEnergyTo
 from fleet.read import ledger_rules as r
 from fleet.read.ledger_rules import DEFAULT_RULES, LedgerRules
 from fleet.read.ledger_sql import (
+    SM_SPLIT,
     Window,
     metered_sql,
     nodes_without_gpus_sql,
@@ -32,7 +33,8 @@ from fleet.storage import retention
 
 J_PER_KWH = 3.6e6
 EXCLUSIVE = "exclusive"  # one workload held the GPU in each of its buckets
-EVEN = "even"  # shared buckets split evenly (per-process SM use is not stored)
+SM = "sm"  # in one or more shared buckets, split by its processes' SM activity
+EVEN = "even"  # shared buckets split by the part of each its interval covers
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +105,7 @@ class Part:
     workload_id: int
     state: str
     line: Line
-    holders: int = 0  # most owning intervals on the GPU at once
+    holders: int = 0  # most owning intervals on the GPU at once, + SM_SPLIT if split by SM
 
 
 # Energy that is the pool's and no GPU's state: node energy in buckets where none of its GPUs
@@ -168,7 +170,7 @@ class JobLedger:
     kind: str
     key: str
     owner: str
-    split: str  # EXCLUSIVE or EVEN
+    split: str  # EXCLUSIVE, SM or EVEN (`split_of`)
     states: dict[str, Line]
     price: Price  # of `charged`, with the GPU-hour price on every hour held
     charged_states: tuple[str, ...] = r.HELD_STATES
@@ -408,6 +410,14 @@ def _line(row: Sequence[Any], step_h: float) -> Line:
     )
 
 
+def split_of(most: int) -> str:
+    """How a job's GPUs were split, from its parts' most `holders`: by SM activity in one
+    bucket or more (`SM_SPLIT` set), else alone on them throughout, else by time."""
+    if most >= SM_SPLIT:
+        return SM
+    return EXCLUSIVE if most == 1 else EVEN
+
+
 def _jobs(
     site: Site, by_job: dict[int, dict[str, Line]], most: dict[int, int], using: str
 ) -> list[JobLedger]:
@@ -431,7 +441,7 @@ def _jobs(
                 kind=wl.kind,
                 key=wl.key,
                 owner=wl.owner,
-                split=EXCLUSIVE if most[workload_id] == 1 else EVEN,
+                split=split_of(most[workload_id]),
                 states=lines,
                 price=price(site, paid, held),
                 charged_states=charged,

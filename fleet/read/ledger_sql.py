@@ -4,7 +4,7 @@
 of the window (a minute of the 1m tier, an hour of the 1h tier): its state, its holders,
 its own energy, its share of the node's non-GPU energy and its facility overhead.
 `per_holder_sql` folds `led` in the database to a few rows per hour, GPU, holder and state;
-fleet/read/ledger.py folds those for a window, fleet/read/ledger_store.py keeps them per
+fleet/read/ledger.py folds those for a window, fleet/storage/ledger.py keeps them per
 hour and day.
 
 Every value put into the SQL text is an int (ids, epoch seconds) or a float from
@@ -115,12 +115,39 @@ def _coverage(w: Window, bucket: str) -> str:
     return f"(({end}) - ({start})) / {float(w.step)!r}"
 
 
+# Where a shared GPU's processes' SM activity is kept, per minute and workload (fleet/
+# storage/workloads.py `_add_shares`); the hourly tier outlives it, so reads none.
+SHARE_TABLE = "fw_gpu_share_1m"
+# Added to a part's `holders` where the GPU's energy was split by SM activity in one of its
+# buckets: the stored hours keep "most holders" as MAX(holders), which keeps this flag too.
+SM_SPLIT = 1 << 16
+
+
+def _shares(w: Window, alias: str, bucket: str, workload: str) -> str:
+    """`LEFT JOIN` of the SM share of `workload` on the GPU of `alias` in `bucket` (its
+    whole key: one row or none), as `alias`; nothing on the hourly tier."""
+    if w.tier != "1m":
+        return ""
+    return (
+        f" LEFT JOIN {SHARE_TABLE} {alias}s ON {alias}s.bucket = {bucket}"
+        f" AND {alias}s.node_id = {alias}.node_id AND {alias}s.gpu = {alias}.gpu"
+        f" AND {alias}s.workload_id = {workload}"
+    )
+
+
+def _sm_of(w: Window, alias: str) -> str:
+    """The SM activity `_shares` joined as `alias`, NULL on the hourly tier."""
+    return f"{alias}s.sm_sum" if w.tier == "1m" else "CAST(NULL AS DOUBLE PRECISION)"
+
+
 def _holding(w: Window) -> str:
-    """Each interval on each GPU in each bucket it overlaps, and how much of it it covers."""
+    """Each interval on each GPU in each bucket it overlaps, how much of it it covers, and
+    its workload's SM activity there (NULL: none kept)."""
     return (
         "SELECT m.node_id, m.gpu, m.bucket, al.workload_id, al.source,"
-        f" {_coverage(w, 'm.bucket')} AS cov FROM g m"
+        f" {_coverage(w, 'm.bucket')} AS cov, {_sm_of(w, 'm')} AS sm FROM g m"
         f" JOIN al ON al.node_id = m.node_id AND al.gpu = m.gpu AND {_overlaps(w, 'm.bucket')}"
+        + _shares(w, "m", "m.bucket", "al.workload_id")
     )
 
 
@@ -128,13 +155,19 @@ def _holding(w: Window) -> str:
 # it (a bare node, a user's job). A pod's allocation and its processes are two workloads
 # (keyed by name and by UID): counting both would halve the pod's energy. `holders`: the
 # owning intervals, so a job on two MIG devices of a GPU counts twice; `covered`: the parts
-# of the bucket they cover, summed (below 1: the rest of the bucket nobody held).
+# of the bucket they cover, summed (below 1: the rest of the bucket nobody held); `smn`: the
+# owning intervals whose workload has SM activity kept, `smt` their activity summed.
 _HOLDER_SUMMARY = (
     "SELECT node_id, gpu, bucket, SUM(CASE WHEN source = 'scheduler' THEN 1 ELSE 0 END) AS sched,"
     " CASE WHEN SUM(CASE WHEN source = 'scheduler' THEN 1 ELSE 0 END) > 0"
     " THEN SUM(CASE WHEN source = 'scheduler' THEN 1 ELSE 0 END) ELSE COUNT(*) END AS holders,"
     " CASE WHEN SUM(CASE WHEN source = 'scheduler' THEN 1 ELSE 0 END) > 0"
     " THEN SUM(CASE WHEN source = 'scheduler' THEN cov ELSE 0 END) ELSE SUM(cov) END AS covered,"
+    " CASE WHEN SUM(CASE WHEN source = 'scheduler' THEN 1 ELSE 0 END) > 0"
+    " THEN SUM(CASE WHEN source = 'scheduler' AND sm IS NOT NULL THEN 1 ELSE 0 END)"
+    " ELSE COUNT(sm) END AS smn,"
+    " CASE WHEN SUM(CASE WHEN source = 'scheduler' THEN 1 ELSE 0 END) > 0"
+    " THEN SUM(CASE WHEN source = 'scheduler' THEN sm END) ELSE SUM(sm) END AS smt,"
     " COUNT(DISTINCT CASE WHEN source = 'process' THEN workload_id END) AS procs"
     " FROM hx GROUP BY node_id, gpu, bucket"
 )
@@ -158,7 +191,7 @@ def _flags(rules: LedgerRules) -> str:
     return (
         "SELECT e.*, COALESCE(hs.holders, 0) AS holders, COALESCE(hs.sched, 0) AS sched,"
         " COALESCE(hs.covered, 0) AS covered,"
-        " COALESCE(hs.procs, 0) AS procs,"
+        " COALESCE(hs.procs, 0) AS procs, COALESCE(hs.smn, 0) AS smn, hs.smt AS smt,"
         f" CASE WHEN hs.holders IS NOT NULL AND {idle} THEN 1 ELSE 0 END AS idle,"
         f" CASE WHEN hs.holders IS NOT NULL AND e.util >= {_f(rules.stall_util_pct)}"
         f" AND e.power <= {stall_w} THEN 1 ELSE 0 END AS stall"
@@ -192,8 +225,8 @@ def _states(w: Window, rules: LedgerRules) -> str:
     else:
         source = f"(SELECT f.*, {w.step} AS idle_s, {w.step} AS stall_s FROM f)"
     return (
-        "SELECT node_id, gpu, bucket, holders, sched, covered, gpu_e, power, pmin, estimated,"
-        " reset,"
+        "SELECT node_id, gpu, bucket, holders, sched, covered, smn, smt, gpu_e, power, pmin,"
+        " estimated, reset,"
         f" CASE WHEN util IS NULL AND power IS NULL THEN '{r.LOST}'"
         f" WHEN holders = 0 THEN '{r.UNALLOCATED}'"
         f" WHEN stall = 1 AND stall_s >= {60 * rules.stall_minutes} THEN '{r.STALLED}'"
@@ -250,7 +283,9 @@ def _ledger(w: Window) -> str:
     node share), 0 in an hour with no PUE (or one below 1); `pue_x` that factor. `rest_e`:
     of a held bucket's GPU energy, what the part no interval covers drew (a job began or
     ended inside it): that part's seconds at the bucket's lowest power (the GPU idling before
-    the job or after it), never more than the bucket's energy."""
+    the job or after it), never more than the bucket's energy. `sm_total`: where two or more
+    intervals own the bucket and every one's workload has SM activity kept (some of it
+    above 0), that activity summed, by which they split the GPU's energy; else 0 (by time)."""
     share = (
         f"CASE WHEN nr.power_w_mean > t.gpower THEN (nr.power_w_mean - t.gpower) * {w.step}"
         " / t.ngpus ELSE 0 END"
@@ -261,9 +296,11 @@ def _ledger(w: Window) -> str:
         f"CASE WHEN t.holders > 0 AND t.covered < {_f(1 - _COVERED_EPS)} THEN CASE WHEN"
         f" {idle_part} < t.gpu_e THEN {idle_part} ELSE t.gpu_e END ELSE 0 END"
     )
+    by_sm = "t.holders >= 2 AND t.smn = t.holders AND t.smt > 0"
     return (
         "SELECT t.node_id, t.gpu, t.bucket, t.state, t.holders, t.sched, t.covered, t.gpu_e,"
         f" {share} AS node_e, {rest} AS rest_e,"
+        f" CASE WHEN {by_sm} THEN t.smt ELSE 0 END AS sm_total,"
         f" t.estimated, t.reset, CASE WHEN {pue} > 1 THEN (t.gpu_e + {share}) * ({pue} - 1)"
         f" ELSE 0 END AS over, CASE WHEN {pue} > 1 THEN {pue} - 1 ELSE 0 END AS pue_x,"
         f" CASE WHEN {pue} IS NULL THEN 0 ELSE 1 END AS has_pue FROM t"
@@ -325,26 +362,36 @@ def per_holder_sql(w: Window, rules: LedgerRules, vendor: str) -> str:
     down where the owning intervals together cover more than the bucket (n jobs on one GPU at
     once: 1/n each); the part nobody covered is the pool's (`unallocated`), with the energy
     the GPU drew in it (`rest_e`); the holders share the rest of the GPU's energy by the
-    parts they cover, the node's share by time, and the overhead follows both. A GPU's rows
+    parts they cover, or, where `led.sm_total` says so, by their SM activity; the node's share
+    by time, and the overhead follows both. A GPU's rows
     still add up to its buckets and its energy. One statement serves the per-GPU, per-job and
     per-state ledgers and the stored hours (fleet/read/ledger_store.py). Joined to the
     intervals themselves (indexed by node and GPU), not to a derived table of holders:
-    SQLite gives a derived table no index."""
+    SQLite gives a derived table no index. The last column, most holders at once, carries
+    `SM_SPLIT` where the GPU was split by SM activity."""
     cov = _coverage(w, "led.bucket")
     scale = "CASE WHEN led.covered > 1 THEN led.covered ELSE 1 END"
     nobody = "al.workload_id IS NULL"
     sh = f"CASE WHEN {nobody} THEN 1.0 ELSE {cov} / {scale} END"
+    by_sm = ""  # the hourly tier has no SM activity: `led.sm_total` is 0
+    if w.tier == "1m":
+        sm = _sm_of(w, "led")
+        by_sm = f" WHEN led.sm_total > 0 THEN (led.gpu_e - led.rest_e) * {sm} / led.sm_total"
     ge = (
-        f"CASE WHEN {nobody} THEN led.gpu_e ELSE (led.gpu_e - led.rest_e) * {cov} / led.covered END"
+        f"CASE WHEN {nobody} THEN led.gpu_e{by_sm}"
+        f" ELSE (led.gpu_e - led.rest_e) * {cov} / led.covered END"
     )
     ne = f"led.node_e * ({sh})"
     held = (
         f"SELECT led.bucket, led.node_id, led.gpu, COALESCE(al.workload_id, 0) AS wl, led.state,"
         f" {sh} AS sh, {ge} AS ge, {ne} AS ne, ({ge} + {ne}) * led.pue_x AS oe,"
         f" led.estimated * ({sh}) AS est, led.reset * ({sh}) AS rs,"
-        f" (1 - led.has_pue) * ({sh}) AS np, led.holders FROM led LEFT JOIN al"
-        " ON led.holders > 0 AND al.node_id = led.node_id AND al.gpu = led.gpu"
-        f" AND {_overlaps(w, 'led.bucket')} AND (al.source = 'scheduler' OR led.sched = 0)"
+        f" (1 - led.has_pue) * ({sh}) AS np,"
+        f" led.holders + CASE WHEN led.sm_total > 0 THEN {SM_SPLIT} ELSE 0 END AS holders"
+        " FROM led LEFT JOIN al ON led.holders > 0 AND al.node_id = led.node_id"
+        f" AND al.gpu = led.gpu AND {_overlaps(w, 'led.bucket')}"
+        " AND (al.source = 'scheduler' OR led.sched = 0)"
+        + _shares(w, "led", "led.bucket", "al.workload_id")
     )
     # the part of a held bucket no interval covered (a job began or ended inside it)
     rest = (

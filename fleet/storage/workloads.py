@@ -13,7 +13,10 @@ A snapshot lists everything on the node's GPUs at one time, so for each node it 
 - close those open for the node that it no longer lists, at the midpoint between the last
   snapshot that listed them (`last_seen`) and this one: the job ended somewhere between the
   two, and without more to go on the midpoint is the estimate whose error is smallest at
-  its worst (half the gap) and averages out over many jobs.
+  its worst (half the gap) and averages out over many jobs;
+- add, for each GPU running processes of two or more workloads, each one's SM activity to
+  its minute in `fw_gpu_share_1m` (the ledger splits a shared GPU's energy by it): only
+  processes NVML reports SM activity for, so a fleet of exclusive GPUs writes nothing.
 
 A snapshot applies only if it is newer than the node's last one (`fleet_workloadsnapshot`):
 a resent batch, or one older than what is stored, changes nothing. The agent's first
@@ -25,6 +28,7 @@ commit holds several snapshots of one node): no per-row work in the database.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -57,6 +61,7 @@ _NODE_TS = ("int", "float8")
 _WORKLOAD_KEY = ("int", "text", "text")
 _WORKLOAD = (*_WORKLOAD_KEY, *("bigint" if n == "uid" else "text" for n in FIELDS), "float8")
 _ALLOCATION = ("int", "int", "int", "text", "bigint", "text", "float8", "float8", "int", "float8")
+_SHARE = ("bigint", "int", "int", "int", "float8", "int")
 
 OwnerKey = tuple[str, str]  # (kind, stable key)
 
@@ -72,6 +77,7 @@ class Seen:
     pid: int | None = None
     memory_mib: float | None = None
     started: float | None = None  # its processes' earliest start, where the agent sent one
+    sm_pct: float | None = None  # its processes' SM activity added up; None where NVML has none
 
 
 @dataclass(slots=True)
@@ -135,9 +141,12 @@ def _add_entry(snap: Snapshot, entry: dict[str, Any], allocated_by: str) -> None
     pids: dict[OwnerKey, int] = {}
     memory: dict[OwnerKey, float | None] = {}
     starts: dict[OwnerKey, float] = {}
+    sm: dict[OwnerKey, float] = {}
     for process in entry["processes"]:
         key = _owner(snap, process["owner"])
         pids[key] = min(pids.get(key, process["pid"]), process["pid"])
+        if process.get("sm_pct") is not None:
+            sm[key] = sm.get(key, 0.0) + float(process["sm_pct"])
         held = process.get("memory_mib")
         if held is not None or key not in memory:
             memory[key] = None if held is None else (memory.get(key) or 0.0) + held
@@ -146,7 +155,9 @@ def _add_entry(snap: Snapshot, entry: dict[str, Any], allocated_by: str) -> None
             starts[key] = min(starts.get(key, started), started)
             snap.starts[key] = min(snap.starts.get(key, started), started)
     for key, pid in pids.items():
-        snap.seen.append(Seen(gpu, mig, key, PROCESS, pid, memory[key], starts.get(key)))
+        snap.seen.append(
+            Seen(gpu, mig, key, PROCESS, pid, memory[key], starts.get(key), sm.get(key))
+        )
 
 
 def _owner(snap: Snapshot, owner: dict[str, Any]) -> OwnerKey:
@@ -170,6 +181,7 @@ def store_workloads(tx: Tx, snapshots: Sequence[Snapshot]) -> None:
             continue
         ids = _workload_ids(tx, current)
         _open_or_bump(tx, current, ids, previous)
+        _add_shares(tx, current, ids)
         _close_absent(tx, sorted(s.node_id for s in current))
 
 
@@ -349,6 +361,42 @@ def _close_absent(tx: Tx, nodes: list[int]) -> None:
     for start in range(0, len(nodes), per_stmt):
         chunk = nodes[start : start + per_stmt]
         tx.execute(_CLOSE_ABSENT.replace("{nodes}", ", ".join(["%s"] * len(chunk))), chunk)
+
+
+_ADD_SHARES = (
+    "INSERT INTO fw_gpu_share_1m (bucket, node_id, gpu, workload_id, sm_sum, samples) {rows}"
+    " ON CONFLICT (bucket, node_id, gpu, workload_id) DO UPDATE"
+    " SET sm_sum = fw_gpu_share_1m.sm_sum + excluded.sm_sum,"
+    " samples = fw_gpu_share_1m.samples + excluded.samples"
+)
+
+
+def _add_shares(tx: Tx, current: list[Snapshot], ids: dict[tuple[int, str, str], int]) -> None:
+    """Each workload's SM activity on a GPU that processes of two or more workloads share,
+    added to its minute (`fw_gpu_share_1m`). Only snapshots that advanced their node's mark
+    come here, so a resend adds nothing twice. A GPU's MIG devices count as one GPU (the
+    ledger splits the GPU's energy); a workload without SM activity (NVML reports none on
+    MIG devices) writes no row, and the ledger then splits that minute by time."""
+    rows: list[Row] = []
+    for snap in current:
+        bucket = math.floor(snap.ts / 60.0) * 60
+        sharing: dict[int, set[int]] = {}
+        active: dict[tuple[int, int], float] = {}
+        for seen in snap.seen:
+            if seen.source != PROCESS:
+                continue
+            workload = ids[(snap.site_id, *seen.owner)]
+            sharing.setdefault(seen.gpu, set()).add(workload)
+            if seen.sm_pct is not None:
+                key = (seen.gpu, workload)
+                active[key] = active.get(key, 0.0) + seen.sm_pct
+        for (gpu, workload), sm_sum in sorted(active.items()):
+            if len(sharing[gpu]) >= 2:
+                rows.append((bucket, snap.node_id, gpu, workload, sm_sum, 1))
+    # one row per key per statement (a node has one snapshot per generation), in key order
+    rows.sort()
+    for sql, params in _chunked(tx.vendor, _ADD_SHARES, rows, _SHARE):
+        tx.execute(sql, params)
 
 
 def _chunked(

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from fleet.read import ledger_rules as r
-from fleet.read.ledger import EVEN, EXCLUSIVE, JobLedger, Ledger, Line, ledger
+from fleet.read.ledger import EVEN, EXCLUSIVE, SM, JobLedger, Ledger, Line, ledger
 from fleet.read.ledger_rules import DEFAULT_RULES, LedgerRules
 from fleet.read.ledger_sql import Window
 from tests.support.databases import T, TierDb, fresh_db
@@ -109,11 +109,24 @@ def fold(s: Seed, rules: LedgerRules) -> tuple[dict[Any, list[float]], dict[Any,
         for i, v in enumerate((1, gpu_e, node_e, over, estimated, reset)):
             line[i] += v
         holders, _ = holders_of(s, n, g, b)
-        for wl in holders:
+        pue_x = total / it - 1
+        for wl, part in sm_parts(s, n, g, b, holders):
             share = jobs.setdefault((wl, state), [0.0] * 4)
-            for i, v in enumerate((1, gpu_e, node_e, over)):
-                share[i] += v / len(holders)
+            job_gpu_e, job_node_e = gpu_e * part, node_e / len(holders)
+            for i, v in enumerate((1 / len(holders), job_gpu_e, job_node_e)):
+                share[i] += v
+            share[3] += (job_gpu_e + job_node_e) * pue_x
     return gpus, jobs
+
+
+def sm_parts(s: Seed, n: int, g: int, b: int, holders: list[int]) -> list[tuple[int, float]]:
+    """Each holder's part of the GPU's energy in a minute: its SM activity over theirs
+    where two or more hold it and each has some kept, else an even part."""
+    sm = [s.shares.get((n, g, b, wl)) for wl in holders]
+    known = [v for v in sm if v is not None]
+    if len(holders) >= 2 and len(known) == len(holders) and sum(known) > 0:
+        return [(wl, v / sum(known)) for wl, v in zip(holders, known, strict=True)]
+    return [(wl, 1 / len(holders)) for wl in holders]
 
 
 # -- fixtures -------------------------------------------------------------------------------
@@ -222,12 +235,30 @@ def test_a_gpu_without_an_energy_counter_is_estimated_from_power_and_flagged(
     assert gpu_line(case, "training")[r.BUSY].estimated_hours == 0
 
 
-def test_a_shared_gpu_is_split_evenly_and_an_exclusive_one_charged_whole(case: Case) -> None:
+def test_a_shared_gpu_is_split_by_sm_activity_where_kept_and_evenly_where_not(
+    case: Case,
+) -> None:
     left, right = job(case, "left"), job(case, "right")
-    assert left.split == right.split == EVEN
-    assert left.total.energy.gpu_kwh == pytest.approx(0.5 * 500 * 2 / 1000)
-    assert right.total.energy == left.total.energy
+    assert left.split == right.split == SM
+    # 500 W for an hour at 75 % / 25 % SM activity, then an hour without: half each
+    assert left.total.energy.gpu_kwh == pytest.approx((0.75 + 0.5) * 500 / 1000)
+    assert right.total.energy.gpu_kwh == pytest.approx((0.25 + 0.5) * 500 / 1000)
+    # time and the node's share stay even: each held the GPU the whole two hours
+    assert left.total.gpu_hours == right.total.gpu_hours == pytest.approx(1.0)
+    assert left.total.energy.node_kwh == pytest.approx(right.total.energy.node_kwh)
     assert job(case, "train").split == EXCLUSIVE
+
+
+def test_a_shared_gpu_without_sm_activity_is_split_evenly(case: Case) -> None:
+    second_hour = Window(case.seed.site_id, A + 3600, B)
+    led = ledger(second_hour, DEFAULT_RULES, using=case.tdb.alias)
+    left, right = (
+        next(j for j in led.jobs if j.workload_id == case.seed.names[name])
+        for name in ("left", "right")
+    )
+    assert left.split == right.split == EVEN
+    assert left.total.energy.gpu_kwh == pytest.approx(0.5 * 500 / 1000)
+    assert right.total.energy == left.total.energy
 
 
 def test_a_pods_processes_do_not_halve_what_its_allocation_is_charged(case: Case) -> None:

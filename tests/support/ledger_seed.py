@@ -3,7 +3,8 @@ training job, an allocation running nothing, bursty inference, a hung collective
 holding memory on an idle GPU, an unallocated GPU, a driver reload, a GPU without an energy
 counter, a GPU shared by two jobs, a lost GPU), 1-minute rows over two hours from `t0`
 (and 15 minutes before, 10 after: runs that cross the window's edges), two hours with
-different PUEs, and the jobs' intervals open throughout.
+different PUEs, and the jobs' intervals open throughout. The shared GPU's two jobs have SM
+activity kept (75 % and 25 %) until the end of the first hour and none after it.
 
 tests/fleet/test_ledger.py holds the ledger to a Python fold of these rows;
 tests/dashboard/test_efficiency_page.py reads the efficiency page over them."""
@@ -24,6 +25,11 @@ LIMIT_W = 700.0
 NODE_A_OTHER_W, NODE_B_OTHER_W = 1000.0, 400.0
 PUE_BY_HOUR = (1.3, 1.5)  # the window's first and second hour; 1.2 around them
 E0 = 1e6  # every counter's value before the first minute seeded
+# The shared GPU's jobs' SM activity (%) in each snapshot, kept for the minutes before
+# t0 + SM_UNTIL_S: six snapshots a minute, as the agent's 10 s cadence sends.
+SM_PCT = {"left": 75.0, "right": 25.0}
+SM_UNTIL_S = 3600
+SNAPSHOTS_PER_MINUTE = 6
 
 
 @dataclass
@@ -40,6 +46,8 @@ class Seed:
         default_factory=list
     )
     names: dict[str, int] = field(default_factory=dict)  # job → workload id
+    # (node, gpu, bucket, workload) → SM activity summed over the minute's snapshots
+    shares: dict[tuple[int, int, int, int], float] = field(default_factory=dict)
     where: dict[str, tuple[int, int]] = field(default_factory=dict)  # case → node, GPU
 
     @property
@@ -128,7 +136,22 @@ def seed(using: str, t0: int, slug: str = "s1", name: str = "Site 1") -> Seed:
         s.facility[bucket] = (it * pue.get(bucket - bucket % 3600, 1.2), it)
     _insert_rows(using, site.id, s, gpu_rows, node_rows)
     allocate(using, site, s)
+    share(using, s, [b for b in seeded if b < t0 + SM_UNTIL_S])
     return s
+
+
+def share(using: str, s: Seed, buckets: Sequence[int]) -> None:
+    """The shared GPU's SM activity per minute of `buckets`, as the ingest writer keeps it."""
+    node_id, gpu = s.where["shared"]
+    for name, pct in SM_PCT.items():
+        for bucket in buckets:
+            s.shares[(node_id, gpu, bucket, s.names[name])] = pct * SNAPSHOTS_PER_MINUTE
+    insert(
+        using,
+        "fw_gpu_share_1m",
+        ("node_id", "gpu", "bucket", "workload_id", "sm_sum", "samples"),
+        [(*key, sm, SNAPSHOTS_PER_MINUTE) for key, sm in s.shares.items()],
+    )
 
 
 def _insert_rows(
@@ -207,7 +230,7 @@ def rolled_up_to(using: str, minutes: int, hours: int) -> None:
 def kept(using: str, minutes: int, hours: int, now: float) -> None:
     """The stored ledger (fleet/read/ledger_store.py) kept over seeded rows the rollup tiers
     reach as `rolled_up_to` says, as the `fleet.ledger` task would at `now`."""
-    from fleet.read.ledger_store import keep
+    from fleet.storage.ledger import keep
 
     rolled_up_to(using, minutes, hours)
     keep(now, using=using)
