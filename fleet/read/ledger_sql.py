@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from fleet.read import ledger_rules as r
 from fleet.read.ledger_rules import LedgerRules
 from fleet.storage.schema import TIER_SECONDS, rollup_table
+from fleet.storage.workloads import SHARE_TABLE
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,17 +116,15 @@ def _coverage(w: Window, bucket: str) -> str:
     return f"(({end}) - ({start})) / {float(w.step)!r}"
 
 
-# Where a shared GPU's processes' SM activity is kept, per minute and workload (fleet/
-# storage/workloads.py `_add_shares`); the hourly tier outlives it, so reads none.
-SHARE_TABLE = "fw_gpu_share_1m"
 # Added to a part's `holders` where the GPU's energy was split by SM activity in one of its
 # buckets: the stored hours keep "most holders" as MAX(holders), which keeps this flag too.
 SM_SPLIT = 1 << 16
 
 
 def _shares(w: Window, alias: str, bucket: str, workload: str) -> str:
-    """`LEFT JOIN` of the SM share of `workload` on the GPU of `alias` in `bucket` (its
-    whole key: one row or none), as `alias`; nothing on the hourly tier."""
+    """`LEFT JOIN` of the SM activity of `workload` on the GPU of `alias` in `bucket` (the
+    share table's whole key: one row or none), as `alias`s. None on the hourly tier: the
+    table is kept as long as the minutes, and the hourly tier serves older windows."""
     if w.tier != "1m":
         return ""
     return (

@@ -13,7 +13,9 @@ pending late mark of that tier (`fw_<kind>_late`) still asks for a recompute.
   Nothing an ingest commit needs is held, and no row is rewritten.
 - SQLite: short DELETE slices, oldest first, each its own transaction, so a large backlog
   never holds the single write lock for long; rows a pending mark covers are left (anti-join).
-- Events (`fleet_event`, not partitioned): DELETE slices on both engines.
+- Events (`fleet_event`, not partitioned): DELETE slices on both engines; so are the
+  stored ledger's hours and days, and shared GPUs' SM activity per minute
+  (`fw_gpu_share_1m`, kept as long as the 1-minute GPU tier).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from fleet.storage.partitions import (
     list_partitions,
 )
 from fleet.storage.schema import ENTITY_COLUMNS
+from fleet.storage.workloads import SHARE_TABLE
 
 log = logging.getLogger(__name__)
 
@@ -270,6 +273,13 @@ def delete_expired_ledger(now: float, using: str = DEFAULT_DB_ALIAS) -> dict[str
     return deleted
 
 
+def delete_expired_shares(now: float, using: str = DEFAULT_DB_ALIAS) -> int:
+    """Shared GPUs' SM activity per minute (workloads.SHARE_TABLE) past the 1-minute GPU
+    tier's horizon: the ledger reads it with those minutes only. Rows deleted."""
+    cutoff = now - kept_s("1m", "gpu")
+    return _delete_slices(SHARE_TABLE, "bucket", SLICE_S["1m"], using, lambda: cutoff)
+
+
 def _horizon(now: float, kind: str) -> float:
     return now - kept_s("1h", kind)
 
@@ -287,4 +297,5 @@ def apply_retention(now: float, using: str = DEFAULT_DB_ALIAS) -> dict[str, int]
                 removed[family.table] = delete_expired_rows(family, now, using)
     removed["fleet_event"] = delete_expired_events(now, using)
     removed.update(delete_expired_ledger(now, using))
+    removed[SHARE_TABLE] = delete_expired_shares(now, using)
     return removed

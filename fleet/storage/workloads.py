@@ -62,6 +62,9 @@ _WORKLOAD_KEY = ("int", "text", "text")
 _WORKLOAD = (*_WORKLOAD_KEY, *("bigint" if n == "uid" else "text" for n in FIELDS), "float8")
 _ALLOCATION = ("int", "int", "int", "text", "bigint", "text", "float8", "float8", "int", "float8")
 _SHARE = ("bigint", "int", "int", "int", "float8", "int")
+# Per minute, the SM activity of each workload on a GPU that processes of two or more share
+# (migration 0026): read by the ledger, trimmed with the 1-minute tier (retention.py).
+SHARE_TABLE = "fw_gpu_share_1m"
 
 OwnerKey = tuple[str, str]  # (kind, stable key)
 
@@ -364,10 +367,10 @@ def _close_absent(tx: Tx, nodes: list[int]) -> None:
 
 
 _ADD_SHARES = (
-    "INSERT INTO fw_gpu_share_1m (bucket, node_id, gpu, workload_id, sm_sum, samples) {rows}"
+    f"INSERT INTO {SHARE_TABLE} (bucket, node_id, gpu, workload_id, sm_sum, samples) {{rows}}"
     " ON CONFLICT (bucket, node_id, gpu, workload_id) DO UPDATE"
-    " SET sm_sum = fw_gpu_share_1m.sm_sum + excluded.sm_sum,"
-    " samples = fw_gpu_share_1m.samples + excluded.samples"
+    f" SET sm_sum = {SHARE_TABLE}.sm_sum + excluded.sm_sum,"
+    f" samples = {SHARE_TABLE}.samples + excluded.samples"
 )
 
 

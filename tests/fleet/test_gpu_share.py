@@ -10,6 +10,7 @@ from django.db import connections
 
 from fleet.models import Hall, Node, Rack, Site, Workload
 from fleet.storage.db import open_db
+from fleet.storage.retention import apply_retention, kept_s
 from fleet.storage.samples import SampleWrite, write_samples
 from fleet.storage.workloads import snapshots_of
 from tests.support import databases
@@ -88,3 +89,19 @@ def test_an_exclusive_gpu_or_one_without_sm_activity_keeps_nothing(db: TierDb) -
     ]
     store(db, node, MINUTE + 5, exclusive, *mig)
     assert shares(db) == []
+
+
+def test_sm_activity_is_kept_as_long_as_the_minute_tier(db: TierDb) -> None:
+    horizon = MINUTE - kept_s("1m", "gpu")
+    rows = [(int(horizon) - 60, 7.0), (int(horizon), 8.0), (MINUTE - 60, 9.0)]
+    with connections[db.alias].cursor() as cur:
+        for bucket, sm in rows:
+            cur.execute(
+                "INSERT INTO fw_gpu_share_1m (bucket, node_id, gpu, workload_id, sm_sum,"
+                " samples) VALUES (%s, 1, 0, 1, %s, 1)",
+                [bucket, sm],
+            )
+    apply_retention(MINUTE, using=db.alias)
+    with connections[db.alias].cursor() as cur:
+        cur.execute("SELECT bucket FROM fw_gpu_share_1m ORDER BY bucket")
+        assert [int(b) for (b,) in cur] == [int(horizon), MINUTE - 60]
