@@ -51,7 +51,7 @@ from fleet.models import Site  # noqa: E402
 from fleet.read.efficiency import site_efficiency  # noqa: E402
 from fleet.read.ledger import ledger  # noqa: E402
 from fleet.read.ledger_sql import Window  # noqa: E402
-from fleet.read.ledger_store import keep  # noqa: E402
+from fleet.storage.ledger import keep  # noqa: E402
 from fleet.storage.schema import TIER_SECONDS  # noqa: E402
 from fleetwatch.env import database_from_url, sqlite_database  # noqa: E402
 from tests.support import services  # noqa: E402

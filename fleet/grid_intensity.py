@@ -4,7 +4,7 @@ publishes: `start,gco2_per_kwh` per row, `start` an ISO 8601 time with its offse
 seconds. Finer steps (5, 15 or 30 minutes) are averaged into their UTC hour. All or nothing:
 a file with one bad row changes nothing and says which rows are wrong.
 
-Importing also reprices the energy ledger's stored hours (fleet/read/ledger_store.py
+Importing also reprices the energy ledger's stored hours (fleet/storage/ledger.py
 `apply_intensity`) in the same transaction, so the efficiency page and the weekly report
 show the new carbon at once; the site's constant (`Site.grid_gco2_per_kwh`) covers the hours
 without a value.
@@ -23,7 +23,7 @@ from django.db import DEFAULT_DB_ALIAS, connections, transaction
 
 from fleet.models import Site
 from fleet.models.sites import GridIntensity
-from fleet.read.ledger_store import apply_intensity
+from fleet.storage.ledger import apply_intensity
 
 HOUR_S = 3600
 COLUMNS = ("start", "gco2_per_kwh")

@@ -15,7 +15,7 @@ from typing import ParamSpec, TypedDict, TypeVar
 from celery import Task, shared_task
 from django.db import InterfaceError, OperationalError
 
-from fleet.read import ledger_store
+from fleet.storage import ledger as ledger_keeper
 from fleet.storage.partitions import ensure_partitions
 from fleet.storage.retention import apply_retention
 from fleet.storage.rollups import rollup_all
@@ -54,7 +54,7 @@ TIME_LIMITS: dict[str, tuple[int, int]] = {
     # and claims its state row, so a rollup cut short resumes at the next tick.
     "fleet.rollup": (600, 660),
     # Closes the energy ledger's hours; a run stops taking new hours after
-    # ledger_store.RUN_BUDGET_S (240 s) and the next minute's run goes on.
+    # ledger_keeper.RUN_BUDGET_S (240 s) and the next minute's run goes on.
     "fleet.ledger": (600, 660),
     "fleet.retention": (600, 660),
     "fleet.partitions": (120, 180),
@@ -123,7 +123,7 @@ def rollup(now: float | None = None) -> dict[str, int]:
 @instrumented_task("fleet.ledger")
 def ledger(now: float | None = None) -> int:
     """The energy ledger's stored hours and days brought up to date; hours written."""
-    return ledger_store.keep(time.time() if now is None else now)
+    return ledger_keeper.keep(time.time() if now is None else now)
 
 
 @instrumented_task("fleet.retention")

@@ -13,8 +13,10 @@ Slack message (workers and their commands: docs/operations.md, "Alerting"):
   against a Prometheus that stalls), so it must never sit in front of an evaluation;
 - `notifications`: Slack deliveries (their retries and follow-ups stay on the queue they
   came from) and notifications.sweep;
-- `maintenance`: fleet.rollup, fleet.retention, fleet.partitions — bulk storage work
-  that may take minutes on a backlog — and notifications.weekly_report (a week's ledger);
+- `maintenance`: fleet.rollup, fleet.ledger, fleet.retention, fleet.partitions — bulk
+  storage work that may take minutes on a backlog — fleet.forecasts (every site's forecasts,
+  seconds each, kept off the pages and the rules worker) and notifications.weekly_report
+  (a week's ledger);
 - `celery` (the default): everything else, alerts.watchdog among them. It is not
   `rules`, so a rules worker that is stuck or dead does not silence the watchdog.
 
@@ -58,6 +60,7 @@ TASK_QUEUES = {
     "fleet.ledger": MAINTENANCE,
     "fleet.retention": MAINTENANCE,
     "fleet.partitions": MAINTENANCE,
+    "fleet.forecasts": MAINTENANCE,
     "alerts.watchdog": DEFAULT,
 }
 
@@ -72,6 +75,9 @@ app.conf.beat_schedule = {
     # The energy ledger's hours (fleet/read/ledger_store.py): closed 10 minutes after they
     # end, the open ones computed again every two minutes of new data.
     "ledger": {"task": "fleet.ledger", "schedule": 60.0, "options": {"expires": 55}},
+    # Every site's time-to-limit forecasts (fleet/read/forecast_now.py), computed here so no
+    # page, live push or rule pass waits seconds for them.
+    "forecasts": {"task": "fleet.forecasts", "schedule": 60.0, "options": {"expires": 55}},
     "retention": {"task": "fleet.retention", "schedule": 600.0, "options": {"expires": 550}},
     # Partitions ahead of the data (fleet/tasks.py); a missed tick is redone by the next.
     "partitions": {"task": "fleet.partitions", "schedule": 600.0, "options": {"expires": 540}},

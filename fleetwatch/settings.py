@@ -177,6 +177,32 @@ else:
     # back to their server process rather than using the layer themselves.
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 
+# Django's cache, for what one process computes and every other reads: a site's forecasts
+# (fleet/read/forecast_now.py), computed once a minute by the task fleet.forecasts and read
+# by web servers, live publishers and the rules worker. Django's default cache lives in each
+# process's memory, so it must be one the installation's processes share: Redis where there
+# is one (REDIS_URL's own database, like the broker and channel layer, so each test server's
+# private Redis database holds its own), else files in VAR_DIR (one host, like the embedded
+# tier's broker).
+if REDIS_URL:
+    CACHES: dict[str, dict[str, object]] = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": REDIS_URL,
+            "KEY_PREFIX": "fleetwatch",
+        }
+    }
+else:
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.filebased.FileBasedCache",
+            "LOCATION": str(VAR_DIR / "cache"),
+            # Past MAX_ENTRIES a write deletes a third of the files, live ones too; the
+            # default (300) is fewer than an installation's sites may be.
+            "OPTIONS": {"MAX_ENTRIES": 10_000},
+        }
+    }
+
 # Celery: Redis when REDIS_URL is set; otherwise kombu's filesystem transport,
 # which works across processes on one host with no server to install.
 CELERY_QUEUE_DIR = VAR_DIR / "celery"

@@ -1,51 +1,117 @@
-"""A site's time-to-limit forecasts as of this minute, computed once a minute per process
-and shared by everything that shows or judges them: the rack page and its live pushes,
-the fleet overview and the forecast alert rules (evaluated every 10 s).
+"""A site's time-to-limit forecasts as the periodic task `fleet.forecasts` last stored them,
+read by everything that shows or judges them: the rack page and its live pushes, the fleet
+overview and the forecast alert rules (evaluated every 10 s).
 
-Forecasts are fitted to 1-minute rollup means, so they cannot change more often than once
-a minute: a second reading within the same minute returns the first one's result (docs/
-forecast.md, "Cost"). The store keeps one minute per site (the newest asked for), so it
-never grows past the number of sites.
+A whole site's forecasts take seconds (6 s at 10,000 GPUs, bench/foresight.py), far more
+than a live push (1 s, p95) or a rule pass may wait, so no reader computes them: the task
+(`refresh_forecasts`, once a minute on the maintenance queue) stores each site's in
+Django's cache, which every process of an installation shares (fleetwatch/settings.py,
+CACHES), and a read is one cache lookup. Forecasts are fitted to 1-minute rollup means, so
+they cannot change more often than the task runs (docs/forecast.md, "Cost").
+
+A read finds nothing — no forecast shown, no rule value — before the first run, and when
+the newest stored result is older than `STALE_S`: a stopped beat must not show forecasts
+that no longer follow the data.
 """
 
 from __future__ import annotations
 
+import hashlib
+import logging
+import os
 import threading
 from collections.abc import Iterable
 
-from django.db import DEFAULT_DB_ALIAS
+from django.core.cache import caches
+from django.db import DEFAULT_DB_ALIAS, connections
 
+from fleet.models import Site
 from fleet.read.forecast import Forecast
 from fleet.read.forecast_sources import LimitForecast, sentence, site_forecasts
 
-__all__ = ("CACHE_S", "clear", "forecasts_now", "rack_sentences", "sentences")
+__all__ = (
+    "CACHE_S",
+    "STALE_S",
+    "clear",
+    "forecasts_now",
+    "rack_sentences",
+    "refresh_forecasts",
+    "sentences",
+)
+
+log = logging.getLogger(__name__)
 
 CACHE_S = 60  # the 1-minute tier's bucket: the series behind a forecast moves no faster
+# A result this much older than the reader's `now` is not served: three beats missed.
+STALE_S = 180
+CACHE = "default"  # the cache alias (fleetwatch/settings.py, CACHES)
 
+Stored = tuple[float, list[LimitForecast]]  # (the minute they are as of, the forecasts)
+
+# The keys this process stored, so `clear` forgets its own results and no other process's.
 _lock = threading.Lock()
-_store: dict[tuple[str, int], tuple[int, list[LimitForecast]]] = {}
+_written: set[str] = set()
+
+
+def _database(using: str) -> str:
+    """Which database the forecasts are of, named alike by every process that shares it:
+    its engine, host, port and name; an in-memory SQLite database (the test suite's) is
+    seen by its own process only, so its results are that process's alone."""
+    conn = connections[using]
+    conf = conn.settings_dict
+    name = str(conf["NAME"])
+    ident = f"{conf['ENGINE']}|{conf.get('HOST', '')}|{conf.get('PORT', '')}|{name}"
+    if conn.vendor == "sqlite" and (name == ":memory:" or "mode=memory" in name):
+        ident += f"|pid {os.getpid()}"
+    return ident
+
+
+def _key(site_id: int, using: str) -> str:
+    # Hashed: a file path or URL is no safe cache key (length, spaces).
+    db = hashlib.sha256(_database(using).encode()).hexdigest()[:16]
+    return f"forecasts:{db}:{site_id}"
+
+
+def refresh_forecasts(now: float, using: str = DEFAULT_DB_ALIAS) -> int:
+    """Compute every site's forecasts as of the start of `now`'s minute and store them for
+    `forecasts_now`; the number of sites done. Each site is stored as soon as it is done,
+    so a run cut short by its time limit still serves the sites it reached. The body of the
+    task `fleet.forecasts`."""
+    minute = float(int(now // CACHE_S) * CACHE_S)
+    cache = caches[CACHE]
+    done = 0
+    for site_id in Site.objects.using(using).order_by("pk").values_list("pk", flat=True):
+        stored: Stored = (minute, site_forecasts(site_id, minute, using=using))
+        key = _key(site_id, using)
+        # Kept a little past STALE_S: a read checks the age itself, this only frees space.
+        cache.set(key, stored, timeout=STALE_S + CACHE_S)
+        with _lock:
+            _written.add(key)
+        done += 1
+    return done
 
 
 def forecasts_now(site_id: int, now: float, using: str = DEFAULT_DB_ALIAS) -> list[LimitForecast]:
-    """`site_forecasts(site_id, …)` as of the start of `now`'s minute, computed at most
-    once per minute per site in this process."""
-    minute = int(now // CACHE_S)
-    key = (using, site_id)
-    with _lock:
-        held = _store.get(key)
-    if held is not None and held[0] == minute:
-        return held[1]
-    # Computed outside the lock: two threads missing together compute twice, never wait.
-    got = site_forecasts(site_id, float(minute * CACHE_S), using=using)
-    with _lock:
-        _store[key] = (minute, got)
+    """The site's forecasts as `refresh_forecasts` last stored them; [] where none are
+    stored or the newest is more than `STALE_S` older than `now`. Never computes them."""
+    held: Stored | None = caches[CACHE].get(_key(site_id, using))
+    if held is None:
+        log.debug("no forecasts stored for site %s (fleet.forecasts has not run)", site_id)
+        return []
+    minute, got = held
+    if now - minute > STALE_S:
+        log.debug("forecasts of site %s are %.0f s old: not served", site_id, now - minute)
+        return []
     return got
 
 
 def clear() -> None:
-    """Forget every stored minute (tests; a fresh process starts empty)."""
+    """Forget every result this process stored (tests: one test's forecasts must not
+    answer for the next one's rows)."""
     with _lock:
-        _store.clear()
+        keys = list(_written)
+        _written.clear()
+    caches[CACHE].delete_many(keys)
 
 
 def sentences(items: Iterable[LimitForecast]) -> list[tuple[LimitForecast, str]]:

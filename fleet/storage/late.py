@@ -137,7 +137,7 @@ def mark_hours_from_picked(cur: Any, kind: str, before: int) -> None:
     )
 
 
-# Kinds the energy ledger reads (fleet/read/ledger_store.py), and the column its marks take.
+# Kinds the energy ledger reads (fleet/storage/ledger.py), and the column its marks take.
 LEDGER_KINDS = {"gpu": "node_id", "node": "node_id", "facility": "site_id"}
 
 

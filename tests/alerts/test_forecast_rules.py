@@ -2,7 +2,8 @@
 draw ramps towards its budget fires `rack-power-forecast` with the crossing's time in its
 message, a CDU whose supply climbs to its limit fires `loop-supply-forecast`, a flat rack
 never fires, and a rack forecast while an incident of that rack is open joins that
-incident instead of opening one of its own."""
+incident instead of opening one of its own. The rules read the forecasts the task
+fleet.forecasts stored: `tick` refreshes them at each minute's start, as the beat would."""
 
 from __future__ import annotations
 
@@ -52,6 +53,15 @@ def rack_draws(name: str, shape: Callable[[float], float]) -> Rack:
     return rack
 
 
+def tick(k: int) -> None:
+    """The k-th 10 s evaluation after START, the forecasts refreshed first where a minute
+    starts (fleet.forecasts runs each minute)."""
+    at = START + 1 + 10 * k
+    if k % 6 == 0:
+        forecast_now.refresh_forecasts(at)
+    evaluate(at)
+
+
 def firing() -> dict[str, AlertInstance]:
     return {i.rule.key: i for i in AlertInstance.objects.filter(state="firing")}
 
@@ -65,7 +75,7 @@ def test_a_ramping_rack_fires_with_the_crossing_time_in_its_message(site: None) 
     # 130 kW budget: 125 kW now, 7.5 kW an hour, reaches it 40 minutes from now
     rack_draws("A01", metered(ramp(125e3, START, 7.5e3), 300))
     for k in range(8):  # 10 s ticks over 70 s: the rule's 60 s for-duration
-        evaluate(START + 1 + 10 * k)
+        tick(k)
     inst = firing()["rack-power-forecast"]
     crossing = AlertInstance.objects.get(pk=inst.pk).labels["crossing"]
     true_at = START + 40 * 60
@@ -79,7 +89,7 @@ def test_a_cdu_supply_climbing_to_its_class_limit_fires(site: None) -> None:
     climbing = metered(ramp(31.0, START, 3.0), 0.03)
     seed_minutes("fw_loop_1m", "loop_id", loop.pk, "supply_c_mean", climbing, START)
     for k in range(8):
-        evaluate(START + 1 + 10 * k)
+        tick(k)
     inst = firing()["loop-supply-forecast"]
     crossing = AlertInstance.objects.get(pk=inst.pk).labels["crossing"]
     # 31 °C now, 3 °C an hour: 32 °C in 20 minutes
@@ -90,7 +100,7 @@ def test_a_cdu_supply_climbing_to_its_class_limit_fires(site: None) -> None:
 def test_a_flat_rack_never_fires(site: None) -> None:
     rack_draws("A01", metered(lambda t: 125e3, 300))  # 5 kW under its budget, going nowhere
     for k in range(30):  # five minutes of ticks
-        evaluate(START + 1 + 10 * k)
+        tick(k)
     assert not AlertInstance.objects.exists()
 
 
@@ -102,7 +112,7 @@ def test_a_forecast_joins_the_incident_already_open_on_its_rack(site: None) -> N
     for k in range(8):
         # one of its feeds over its rating all along: the rack's incident, open first
         store_latest("feed", (feed.pk,), START + 10 * k, power_w=feed.available_kw * 1.2e3)
-        evaluate(START + 1 + 10 * k)
+        tick(k)
     now_firing = firing()
     incident = now_firing["feed-over-rating"].group
     assert incident is not None and incident.key == f"rack:{rack.pk}:feed-over-rating"

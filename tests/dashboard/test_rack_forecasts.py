@@ -1,6 +1,8 @@
 """Time to limit on the rack page: a rack whose draw ramps towards its budget says when it
 reaches it ("A01 reaches 130 kW in ~40 min at this trend", the interval in its title), in
-the page and in each live update of it; a flat rack says nothing about a limit."""
+the page and in each live update of it; a flat rack says nothing about a limit. The
+forecasts are those the task fleet.forecasts stored (`refresh_forecasts`, run here before
+each read as the beat would have run it)."""
 
 from __future__ import annotations
 
@@ -36,8 +38,10 @@ def fresh_forecasts() -> Iterator[None]:
 
 
 def seed_rack(name: str, shape: Callable[[float], float]) -> Rack:
+    """The rack's minute means up to now, and the site's forecasts refreshed from them."""
     rack = Rack.objects.get(name=name)
     seed_minutes("fw_rack_1m", "rack_id", rack.pk, "power_w_mean", shape, time.time())
+    forecast_now.refresh_forecasts(time.time())
     return rack
 
 

@@ -17,7 +17,8 @@ from fleet.read import ledger_rules as r
 from fleet.read.ledger import Ledger, Line, ledger
 from fleet.read.ledger_rules import DEFAULT_RULES
 from fleet.read.ledger_sql import Window
-from fleet.read.ledger_store import keep, progress, stored_ledger
+from fleet.read.ledger_store import progress, stored_ledger
+from fleet.storage.ledger import keep
 from fleet.storage.rollups import rollup
 from tests.support.databases import T, TierDb, fresh_db
 from tests.support.ledger_seed import Seed, rolled_up_to, seed

@@ -51,6 +51,7 @@ def test_each_task_is_routed_to_the_queue_of_its_job() -> None:
             "fleet.ledger",
             "fleet.retention",
             "fleet.partitions",
+            "fleet.forecasts",
             "alerts.watchdog",
         )
     }
@@ -64,6 +65,8 @@ def test_each_task_is_routed_to_the_queue_of_its_job() -> None:
         "fleet.ledger": MAINTENANCE,
         "fleet.retention": MAINTENANCE,
         "fleet.partitions": MAINTENANCE,
+        # seconds per site: off the rules worker, whose passes must stay under a second
+        "fleet.forecasts": MAINTENANCE,
         # not "rules": a stuck rules worker must not silence the watchdog
         "alerts.watchdog": DEFAULT,
     }
@@ -85,6 +88,7 @@ def test_every_scheduled_task_expires_before_its_next_tick_on_a_declared_queue()
         "fleet.ledger",
         "fleet.retention",
         "fleet.partitions",
+        "fleet.forecasts",
         "alerts.evaluate",
         "alerts.watchdog",
         "notifications.sweep",

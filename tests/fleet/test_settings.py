@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -11,6 +12,7 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 
 from fleetwatch.env import database_from_url, env_bool, env_int, env_str
+from tests.support import services
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -232,3 +234,28 @@ def test_the_proxy_ssl_header_is_read_as_name_and_value(tmp_path: Path) -> None:
     env.update(FLEETWATCH_PROXY_SSL_HEADER="https")
     bad = subprocess.run(run, env={**base, **env}, cwd=ROOT, capture_output=True, text=True)
     assert bad.returncode != 0 and "FLEETWATCH_PROXY_SSL_HEADER" in bad.stderr
+
+
+def _cache_shell(env: dict[str, str], code: str) -> str:
+    """What `code` prints in a fresh process of the installation `env` describes, with
+    Django's cache as `cache`."""
+    done = _manage(env, "shell", "-c", f"from django.core.cache import cache; {code}")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.strip().splitlines()  # after what the shell itself says on start
+    return lines[-1] if lines else ""
+
+
+@pytest.mark.parametrize("shape", ["embedded", pytest.param("redis", marks=pytest.mark.services)])
+def test_what_one_process_stores_in_the_cache_another_reads(tmp_path: Path, shape: str) -> None:
+    """Forecasts are stored by the task and read by every server and worker process
+    (fleet/read/forecast_now.py): the cache is one the installation's processes share —
+    files in its var directory, or its Redis database (another installation's is not it)."""
+    env = {"FLEETWATCH_DEMO": "1", "FLEETWATCH_VAR_DIR": str(tmp_path / "one")}
+    other = {**env, "FLEETWATCH_VAR_DIR": str(tmp_path / "two")}
+    with contextlib.ExitStack() as stack:
+        if shape == "redis":
+            env["REDIS_URL"] = stack.enter_context(services.private_redis())
+            other["REDIS_URL"] = stack.enter_context(services.private_redis())
+        _cache_shell(env, "cache.set('shared', 'stored by one process', 60)")
+        assert _cache_shell(env, "print(cache.get('shared'))") == "stored by one process"
+        assert _cache_shell(other, "print(cache.get('shared'))") == "None"
