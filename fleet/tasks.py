@@ -15,6 +15,7 @@ from typing import ParamSpec, TypedDict, TypeVar
 from celery import Task, shared_task
 from django.db import InterfaceError, OperationalError
 
+from fleet.read.forecast_now import refresh_forecasts
 from fleet.storage import ledger as ledger_keeper
 from fleet.storage.partitions import ensure_partitions
 from fleet.storage.retention import apply_retention
@@ -57,6 +58,10 @@ TIME_LIMITS: dict[str, tuple[int, int]] = {
     # ledger_keeper.RUN_BUDGET_S (240 s) and the next minute's run goes on.
     "fleet.ledger": (600, 660),
     "fleet.retention": (600, 660),
+    # Every site's forecasts, ~6 s for a 10,000-GPU site (bench/foresight.py), once a minute.
+    # A stored result is served for 3 minutes (forecast_now.STALE_S): a run past two is cut,
+    # keeping the sites it stored, and the next tick starts again.
+    "fleet.forecasts": (120, 150),
     "fleet.partitions": (120, 180),
 }
 
@@ -124,6 +129,13 @@ def rollup(now: float | None = None) -> dict[str, int]:
 def ledger(now: float | None = None) -> int:
     """The energy ledger's stored hours and days brought up to date; hours written."""
     return ledger_keeper.keep(time.time() if now is None else now)
+
+
+@instrumented_task("fleet.forecasts")
+def forecasts(now: float | None = None) -> int:
+    """Every site's time-to-limit forecasts as of this minute, stored where pages and rules
+    read them (fleet/read/forecast_now.py); sites done."""
+    return refresh_forecasts(time.time() if now is None else now)
 
 
 @instrumented_task("fleet.retention")
