@@ -93,8 +93,14 @@ def refresh_forecasts(now: float, using: str = DEFAULT_DB_ALIAS) -> int:
 
 def forecasts_now(site_id: int, now: float, using: str = DEFAULT_DB_ALIAS) -> list[LimitForecast]:
     """The site's forecasts as `refresh_forecasts` last stored them; [] where none are
-    stored or the newest is more than `STALE_S` older than `now`. Never computes them."""
-    held: Stored | None = caches[CACHE].get(_key(site_id, using))
+    stored or the newest is more than `STALE_S` older than `now`, or the store cannot be
+    reached (a Redis restart must not fail the rack page or an evaluation). Never computes
+    them."""
+    try:
+        held: Stored | None = caches[CACHE].get(_key(site_id, using))
+    except Exception as exc:  # the cache backend's own errors differ per backend
+        log.warning("forecasts of site %s not read: the cache failed: %s", site_id, exc)
+        return []
     if held is None:
         log.debug("no forecasts stored for site %s (fleet.forecasts has not run)", site_id)
         return []

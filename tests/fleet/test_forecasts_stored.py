@@ -104,3 +104,20 @@ def test_a_result_older_than_three_minutes_is_not_served(ramping: tuple[int, flo
     # the next run serves again
     forecast_now.refresh_forecasts(now + forecast_now.STALE_S + 1)
     assert forecast_now.forecasts_now(site_id, now + forecast_now.STALE_S + 1) != []
+
+
+def test_a_cache_that_cannot_be_reached_shows_no_forecast_and_fails_no_page(
+    site: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    class Down:
+        def get(self, key: str) -> None:
+            raise ConnectionError("Redis is restarting")
+
+        def delete_many(self, keys: list[str]) -> None:
+            raise ConnectionError("Redis is restarting")
+
+    tasks.forecasts(time.time())  # stored while the cache answered
+    monkeypatch.setattr(forecast_now, "caches", {forecast_now.CACHE: Down()})
+    for rack in Rack.objects.all():
+        assert forecast_now.forecasts_now(rack.hall.site_id, time.time()) == []
+    monkeypatch.undo()
