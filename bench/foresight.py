@@ -8,7 +8,8 @@ climbs; the rest hold steady with a meter's noise.
 
 Timed: `site_forecasts` (fleet/read/forecast_sources.py), the forecast of every rack,
 feed and CDU of the site from the rollups, median of `--repeat`; it is what
-fleet/read/forecast_now.py computes once a minute per process for the pages and the rules.
+the `fleet.forecasts` task computes once a minute (fleet/read/forecast_now.py) for the pages
+and the rules to read.
 SQLite always; PostgreSQL too when DATABASE_URL is set. Last line per database:
 `db=… gpus=… racks=… feeds=… loops=… forecasts=… forecast_s=…`.
 """

@@ -1,7 +1,7 @@
 """The time-to-limit signals (fleet/alerts/signals.py, `forecast:<subject>`): minutes until
 each rack's, feed's or loop's forecast reaches its limit, from this minute's forecasts of
-every site (fleet/read/forecast_now.py: computed at most once a minute per process, so the
-rules' 10 s evaluation reads them from memory five times in six).
+every site as the `fleet.forecasts` task last stored them (fleet/read/forecast_now.py: the
+rules' 10 s evaluation only reads them, never computes).
 
 A subject without a forecast has no value: the rule's instance, if any, resolves
 (`absent_clears`). A new instance is labelled with the crossing it announces — `crossing`
