@@ -27,6 +27,7 @@ from fleet.read.ledger_sql import (
     metered_sql,
     nodes_without_gpus_sql,
     per_holder_sql,
+    shares_sql,
     unmetered_it_sql,
 )
 from fleet.storage import retention
@@ -265,15 +266,17 @@ def ledger(
 
 
 def parts(window: Window, rules: LedgerRules, using: str = DEFAULT_DB_ALIAS) -> list[Part]:
-    """The window's parts per GPU: the statement's rows; the buckets a GPU has no row for
+    """The window's parts per GPU: the statement's rows (split by SM activity where the
+    minutes have some kept); the buckets a GPU has no row for
     (inventory GPUs that sent nothing included) as `LOST`, per hour; node energy without GPU
     rows as `NODE_ONLY`; the site's IT energy no node reports as `UNMETERED_IT` (node 0)."""
     vendor = _vendor(using)
     step_h = window.step / 3600
+    sm = window.tier == "1m" and bool(_rows(using, shares_sql(window, rules)))
     found = [
         Part(int(hour), int(node), int(gpu), int(wl), str(state), _line(sums, step_h), int(most))
         for hour, node, gpu, wl, state, *sums, most in _rows(
-            using, per_holder_sql(window, rules, vendor)
+            using, per_holder_sql(window, rules, vendor, sm)
         )
     ]
     lost = _lost(window, found, _inventory(window, using))

@@ -121,11 +121,23 @@ def _coverage(w: Window, bucket: str) -> str:
 SM_SPLIT = 1 << 16
 
 
-def _shares(w: Window, alias: str, bucket: str, workload: str) -> str:
+def shares_sql(w: Window, rules: LedgerRules) -> str:
+    """One row if any GPU of the window's nodes has SM activity kept around it, else none:
+    without, the ledger's statement reads no share table (`sm=False`), so a fleet of
+    exclusive GPUs runs the statement it ran before SM activity was kept. Never on the
+    hourly tier: the table is kept as long as the minutes, the hourly tier serves older
+    windows. The table's key leads with the minute: a range probe."""
+    lo, hi = w.a - rules.lookback_s - w.step, w.b + rules.lookback_s
+    return (
+        f"WITH nodes AS ({_nodes(w)}) SELECT 1 FROM {SHARE_TABLE}"
+        f" WHERE bucket >= {lo} AND bucket < {hi} AND node_id IN (SELECT id FROM nodes) LIMIT 1"
+    )
+
+
+def _shares(sm: bool, alias: str, bucket: str, workload: str) -> str:
     """`LEFT JOIN` of the SM activity of `workload` on the GPU of `alias` in `bucket` (the
-    share table's whole key: one row or none), as `alias`s. None on the hourly tier: the
-    table is kept as long as the minutes, and the hourly tier serves older windows."""
-    if w.tier != "1m":
+    share table's whole key: one row or none), as `alias`s; nothing unless `sm`."""
+    if not sm:
         return ""
     return (
         f" LEFT JOIN {SHARE_TABLE} {alias}s ON {alias}s.bucket = {bucket}"
@@ -134,19 +146,14 @@ def _shares(w: Window, alias: str, bucket: str, workload: str) -> str:
     )
 
 
-def _sm_of(w: Window, alias: str) -> str:
-    """The SM activity `_shares` joined as `alias`, NULL on the hourly tier."""
-    return f"{alias}s.sm_sum" if w.tier == "1m" else "CAST(NULL AS DOUBLE PRECISION)"
-
-
-def _holding(w: Window) -> str:
+def _holding(w: Window, sm: bool) -> str:
     """Each interval on each GPU in each bucket it overlaps, how much of it it covers, and
-    its workload's SM activity there (NULL: none kept)."""
+    (`sm`) its workload's SM activity there (NULL: none kept)."""
     return (
         "SELECT m.node_id, m.gpu, m.bucket, al.workload_id, al.source,"
-        f" {_coverage(w, 'm.bucket')} AS cov, {_sm_of(w, 'm')} AS sm FROM g m"
+        f" {_coverage(w, 'm.bucket')} AS cov{', ms.sm_sum AS sm' if sm else ''} FROM g m"
         f" JOIN al ON al.node_id = m.node_id AND al.gpu = m.gpu AND {_overlaps(w, 'm.bucket')}"
-        + _shares(w, "m", "m.bucket", "al.workload_id")
+        + _shares(sm, "m", "m.bucket", "al.workload_id")
     )
 
 
@@ -162,14 +169,18 @@ _HOLDER_SUMMARY = (
     " THEN SUM(CASE WHEN source = 'scheduler' THEN 1 ELSE 0 END) ELSE COUNT(*) END AS holders,"
     " CASE WHEN SUM(CASE WHEN source = 'scheduler' THEN 1 ELSE 0 END) > 0"
     " THEN SUM(CASE WHEN source = 'scheduler' THEN cov ELSE 0 END) ELSE SUM(cov) END AS covered,"
-    " CASE WHEN SUM(CASE WHEN source = 'scheduler' THEN 1 ELSE 0 END) > 0"
-    " THEN SUM(CASE WHEN source = 'scheduler' AND sm IS NOT NULL THEN 1 ELSE 0 END)"
-    " ELSE COUNT(sm) END AS smn,"
-    " CASE WHEN SUM(CASE WHEN source = 'scheduler' THEN 1 ELSE 0 END) > 0"
-    " THEN SUM(CASE WHEN source = 'scheduler' THEN sm END) ELSE SUM(sm) END AS smt,"
+    " {sm},"
     " COUNT(DISTINCT CASE WHEN source = 'process' THEN workload_id END) AS procs"
     " FROM hx GROUP BY node_id, gpu, bucket"
 )
+_SM_SUMMARY = (
+    "CASE WHEN SUM(CASE WHEN source = 'scheduler' THEN 1 ELSE 0 END) > 0"
+    " THEN SUM(CASE WHEN source = 'scheduler' AND sm IS NOT NULL THEN 1 ELSE 0 END)"
+    " ELSE COUNT(sm) END AS smn,"
+    " CASE WHEN SUM(CASE WHEN source = 'scheduler' THEN 1 ELSE 0 END) > 0"
+    " THEN SUM(CASE WHEN source = 'scheduler' THEN sm END) ELSE SUM(sm) END AS smt"
+)
+_NO_SM_SUMMARY = "0 AS smn, 0 AS smt"
 
 
 def idle_reading(rules: LedgerRules, util_max: str, power: str, limit: str) -> str:
@@ -335,15 +346,16 @@ def _with(parts: Sequence[tuple[str, str]], vendor: str) -> str:
     return ", ".join(f"{name} AS {hint(name)}({sql})" for name, sql in parts)
 
 
-def ledger_cte(w: Window, rules: LedgerRules, vendor: str) -> str:
-    """`WITH …` ending in `led` (and `al`, the intervals around the window)."""
+def ledger_cte(w: Window, rules: LedgerRules, vendor: str, sm: bool = False) -> str:
+    """`WITH …` ending in `led` (and `al`, the intervals around the window); `sm`: read
+    the SM activity of shared GPUs (`shares_sql` found some)."""
     parts: Sequence[tuple[str, str]] = (
         ("nodes", _nodes(w)),
         ("g", _gpu_rows(w, rules)),
         ("e", _energy(w)),
         ("al", _allocations(w, rules)),
-        ("hx", _holding(w)),
-        ("hs", _HOLDER_SUMMARY),
+        ("hx", _holding(w, sm)),
+        ("hs", _HOLDER_SUMMARY.replace("{sm}", _SM_SUMMARY if sm else _NO_SM_SUMMARY)),
         ("f", _flags(rules)),
         *((("x", _runs(w)),) if _runs_matter(w, rules) else ()),
         ("st", _states(w, rules)),
@@ -354,7 +366,7 @@ def ledger_cte(w: Window, rules: LedgerRules, vendor: str) -> str:
     return "WITH " + _with(parts, vendor)
 
 
-def per_holder_sql(w: Window, rules: LedgerRules, vendor: str) -> str:
+def per_holder_sql(w: Window, rules: LedgerRules, vendor: str, sm: bool = False) -> str:
     """hour, node, GPU, workload (0: nobody), state, GPU-buckets, GPU J, node-share J,
     overhead J, estimated buckets, counter resets, buckets without a PUE, most holders at
     once. A holder's share of a bucket's time is the part of it its interval covers, scaled
@@ -366,16 +378,16 @@ def per_holder_sql(w: Window, rules: LedgerRules, vendor: str) -> str:
     still add up to its buckets and its energy. One statement serves the per-GPU, per-job and
     per-state ledgers and the stored hours (fleet/read/ledger_store.py). Joined to the
     intervals themselves (indexed by node and GPU), not to a derived table of holders:
-    SQLite gives a derived table no index. The last column, most holders at once, carries
-    `SM_SPLIT` where the GPU was split by SM activity."""
+    SQLite gives a derived table no index. `sm`: split by SM activity where kept (only
+    where `shares_sql` finds some: else the statement reads no share table). The last
+    column, most holders at once, carries `SM_SPLIT` where the GPU was split by it."""
     cov = _coverage(w, "led.bucket")
     scale = "CASE WHEN led.covered > 1 THEN led.covered ELSE 1 END"
     nobody = "al.workload_id IS NULL"
     sh = f"CASE WHEN {nobody} THEN 1.0 ELSE {cov} / {scale} END"
-    by_sm = ""  # the hourly tier has no SM activity: `led.sm_total` is 0
-    if w.tier == "1m":
-        sm = _sm_of(w, "led")
-        by_sm = f" WHEN led.sm_total > 0 THEN (led.gpu_e - led.rest_e) * {sm} / led.sm_total"
+    by_sm = ""  # without SM activity `led.sm_total` is 0
+    if sm:
+        by_sm = " WHEN led.sm_total > 0 THEN (led.gpu_e - led.rest_e) * leds.sm_sum / led.sm_total"
     ge = (
         f"CASE WHEN {nobody} THEN led.gpu_e{by_sm}"
         f" ELSE (led.gpu_e - led.rest_e) * {cov} / led.covered END"
@@ -390,7 +402,7 @@ def per_holder_sql(w: Window, rules: LedgerRules, vendor: str) -> str:
         " FROM led LEFT JOIN al ON led.holders > 0 AND al.node_id = led.node_id"
         f" AND al.gpu = led.gpu AND {_overlaps(w, 'led.bucket')}"
         " AND (al.source = 'scheduler' OR led.sched = 0)"
-        + _shares(w, "led", "led.bucket", "al.workload_id")
+        + _shares(sm, "led", "led.bucket", "al.workload_id")
     )
     # the part of a held bucket no interval covered (a job began or ended inside it)
     rest = (
@@ -403,7 +415,7 @@ def per_holder_sql(w: Window, rules: LedgerRules, vendor: str) -> str:
     sums = ", ".join(f"SUM({col})" for col in ("sh", "ge", "ne", "oe", "est", "rs", "np"))
     hour = "bucket - bucket % 3600"
     return (
-        f"{ledger_cte(w, rules, vendor)}, sh AS ({held} UNION ALL {rest})"
+        f"{ledger_cte(w, rules, vendor, sm)}, sh AS ({held} UNION ALL {rest})"
         f" SELECT {hour} AS hour, node_id, gpu, wl, state, {sums}, MAX(holders)"
         f" FROM sh GROUP BY {hour}, node_id, gpu, wl, state"
     )
