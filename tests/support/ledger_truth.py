@@ -12,7 +12,8 @@ fleetsim/truth.py books what each GPU really used and who held it.
 
 `compare` then reads the ledger (fleet/read/ledger.py) over the simulated minutes and sets it
 beside the truth: each job's GPU energy (jobs sharing a GPU, MIG pods, as one group: the
-ledger splits a shared GPU evenly, the truth does not know a split either) and the ledger's
+ledger splits a shared GPU by time, or by SM activity where processes of two workloads
+report it, the truth does not know a split either) and the ledger's
 total against the facility meter. `reconcile_error_pct` runs it all for bench/attribution.py.
 
 Needs Django set up (pytest-django in the tests; bench/ calls `django.setup()`).
