@@ -122,11 +122,10 @@ SM_SPLIT = 1 << 16
 
 
 def shares_sql(w: Window, rules: LedgerRules) -> str:
-    """One row if any GPU of the window's nodes has SM activity kept around it, else none:
-    without, the ledger's statement reads no share table (`sm=False`), so a fleet of
-    exclusive GPUs runs the statement it ran before SM activity was kept. Never on the
-    hourly tier: the table is kept as long as the minutes, the hourly tier serves older
-    windows. The table's key leads with the minute: a range probe."""
+    """One row if a GPU of the window's nodes has SM activity kept around it (a range probe:
+    the key leads with the minute), else none, and then the ledger reads no share table: a
+    fleet of exclusive GPUs runs the statement it ran before. For the 1-minute tier only:
+    the table is kept as long as the minutes, the hourly tier serves older windows."""
     lo, hi = w.a - rules.lookback_s - w.step, w.b + rules.lookback_s
     return (
         f"WITH nodes AS ({_nodes(w)}) SELECT 1 FROM {SHARE_TABLE}"
@@ -174,9 +173,8 @@ _HOLDER_SUMMARY = (
     " FROM hx GROUP BY node_id, gpu, bucket"
 )
 _SM_SUMMARY = (
-    "CASE WHEN SUM(CASE WHEN source = 'scheduler' THEN 1 ELSE 0 END) > 0"
-    " THEN SUM(CASE WHEN source = 'scheduler' AND sm IS NOT NULL THEN 1 ELSE 0 END)"
-    " ELSE COUNT(sm) END AS smn,"
+    "CASE WHEN SUM(CASE WHEN source = 'scheduler' THEN 1 ELSE 0 END) > 0 THEN SUM(CASE WHEN"
+    " source = 'scheduler' AND sm IS NOT NULL THEN 1 ELSE 0 END) ELSE COUNT(sm) END AS smn,"
     " CASE WHEN SUM(CASE WHEN source = 'scheduler' THEN 1 ELSE 0 END) > 0"
     " THEN SUM(CASE WHEN source = 'scheduler' THEN sm END) ELSE SUM(sm) END AS smt"
 )
@@ -369,18 +367,17 @@ def ledger_cte(w: Window, rules: LedgerRules, vendor: str, sm: bool = False) -> 
 def per_holder_sql(w: Window, rules: LedgerRules, vendor: str, sm: bool = False) -> str:
     """hour, node, GPU, workload (0: nobody), state, GPU-buckets, GPU J, node-share J,
     overhead J, estimated buckets, counter resets, buckets without a PUE, most holders at
-    once. A holder's share of a bucket's time is the part of it its interval covers, scaled
-    down where the owning intervals together cover more than the bucket (n jobs on one GPU at
-    once: 1/n each); the part nobody covered is the pool's (`unallocated`), with the energy
-    the GPU drew in it (`rest_e`); the holders share the rest of the GPU's energy by the
-    parts they cover, or, where `led.sm_total` says so, by their SM activity; the node's share
-    by time, and the overhead follows both. A GPU's rows
-    still add up to its buckets and its energy. One statement serves the per-GPU, per-job and
-    per-state ledgers and the stored hours (fleet/read/ledger_store.py). Joined to the
-    intervals themselves (indexed by node and GPU), not to a derived table of holders:
-    SQLite gives a derived table no index. `sm`: split by SM activity where kept (only
-    where `shares_sql` finds some: else the statement reads no share table). The last
-    column, most holders at once, carries `SM_SPLIT` where the GPU was split by it."""
+    once (+ `SM_SPLIT` where split by SM activity). A holder's share of a bucket's time is
+    the part of it its interval covers, scaled down where the owning intervals together
+    cover more than the bucket (n jobs on one GPU at once: 1/n each); the part nobody
+    covered is the pool's (`unallocated`), with the energy the GPU drew in it (`rest_e`);
+    the holders share the rest of the GPU's energy by the parts they cover, or by their SM
+    activity where `led.sm_total` says so (`sm`: only where `shares_sql` finds some; else
+    no share table is read); the node's share by time, and the overhead follows both. A
+    GPU's rows still add up to its buckets and its energy. One statement serves the per-GPU,
+    per-job and per-state ledgers and the stored hours. Joined to the intervals themselves
+    (indexed by node and GPU), not to a derived table of holders: SQLite gives a derived
+    table no index."""
     cov = _coverage(w, "led.bucket")
     scale = "CASE WHEN led.covered > 1 THEN led.covered ELSE 1 END"
     nobody = "al.workload_id IS NULL"
