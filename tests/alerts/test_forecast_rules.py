@@ -7,7 +7,7 @@ fleet.forecasts stored: `tick` refreshes them at each minute's start, as the bea
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
@@ -20,6 +20,7 @@ from fleet.demo import DEMO_RACKS, seed_demo_site
 from fleet.models import CoolingLoop, PowerFeed, Rack
 from fleet.read import forecast_now
 from fleet.words import utc_minute
+from tests.support import forecast_rows
 from tests.support.alert_engine import T0
 from tests.support.forecast_rows import metered, seed_minutes
 from tests.support.latest import store_latest
@@ -31,11 +32,7 @@ RULES = ("rack-power-forecast", "loop-supply-forecast")
 START = T0 // 60 * 60  # a minute's start: the forecast's `now` is the minute's
 
 
-@pytest.fixture(autouse=True)
-def fresh_forecasts() -> Iterator[None]:
-    forecast_now.clear()
-    yield
-    forecast_now.clear()
+fresh_forecasts = forecast_rows.fresh_forecasts  # autouse
 
 
 @pytest.fixture

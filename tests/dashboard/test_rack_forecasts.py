@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 from django.test import Client
@@ -16,7 +16,7 @@ from django.test import Client
 from dashboard.live_pages import rack_live
 from fleet.models import Rack
 from fleet.read import forecast_now
-from tests.support import pages, people
+from tests.support import forecast_rows, pages, people
 from tests.support.forecast_rows import metered, seed_minutes
 from tests.support.pages import fold
 from tests.support.series import ramp
@@ -30,11 +30,7 @@ client = people.ops_signed_in
 SENTENCE = re.compile(r"(\w+) reaches ([\d.]+) kW in ~(\d+) min at this trend")
 
 
-@pytest.fixture(autouse=True)
-def fresh_forecasts() -> Iterator[None]:
-    forecast_now.clear()  # another test's minute must not answer for this one's rows
-    yield
-    forecast_now.clear()
+fresh_forecasts = forecast_rows.fresh_forecasts  # autouse
 
 
 def seed_rack(name: str, shape: Callable[[float], float]) -> Rack:

@@ -6,7 +6,6 @@ nothing once the newest result is more than three minutes old (a stopped beat)."
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import pytest
 from django.test import Client
@@ -18,7 +17,7 @@ from fleet.models import Rack, Site
 from fleet.read import forecast_now, forecast_sources
 from fleet.read.forecast import Forecast
 from fleet.read.forecast_sources import LimitForecast
-from tests.support import pages, people
+from tests.support import forecast_rows, pages, people
 from tests.support.forecast_rows import metered, seed_minutes
 from tests.support.pages import fold
 from tests.support.series import ramp
@@ -32,11 +31,7 @@ client = people.ops_signed_in
 MINUTE = 60
 
 
-@pytest.fixture(autouse=True)
-def fresh_forecasts() -> Iterator[None]:
-    forecast_now.clear()
-    yield
-    forecast_now.clear()
+fresh_forecasts = forecast_rows.fresh_forecasts  # autouse
 
 
 @pytest.fixture

@@ -5,10 +5,12 @@ forecast fits (fleet/read/forecast.py PARAMS.recent_s) up to a given time."""
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
+import pytest
 from django.db import connection, transaction
 
+from fleet.read import forecast_now
 from fleet.read.forecast import PARAMS
 
 MINUTE = 60
@@ -40,3 +42,13 @@ def metered(shape: Callable[[float], float], sd: float, seed: int = 0) -> Callab
     rightly declines it, at times, depending on the values."""
     rng = random.Random(seed)
     return lambda t: shape(t) + rng.gauss(0, sd)
+
+
+@pytest.fixture(autouse=True)
+def fresh_forecasts() -> Iterator[None]:
+    """No stored forecasts before or after the test: another test's minute must not answer
+    for this one's rows (the store outlives a test: a file or Redis cache). Autouse where a
+    module names it: `fresh_forecasts = forecast_rows.fresh_forecasts`."""
+    forecast_now.clear()
+    yield
+    forecast_now.clear()
