@@ -8,13 +8,11 @@ from typing import Any
 
 from django.db import connections
 
-from fleet.models import Hall, Node, Rack, Site, Workload
-from fleet.storage.db import open_db
+from fleet.models import Workload
 from fleet.storage.retention import apply_retention, kept_s
-from fleet.storage.samples import SampleWrite, write_samples
-from fleet.storage.workloads import snapshots_of
 from tests.support import databases
 from tests.support.databases import T, TierDb
+from tests.support.workload_store import a_node, store
 
 db = databases.fresh_tier_db  # each test's own database, both tiers
 
@@ -22,24 +20,6 @@ ANA = {"kind": "user", "uid": 1000, "user": "ana"}
 BOB = {"kind": "user", "uid": 1001, "user": "bob"}
 JOB = {"kind": "slurm", "job": "4242"}
 MINUTE = T - T % 60
-
-
-def a_node(db: TierDb) -> tuple[int, int]:
-    site = Site.objects.using(db.alias).create(slug="s1", name="Site 1")
-    hall = Hall.objects.using(db.alias).create(site=site, name="A")
-    rack = Rack.objects.using(db.alias).create(hall=hall, name="A01", power_budget_kw=40)
-    node = Node.objects.using(db.alias).create(name="gpu-a01-01", rack=rack)
-    return node.id, site.id
-
-
-def store(db: TierDb, node: tuple[int, int], ts: float, *entries: dict[str, Any]) -> None:
-    write = SampleWrite()
-    write.workloads = snapshots_of(*node, [{"ts": ts, **e} for e in entries])
-    storage = open_db(dict(connections.settings[db.alias]))
-    try:
-        write_samples(storage, write)
-    finally:
-        storage.close()
 
 
 def process(pid: int, owner: dict[str, Any], sm_pct: float | None) -> dict[str, Any]:

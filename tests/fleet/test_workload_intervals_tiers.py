@@ -6,37 +6,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db import connections
-
-from fleet.models import GpuAllocation, Hall, Node, Rack, Site
-from fleet.storage.db import open_db
-from fleet.storage.samples import SampleWrite, write_samples
-from fleet.storage.workloads import snapshots_of
+from fleet.models import GpuAllocation
 from tests.support import databases
 from tests.support.databases import T, TierDb
+from tests.support.workload_store import a_node, store
 
 db = databases.fresh_tier_db  # each test's own database, both tiers
 
 JOB = {"kind": "slurm", "job": "4242", "user": "ana", "account": "physics"}
 ANA = {"kind": "user", "uid": 1000, "user": "ana"}
-
-
-def a_node(db: TierDb) -> tuple[int, int]:
-    site = Site.objects.using(db.alias).create(slug="s1", name="Site 1")
-    hall = Hall.objects.using(db.alias).create(site=site, name="A")
-    rack = Rack.objects.using(db.alias).create(hall=hall, name="A01", power_budget_kw=40)
-    node = Node.objects.using(db.alias).create(name="gpu-a01-01", rack=rack)
-    return node.id, site.id
-
-
-def store(db: TierDb, node: tuple[int, int], ts: float, *entries: dict[str, Any]) -> None:
-    write = SampleWrite()
-    write.workloads = snapshots_of(*node, [{"ts": ts, **e} for e in entries])
-    storage = open_db(dict(connections.settings[db.alias]))
-    try:
-        write_samples(storage, write)
-    finally:
-        storage.close()
 
 
 def test_intervals_open_keep_and_close_alike_on_every_tier(db: TierDb) -> None:
