@@ -168,6 +168,8 @@ class SiteView:
 
     @property
     def window(self) -> str:
+        if not self.e.kept:
+            return efficiency_words("not_kept")
         w = self.e.window
         span = span_words(self.span_s)
         return efficiency_words("window", span=span, start=utc_minute(w.a), end=utc_minute(w.b))

@@ -55,6 +55,8 @@ TIER_WORDS: dict[str, str] = {"1m": "1-minute", "1h": "1-hour"}
 # The efficiency page's own phrases (dashboard/efficiency.py).
 EFFICIENCY_PHRASES: dict[str, str] = {
     "window": "last {span}: {start} – {end}",
+    "not_kept": "no figures yet: the energy ledger stores a site's minutes once they are rolled"
+    " up (the fleet.ledger task, every minute)",
     "no_team": "no team",
     "gpu_hours": "GPU-hours",
     "by_team": "GPU-hours by state per team",

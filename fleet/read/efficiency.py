@@ -88,6 +88,7 @@ class SiteEfficiency:
     teams: list[Total]
     jobs: list[Job]
     reclaim: list[Idle]
+    kept: bool = True  # False: the stored ledger has nothing of this site yet
 
     @property
     def window(self) -> Window:
@@ -114,7 +115,9 @@ def site_efficiency(
     using: str = DEFAULT_DB_ALIAS,
 ) -> SiteEfficiency:
     window = window_for(site.pk, span_s, now, using)
+    kept = True
     if rules == DEFAULT_RULES:
+        kept = progress(site.pk, using) is not None
         led = stored_ledger(window, using)
     else:  # other thresholds: computed from the tiers, not read
         tier = tier_for(window.a, window.b, now)
@@ -130,6 +133,7 @@ def site_efficiency(
         _teams(site, jobs),
         sorted(jobs, key=lambda j: (-j.ledger.total.gpu_hours, j.ledger.key)),
         reclaim_list(site, now, {j.ledger.workload_id: j for j in jobs}, rules, using),
+        kept,
     )
 
 

@@ -187,3 +187,14 @@ def test_a_viewer_of_another_site_sees_none_of_it(seeded: Seed) -> None:
 def test_the_efficiency_page_is_in_the_navigation(seeded: Seed) -> None:
     html = viewer_of_site_1().get("/capacity/").content.decode()
     assert '<a href="/efficiency/" >Efficiency</a>' in html
+
+
+def test_a_site_the_ledger_has_not_stored_yet_says_so_instead_of_empty_figures(
+    seeded: Seed,
+) -> None:
+    # North has no GPU rows: the ledger has kept nothing of it
+    page = text(viewer_of_north().get("/efficiency/"))
+    assert "no figures yet: the energy ledger stores a site's minutes" in page
+    # Site 1 has: its window, not the note
+    mine = text(viewer_of_site_1().get("/efficiency/"))
+    assert "last 24 h:" in mine and "no figures yet" not in mine
