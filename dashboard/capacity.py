@@ -10,17 +10,20 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from django.contrib.auth.decorators import login_required
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
 from dashboard.power import visible_sites
+from fleet.models import Rack
 from fleet.read.capacity import THRESHOLDS, WINDOW_S, RackCapacity, site_capacity, tier_for
+from fleet.read.capacity_answer import Answer, CapacityQuestionError, can_take
 from fleet.words import power_words, span_words
 
 # The chart's bars: (payload key, name in the legend).
@@ -203,3 +206,60 @@ def capacity_view(request: HttpRequest) -> HttpResponse:
         "csv_url": "?format=csv" + (f"&site={sites[0].id}" if "site" in request.GET else ""),
     }
     return render(request, "dashboard/capacity.html", context)
+
+
+def _question(request: HttpRequest) -> tuple[int, int, str, float | None, int | None]:
+    """The API's and the form's question, from the query string (CapacityQuestionError:
+    what is wrong with it)."""
+    params = request.GET
+
+    def number(name: str, kind: type[int] | type[float], required: bool) -> Any:
+        raw = params.get(name, "").strip()
+        if not raw:
+            if required:
+                raise CapacityQuestionError(name, "required")
+            return None
+        try:
+            value = kind(raw)
+        except ValueError:
+            raise CapacityQuestionError(name, f"not a number: {raw!r}") from None
+        if not value > 0 or (kind is float and not math.isfinite(value)):
+            raise CapacityQuestionError(name, "must be positive")
+        return value
+
+    model = params.get("model", "").strip()
+    if not model:
+        raise CapacityQuestionError("model", "required (e.g. HGX H200 8-GPU)")
+    return (
+        number("rack", int, True),
+        number("servers", int, True),
+        model,
+        number("watts", float, False),
+        number("units", int, False),
+    )
+
+
+def answer_for(request: HttpRequest) -> Answer | None:
+    """The answer to the request's question; None (the caller's 404) for a rack that does
+    not exist or is in a site the user may not see."""
+    rack_id, servers, model, watts, units = _question(request)
+    site = Rack.objects.filter(pk=rack_id).values_list("hall__site_id", flat=True).first()
+    if site is None or site not in {s for s, _ in visible_sites(request.user)}:
+        return None
+    return can_take(rack_id, servers, model, time.time(), watts=watts, units=units)
+
+
+@require_GET
+def capacity_answer_api(request: HttpRequest) -> JsonResponse:
+    """GET /api/capacity/answer?rack=<id>&servers=N&model=M[&watts=W&units=U] (JSON)."""
+    if not request.user.is_authenticated:
+        return JsonResponse({"error": "sign in first"}, status=401)
+    try:
+        answer = answer_for(request)
+    except CapacityQuestionError as exc:
+        return JsonResponse(
+            {"error": str(exc), "field": exc.field, "reason": exc.reason}, status=400
+        )
+    if answer is None:
+        return JsonResponse({"error": "no such rack"}, status=404)
+    return JsonResponse(answer.as_json())

@@ -30,6 +30,7 @@ urlpatterns: list[URLPattern] = [
     path("alerts/acknowledge", views.acknowledge_alerts, name="alerts-acknowledge"),
     path("alerts/silences/new", muting.silence_form, name="silence-new"),
     path("alerts/maintenance/new", muting.maintenance_form, name="maintenance-new"),
+    path("api/capacity/answer", capacity.capacity_answer_api, name="capacity-answer"),
     path("api/v1/history", history.history_api, name="history"),
     path("vendor/plotly.min.js", gpu.plotly_js, name="plotly-js"),
 ]
