@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from fleet.health.lost import OFF_THE_BUS_XID
 from fleet.health.lost import RESET_NEEDED as RESET_NEEDED  # the word is lost.py's
+from fleet.health.peers import PeerComparison
 
 # -- the states, mildest first -------------------------------------------------------------
 
@@ -115,6 +116,7 @@ class GpuFacts:
     retired_pages: int | None = None  # pre-Ampere page retirement: not sent by the agent yet
     thermal_slowdown_h: float | None = None  # in RECORD_WINDOW_S
     thermal_excursions: int | None = None  # runs of hours past the slowdown limit
+    peers: PeerComparison | None = None  # the last hour against its peers (fleet.health.peers)
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,7 +211,28 @@ def _watch(f: GpuFacts, now: float) -> Found:
     if f.thermal_excursions:
         observed = f"{f.thermal_excursions} in 30 days"
         out.append((WATCH, Evidence("ran past its slowdown temperature", observed, "thermal")))
+    if f.peers is not None and f.peers.hotter:
+        out.append((WATCH, Evidence("hotter than its peers", _hotter(f.peers), "fleetwatch")))
+    if f.peers is not None and f.peers.throttling:
+        criterion = "slowed by heat or power brake where its peers are not"
+        out.append((WATCH, Evidence(criterion, _throttled(f.peers), "fleetwatch")))
     return out
+
+
+def _hotter(p: PeerComparison) -> str:
+    return (
+        f"{p.temp_c:.1f} °C against its peers' median {p.peers_median_c:.1f} °C"
+        f" (spread {p.peers_spread_c:.1f} °C, {p.peers} same-model GPUs in its rack)"
+        f" at {p.power_w:.0f} W, over the last hour"
+    )
+
+
+def _throttled(p: PeerComparison) -> str:
+    mine, theirs = p.throttled_share or 0.0, p.peers_throttled_share or 0.0
+    return (
+        f"slowed {mine:.0%} of the last hour's minutes against its peers' median {theirs:.0%}"
+        f" ({p.peers} same-model GPUs in its rack at {p.power_w:.0f} W)"
+    )
 
 
 def _xid_evidence(x: XidCount, criterion: str, source: str) -> Evidence:

@@ -1,7 +1,8 @@
 """Each GPU's health record for a site (and each node's, folded from its GPUs): the facts
 `fleet.health.record.judge` needs, read set-based in a few queries per site — the site's
 GPUs, their latest state, their XID and off-the-bus events, the resets and thermal time
-the 1m/1h tiers show (fleet/read/health_record_sql.py) — and the verdict on each.
+the 1m/1h tiers show, each GPU's last hour against its peers (fleet/read/health_record_sql.py)
+— and the verdict on each.
 
 A reset or driver reload is seen where a counter the driver starts again went down
 (`RESET_COUNTERS`); the tier's bucket is as close as it is known, so an event inside the
@@ -14,11 +15,12 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from django.conf import settings
 
 from fleet import health
+from fleet.health import peers as hp
 from fleet.health import record as hr
 from fleet.models import Event
 from fleet.read import health_record_sql as sql
@@ -85,11 +87,14 @@ def site_records(site_id: int, now: float) -> list[GpuRecord]:
     resets = reset_times(node_ids, lo, now)
     events = _events(node_ids, lo)
     thermal = _thermal(node_ids, lo, now)
+    peers = peer_comparisons(gpus, now)
     out = []
     for g in gpus:
         key = (g["node_id"], g["index"])
         reading = readings.get(key, health.EMPTY)
-        facts = gpu_facts(reading, resets.get(key, []), events.get(key, []), thermal.get(key))
+        facts = gpu_facts(
+            reading, resets.get(key, []), events.get(key, []), thermal.get(key), peers.get(key)
+        )
         out.append(GpuRecord(facts=facts, verdict=hr.judge(facts, now), **g))
     out.sort(key=lambda r: (-hr.STATES.index(r.state), r.node, r.index))
     return out
@@ -112,7 +117,8 @@ def node_records(records: Iterable[GpuRecord]) -> list[NodeRecord]:
 
 
 def gpu_record(gpu_id: int, now: float) -> GpuRecord | None:
-    """One GPU's record (the GPU page's), read as its site's is, for its node only."""
+    """One GPU's record (the GPU page's), read as its site's is, for its node only (and
+    its rack, for its peers)."""
     rows = select_rows(_GPUS + " WHERE g.id = %s", [gpu_id])
     if not rows:
         return None
@@ -126,6 +132,7 @@ def gpu_record(gpu_id: int, now: float) -> GpuRecord | None:
         reset_times(node_ids, lo, now).get(key, []),
         _events(node_ids, lo).get(key, []),
         _thermal(node_ids, lo, now).get(key),
+        peer_comparisons(_rack_gpus(g["node_id"]), now).get(key),
     )
     return GpuRecord(facts=facts, verdict=hr.judge(facts, now), **g)
 
@@ -141,9 +148,10 @@ def gpu_facts(
     resets: Sequence[float],
     events: Sequence[Happened],
     thermal: Thermal | None,
+    peers: hp.PeerComparison | None = None,
 ) -> hr.GpuFacts:
     """One GPU's facts: `resets` are the ends of the buckets in which it was reset, oldest
-    first; XIDs count from the newest of them."""
+    first; XIDs count from the newest of them. `peers`: its last hour against its peers."""
     last_reset = resets[-1] if resets else None
     since = [e for e in events if last_reset is None or e[0] >= last_reset]
     before = [e for e in events if last_reset is not None and e[0] < last_reset]
@@ -166,6 +174,7 @@ def gpu_facts(
         remap_failure=_flag(v.get("remap_failure")),
         thermal_slowdown_h=None if ns is None else ns / 1e9 / 3600,
         thermal_excursions=excursions,
+        peers=peers,
     )
 
 
@@ -203,6 +212,12 @@ _GPUS = (
 def _site_gpus(site_id: int) -> list[dict[str, Any]]:
     rows = select_rows(_GPUS + " WHERE h.site_id = %s", [site_id])
     return [_identity(row) for row in rows]
+
+
+def _rack_gpus(node_id: int) -> list[dict[str, Any]]:
+    """Every GPU in the node's rack (its possible peers, and its own)."""
+    where = " WHERE n.rack_id = (SELECT rack_id FROM fleet_node WHERE id = %s)"
+    return [_identity(row) for row in select_rows(_GPUS + where, [node_id])]
 
 
 def _identity(row: Sequence[Any]) -> dict[str, Any]:
@@ -268,3 +283,39 @@ def _thermal(node_ids: Sequence[int], lo: int, now: float) -> dict[GpuKey, Therm
         (node_id, gpu): (None if ns is None else float(ns), None if runs is None else int(runs))
         for node_id, gpu, ns, runs, _hours in rows
     }
+
+
+def peer_comparisons(gpus: Sequence[dict[str, Any]], now: float) -> dict[GpuKey, hp.PeerComparison]:
+    """Each GPU's last complete hour of minutes against the same model in its rack at
+    similar power, where it has enough minutes and peers (fleet.health.peers)."""
+    if not gpus:
+        return {}
+    hi = int(now // 60) * 60  # the minute under way is not complete
+    node_ids = sorted({g["node_id"] for g in gpus})
+    rows = select_rows(sql.peers_sql(node_ids, hi - hp.PEER_WINDOW_S, hi))
+    found = hp.compare(gpu_hours(gpus, rows))
+    return {cast(GpuKey, k): v for k, v in found.items()}
+
+
+def gpu_hours(gpus: Sequence[dict[str, Any]], rows: Iterable[Sequence[Any]]) -> list[hp.GpuHour]:
+    """The GPUs' hours from `peers_sql`'s rows, each grouped by hall, rack and model (GPUs
+    without a row have no hour)."""
+    by_key = {(row[0], row[1]): row[2:] for row in rows}
+    hours = []
+    for g in gpus:
+        key = (g["node_id"], g["index"])
+        if key not in by_key:
+            continue
+        minutes, temp, power, known, slowed = by_key[key]
+        hours.append(
+            hp.GpuHour(
+                key=key,
+                group=(g["hall"], g["rack"], g["model"]),
+                minutes=int(minutes or 0),
+                temp_c=None if temp is None else float(temp),
+                power_w=None if power is None else float(power),
+                reason_minutes=int(known or 0),
+                throttled_minutes=int(slowed or 0),
+            )
+        )
+    return hours

@@ -1,13 +1,14 @@
 """The health record's reads of the 1m/1h tiers, as set-based SQL for SQLite and PostgreSQL:
 one statement per tier for the resets and driver reloads of a site's GPUs, one for their
-thermal time. Every value put into the SQL text is an int (ids, epoch seconds); nothing a
-user typed, so nothing is bound.
+thermal time, one for their last hour against their peers. Every value put into the SQL
+text is an int (ids, epoch seconds); nothing a user typed, so nothing is bound.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from fleet.health.peers import SLOWDOWN_REASONS
 from fleet.storage.schema import TIER_SECONDS, rollup_table
 
 # Counters a GPU reset or a driver reload starts again from zero (docs/gpu-health.md):
@@ -91,4 +92,33 @@ def thermal_sql(node_ids: Sequence[int], lo: int, hi: int, tier: str = "1h") -> 
     return (
         f"WITH r AS ({rows}), b AS ({per_bucket}), u AS ({runs})"
         f" SELECT node_id, gpu, SUM(ns), SUM({starts}), SUM(hot) FROM u GROUP BY node_id, gpu"
+    )
+
+
+def peers_sql(node_ids: Sequence[int], lo: int, hi: int) -> str:
+    """node_id, gpu, minutes, mean temperature, mean power, minutes with a clock-event reason
+    known, of them minutes slowed (a reason in SLOWDOWN_REASONS), over the 1m tier's [lo, hi).
+
+    The means are over the minutes with both a temperature and a power mean, so a GPU is
+    compared at the power it ran at while its temperature was read. A minute is slowed when
+    its lowest, highest or last reason mask has a slowdown bit (the tier keeps no OR of the
+    masks; the three readings are what it has)."""
+    mask = int(SLOWDOWN_REASONS)
+    both = "temp_gpu_c_mean IS NOT NULL AND power_w_mean IS NOT NULL"
+    reasons = (
+        "(COALESCE(clock_event_reasons_min, 0) | COALESCE(clock_event_reasons_max, 0)"
+        " | COALESCE(clock_event_reasons_last, 0))"
+    )
+    known = (
+        "clock_event_reasons_last IS NOT NULL OR clock_event_reasons_min IS NOT NULL"
+        " OR clock_event_reasons_max IS NOT NULL"
+    )
+    return (
+        f"SELECT node_id, gpu, SUM(CASE WHEN {both} THEN 1 ELSE 0 END),"
+        f" AVG(CASE WHEN {both} THEN temp_gpu_c_mean END),"
+        f" AVG(CASE WHEN {both} THEN power_w_mean END),"
+        f" SUM(CASE WHEN {known} THEN 1 ELSE 0 END),"
+        f" SUM(CASE WHEN ({known}) AND ({reasons} & {mask}) <> 0 THEN 1 ELSE 0 END)"
+        f" FROM {rollup_table('gpu', '1m')} WHERE node_id IN ({_ids(node_ids)})"
+        f" AND bucket >= {int(lo)} AND bucket < {int(hi)} GROUP BY node_id, gpu"
     )
