@@ -10,8 +10,8 @@ import pytest
 from django.test import Client
 
 from fleet.models import Rack, Site
-from tests.dashboard.test_capacity_page import operator_of_demo, seed_hours
 from tests.support import people, roles
+from tests.support.capacity_rows import operator_of_demo, seed_hours
 
 pytestmark = pytest.mark.django_db
 

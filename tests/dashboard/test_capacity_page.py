@@ -11,34 +11,20 @@ import csv
 import io
 import json
 import re
-import time
 
 import pytest
-from django.db import connection, transaction
 from django.test import Client
 
 from fleet.models import GPU, Rack, Site
 from tests.support import people, roles
+from tests.support.capacity_rows import operator_of_demo, seed_hours
 from tests.support.pages import text
 from tests.support.roles import person, signed_in
 
 pytestmark = pytest.mark.django_db
 
-HOUR = 3600
 fast_passwords = people.fast_passwords  # autouse
 sites = roles.demo_and_north
-
-
-def seed_hours(rack: str, watts: list[float]) -> None:
-    """Hourly rack power means, one per whole hour before now, newest first."""
-    rack_id = Rack.objects.get(name=rack).pk
-    top = int(time.time() // HOUR) * HOUR - HOUR  # the last whole hour's start
-    rows = [(rack_id, top - k * HOUR, 60, w) for k, w in enumerate(watts)]
-    with transaction.atomic(), connection.cursor() as cur:
-        cur.executemany(
-            "INSERT INTO fw_rack_1h (rack_id, bucket, n, power_w_mean) VALUES (%s, %s, %s, %s)",
-            rows,
-        )
 
 
 @pytest.fixture
@@ -49,10 +35,6 @@ def seeded(sites: tuple[Site, Site]) -> tuple[Site, Site]:
     seed_hours("A01", [20e3 + 100.0 * k for k in range(100)])
     seed_hours("N01", [35e3] * 10)
     return sites
-
-
-def operator_of_demo() -> Client:
-    return signed_in(person("otto", demo="operator"))
 
 
 def viewer_of_north() -> Client:
