@@ -1,20 +1,25 @@
 """The peer comparison's statement on both engines: each GPU's last hour of the 1m tier
 (minutes with both a temperature and a power, their means, minutes slowed by heat or the
 power brake but not by the power cap), read in one statement for a rack of 18 nodes × 4
-GPUs, finds the one GPU running hot and the one slowed where its peers are not."""
+GPUs, finds the one GPU running hot and the one slowed where its peers are not; the site's
+record and the GPU page put the hot one on watch with the comparison."""
 
 from __future__ import annotations
 
 import random
 from typing import Any
 
+import pytest
+
 from agents.protocol import reasons as nvml
 from fleet.health import peers as hp
+from fleet.health import record as hr
 from fleet.models import GPU, Hall, Node, Rack, Site
-from fleet.read.health_record import gpu_hours
+from fleet.read.health_record import gpu_hours, gpu_record, site_records
 from fleet.read.health_record_sql import peers_sql
 from tests.support import databases
 from tests.support.databases import T, TierDb
+from tests.support.health_seed import minutes, site_with_gpus
 
 tdb = databases.fresh_db_at_test_clock
 COLUMNS = (
@@ -79,3 +84,27 @@ def test_one_statement_finds_the_hot_gpu_and_the_throttled_one_among_72_on_both_
     assert 10.0 < c.hotter_by_c < 14.0  # the 12 °C it was made to run hotter
     assert 650 <= c.power_w <= 750
     assert tdb.execute(peers_sql([node_ids[-1] + 1], start, T)) == []
+
+
+@pytest.mark.django_db
+def test_the_site_record_and_the_gpu_page_put_the_hot_gpu_on_watch_with_the_comparison() -> None:
+    place = site_with_gpus(nodes=3, per_node=4)  # 12 H100s in one rack
+    hot = place.gpus[6]
+    for g in place.gpus:
+        temp = 75.0 if g is hot else 60.0 + 0.2 * g.index + 0.1 * (g.node_id % 3)
+        minutes(
+            g,
+            [(T + 60 * m, {"temp_gpu_c_mean": temp, "power_w_mean": 680.0 + g.index,
+                           "clock_event_reasons": 0}) for m in range(60)],
+        )  # fmt: skip
+    now = T + 3600 + 30  # the hour T..T+3600 is the last complete one
+    records = {r.gpu_id: r for r in site_records(place.site.id, now)}
+    assert [r.gpu_id for r in records.values() if r.state == hr.WATCH] == [hot.id]
+    (e,) = records[hot.id].verdict.evidence
+    assert e.criterion == "hotter than its peers"
+    assert e.observed.startswith("75.0 °C against its peers' median 60.")
+    assert "11 same-model GPUs in its rack" in e.observed
+    page = gpu_record(hot.id, now)
+    assert page is not None and page.verdict == records[hot.id].verdict
+    # two hours on, the hour read has no minutes: no comparison, no evidence
+    assert site_records(place.site.id, now + 2 * 3600)[0].state == hr.HEALTHY
