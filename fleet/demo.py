@@ -34,6 +34,7 @@ from fleet.choices import (
     PowerFeedTypeChoices,
     RackCoolingChoices,
 )
+from fleet.health.racks import n_plus_one_kw
 from fleet.models import (
     GPU,
     CoolingLoop,
@@ -195,7 +196,7 @@ def feed_warnings(racks: tuple[RackPlan, ...] = DEMO_RACKS) -> list[str]:
     B, not 2N; the rack page's N+1 section says the same of the seeded site)."""
     warnings = []
     for plan in racks:
-        left_kw = feed_kw(plan.feed_amps) * (plan.feeds - 1)
+        left_kw = n_plus_one_kw([feed_kw(plan.feed_amps)] * plan.feeds)
         if left_kw >= plan.budget_kw:
             continue
         if plan.feeds == 2:

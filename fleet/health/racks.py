@@ -159,3 +159,9 @@ def rack_summary(
         stale=is_stale,
         level=Level.UNKNOWN if is_stale else worst(*levels),
     )
+
+
+def n_plus_one_kw(available_kw: list[float]) -> float:
+    """What a rack's feeds carry with any one of them lost (N+1): all less the largest (0
+    with one). The one rule for it: the capacity answer, the demo's feed check."""
+    return sum(available_kw) - max(available_kw, default=0.0)

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from django.db import DEFAULT_DB_ALIAS, connections
 
 from fleet.demo import RACK_UNITS
+from fleet.health.racks import n_plus_one_kw
 from fleet.models import Node, PowerFeed, Rack
 from fleet.read.capacity import WINDOW_S, RackCapacity, site_capacity, tier_for
 from fleet.read.capacity_sql import rack_series_params, rack_series_sql
@@ -152,11 +153,6 @@ class Answer:
 
 def _r(value: float | None) -> float | None:
     return None if value is None else round(value, 2)
-
-
-def n_plus_one_kw(available_kw: list[float]) -> float:
-    """What the feeds carry with any one of them lost: all less the largest (0 with one)."""
-    return sum(available_kw) - max(available_kw, default=0.0)
 
 
 def _percentile_cont(values: list[float], p: float) -> float:
