@@ -1,17 +1,20 @@
 """Time-to-limit benchmark: `.venv/bin/python bench/foresight.py [--gpus N] [--repeat R]`.
 
-A site of N GPUs (8 per node, 8 nodes per rack, two feeds per rack, one CDU per 10 racks)
-with the rollup rows the forecasts read (docs/forecast.md): the last 3 hours of 1-minute
-means and the 7 days before them of hourly means, for every GPU, node, rack PDU, feed and
-CDU. Every fourth rack and its feeds ramp towards their limits, every fourth CDU's supply
-climbs; the rest hold steady with a meter's noise.
+A site of N GPUs (4 per node, 5 nodes per rack: 500 racks at 10,000 GPUs; two feeds per
+rack, one CDU per 10 racks) with the rollup rows the forecasts read (docs/forecast.md): the
+last 3 hours of 1-minute means and the 7 days before them of hourly means, for every GPU,
+node, rack PDU, feed and CDU. Every fourth rack and its feeds, and every fourth CDU's
+supply, ramp linearly over the recent 3 hours towards their limits (steady before); the
+rest hold steady. Every value carries a meter's noise (1 %).
 
-Timed: `site_forecasts` (fleet/read/forecast_sources.py), the forecast of every rack,
-feed and CDU of the site from the rollups, median of `--repeat`; it is what
-the `fleet.forecasts` task computes once a minute (fleet/read/forecast_now.py) for the pages
-and the rules to read.
+Timed, median of `--repeat`: `site_forecasts` (fleet/read/forecast_sources.py), the
+forecast of every rack, feed and CDU of the site from the rollups, what the
+`fleet.forecasts` task computes once a minute (fleet/read/forecast_now.py); and
+`site_records` (fleet/read/health_record.py), every GPU's health record, what the health
+page reads. `ttl_error_pct`: the worst error of a ramping subject's forecast crossing
+against its ramp's true crossing, as a % of the true time to limit.
 SQLite always; PostgreSQL too when DATABASE_URL is set. Last line per database:
-`db=… gpus=… racks=… feeds=… loops=… forecasts=… forecast_s=…`.
+`db=… gpus=… racks=… forecast_pass_s=… health_pass_s=… ttl_error_pct=…`.
 """
 
 from __future__ import annotations
@@ -24,21 +27,33 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from django.db import DEFAULT_DB_ALIAS, connections  # noqa: E402
+
 from bench.ledger import execute, insert, make_database  # noqa: E402  (sets Django up)
-from fleet.models import CoolingLoop, Hall, Node, PowerFeed, Rack, Site  # noqa: E402
+from fleet.models import GPU, CoolingLoop, Hall, Node, PowerFeed, Rack, Site  # noqa: E402
 from fleet.read.forecast import PARAMS, Forecast  # noqa: E402
-from fleet.read.forecast_sources import site_forecasts  # noqa: E402
+from fleet.read.forecast_sources import LimitForecast, site_forecasts  # noqa: E402
+from fleet.read.health_record import site_records  # noqa: E402
 from tests.support import services  # noqa: E402
 
-GPUS_PER_NODE, NODES_PER_RACK, RACKS_PER_LOOP = 8, 8, 10
-BUDGET_KW, GPU_W, NODE_OTHER_W = 80.0, 700.0, 800.0
+GPUS_PER_NODE, NODES_PER_RACK, RACKS_PER_LOOP = 4, 5, 10
+GPU_W, NODE_OTHER_W = 700.0, 800.0
+BUDGET_KW, FEED_AMPS = 20.0, 16  # a feed: 415 V × 16 A × 80 % × √3 = 9.2 kW
 MINUTE, HOUR, DAY = 60, 3600, 86_400
+# (base at `now`, rise per hour) of each ramping kind; every fourth subject ramps.
+RACK_KW, FEED_KW, SUPPLY_C, HEAT_KW = (17.5, 2.5), (8.75, 1.25), (30.0, 1.5), (700.0, 0.0)
+
+
+def ramps(index: int) -> bool:
+    return index % 4 == 0
 
 
 def inventory(alias: str, gpus: int) -> tuple[int, list[Rack], list[PowerFeed], list[CoolingLoop]]:
@@ -61,12 +76,17 @@ def inventory(alias: str, gpus: int) -> tuple[int, list[Rack], list[PowerFeed], 
         )
         for r in range(count)
     )
-    Node.objects.using(alias).bulk_create(
+    made = Node.objects.using(alias).bulk_create(
         Node(name=f"b{i:05d}", rack=racks[i // NODES_PER_RACK], position=i % NODES_PER_RACK)
         for i in range(nodes)
     )
+    GPU.objects.using(alias).bulk_create(
+        (GPU(node=n, index=k, model="H100", uuid=f"GPU-{n.pk}-{k}") for n in made
+         for k in range(GPUS_PER_NODE)),
+        batch_size=2000,
+    )  # fmt: skip
     feeds = PowerFeed.objects.using(alias).bulk_create(
-        PowerFeed(rack=rack, name=name, amperage=63) for rack in racks for name in ("A", "B")
+        PowerFeed(rack=rack, name=name, amperage=FEED_AMPS) for rack in racks for name in ("A", "B")
     )
     return site.pk, racks, feeds, loops
 
@@ -81,8 +101,9 @@ def rows(alias: str, racks: list[Rack], feeds: list[PowerFeed], loops: list[Cool
                              ("1m", MINUTE, recent, now)):  # fmt: skip
         buckets = range(a, b, step)
 
-        def kw(index: int, t: float, base: float, per_h: float) -> float:
-            rise = per_h * (t - now) / HOUR if index % 4 == 0 else 0.0
+        def kw(index: int, t: float, ramp: tuple[float, float]) -> float:
+            base, per_h = ramp
+            rise = per_h * (max(t, recent) - now) / HOUR if ramps(index) else 0.0
             return base + rise + rng.gauss(0, 0.01 * base)
 
         gpu_rows: list[tuple[Any, ...]] = []
@@ -98,20 +119,59 @@ def rows(alias: str, racks: list[Rack], feeds: list[PowerFeed], loops: list[Cool
         insert(alias, f"fw_gpu_{tier}", ("node_id", "gpu", "bucket", "n", "power_w_mean"),
                gpu_rows)  # fmt: skip
         insert(alias, f"fw_node_{tier}", ("node_id", "bucket", "n", "power_w_mean"), node_rows)
-        # a ramping rack: 70 kW now, 10 kW/h (its 80 kW budget in an hour)
         insert(alias, f"fw_rack_{tier}", ("rack_id", "bucket", "n", "power_w_mean"),
-               [(r.pk, t, 6, 1e3 * kw(i, t + step / 2, 70.0, 10.0))
+               [(r.pk, t, 6, 1e3 * kw(i, t + step / 2, RACK_KW))
                 for i, r in enumerate(racks) for t in buckets])  # fmt: skip
         insert(alias, f"fw_feed_{tier}", ("feed_id", "bucket", "n", "power_w_mean"),
-               [(f.pk, t, 6, 1e3 * kw(i // 2, t + step / 2, 35.0, 5.0))
+               [(f.pk, t, 6, 1e3 * kw(i // 2, t + step / 2, FEED_KW))
                 for i, f in enumerate(feeds) for t in buckets])  # fmt: skip
         insert(alias, f"fw_loop_{tier}",
                ("loop_id", "bucket", "n", "supply_c_mean", "heat_removed_kw_mean"),
-               [(lp.pk, t, 6, kw(i, t + step / 2, 30.0, 1.5), kw(i + 1, t + step / 2, 700, 0))
+               [(lp.pk, t, 6, kw(i, t + step / 2, SUPPLY_C), kw(i + 1, t + step / 2, HEAT_KW))
                 for i, lp in enumerate(loops) for t in buckets])  # fmt: skip
     for table in ("fw_gpu_1m", "fw_node_1m", "fw_rack_1m", "fw_feed_1m", "fw_loop_1m",
                   "fw_gpu_1h", "fw_node_1h", "fw_rack_1h", "fw_feed_1h", "fw_loop_1h"):  # fmt: skip
         execute(alias, f"ANALYZE {table}")
+
+
+def ttl_error_pct(got: list[LimitForecast], racks: list[Rack], feeds: list[PowerFeed],
+                  loops: list[CoolingLoop], now: float) -> tuple[float, int, int]:  # fmt: skip
+    """The worst |forecast crossing − true crossing| over the ramping subjects, as a % of
+    the true time to limit; how many ramp towards a limit, and how many got a forecast."""
+    index = {("rack", r.pk): (i, RACK_KW) for i, r in enumerate(racks)}
+    index |= {("feed", f.pk): (i // 2, FEED_KW) for i, f in enumerate(feeds)}
+    index |= {("loop_supply", lp.pk): (i, SUPPLY_C) for i, lp in enumerate(loops)}
+    worst, ramping, forecast = 0.0, 0, 0
+    for item in got:
+        i, (base, per_h) = index.get((item.subject, item.entity_id), (1, (0.0, 0.0)))
+        if not ramps(i) or per_h <= 0 or item.limit <= base:
+            continue
+        ramping += 1
+        if isinstance(item.forecast, Forecast):
+            forecast += 1
+            true_in = (item.limit - base) / per_h * HOUR
+            worst = max(worst, abs(item.forecast.crossing_at - now - true_in) / true_in)
+    return 100 * worst, ramping, forecast
+
+
+@contextmanager
+def as_default(alias: str) -> Iterator[None]:
+    """The bench database as Django's default: the health record reads the default."""
+    before = connections[DEFAULT_DB_ALIAS]
+    connections[DEFAULT_DB_ALIAS] = connections[alias]
+    try:
+        yield
+    finally:
+        connections[DEFAULT_DB_ALIAS] = before
+
+
+def median_s(call: Callable[[], Any], repeat: int) -> tuple[float, Any]:
+    times, got = [], None
+    for _ in range(repeat):
+        started = time.perf_counter()
+        got = call()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times), got
 
 
 def run(kind: str, gpus: int, repeat: int) -> None:
@@ -123,20 +183,23 @@ def run(kind: str, gpus: int, repeat: int) -> None:
             site, racks, feeds, loops = inventory(alias, gpus)
             rows(alias, racks, feeds, loops, now)
             print(f"db={kind} seeded in {time.perf_counter() - seeded:.1f} s", flush=True)
-            times, got = [], []
-            for _ in range(repeat):
-                started = time.perf_counter()
-                got = site_forecasts(site, float(now), using=alias)
-                times.append(time.perf_counter() - started)
-            made = sum(isinstance(f.forecast, Forecast) for f in got)
+            forecast_s, got = median_s(
+                lambda: site_forecasts(site, float(now), using=alias), repeat
+            )
+            with as_default(alias):
+                health_s, records = median_s(lambda: site_records(site, float(now)), repeat)
+            error, ramping, made = ttl_error_pct(got, racks, feeds, loops, float(now))
             print(
-                f"db={kind} gpus={gpus} racks={len(racks)} feeds={len(feeds)} loops={len(loops)}"
-                f" subjects={len(got)} forecasts={made} forecast_s={statistics.median(times):.3f}",
+                f"db={kind} subjects={len(got)} ramping={ramping} forecast={made}"
+                f" health_records={len(records)}",
+                flush=True,
+            )
+            print(
+                f"db={kind} gpus={gpus} racks={len(racks)} forecast_pass_s={forecast_s:.3f}"
+                f" health_pass_s={health_s:.3f} ttl_error_pct={error:.1f}",
                 flush=True,
             )
         finally:
-            from django.db import connections
-
             connections[alias].close()
             if pg_name is not None:
                 services.drop_database(services.services_database_url(), pg_name)
