@@ -13,9 +13,10 @@ from collections.abc import Sequence
 
 import pytest
 
-from fleet.models import GPU, Hall, Node, Rack, Site
-from fleet.read.capacity import THRESHOLDS, WINDOW_S, RackCapacity, site_capacity, tier_for
+from fleet.models import Node
+from fleet.read.capacity import THRESHOLDS, WINDOW_S, tier_for
 from tests.support import databases
+from tests.support.capacity_rows import Fleet, gpu_hours, in_window, node_hours, rack_hours
 from tests.support.databases import T, TierDb
 
 HOUR = 3600
@@ -32,60 +33,6 @@ def percentile_cont(values: Sequence[float], p: float) -> float:
     low = math.floor(pos)
     high = min(low + 1, len(ordered) - 1)
     return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
-
-
-def in_window(k: int) -> int:
-    """The k-th whole hour before T (k from 0)."""
-    return T - (k + 1) * HOUR
-
-
-class Fleet:
-    """One site's inventory in the test's database."""
-
-    def __init__(self, db: TierDb) -> None:
-        self.db = db
-        self.site = Site.objects.using(db.alias).create(slug="s1", name="Site 1")
-        self.hall = Hall.objects.using(db.alias).create(site=self.site, name="Hall A")
-
-    def rack(self, name: str, budget_kw: float) -> Rack:
-        return Rack.objects.using(self.db.alias).create(
-            hall=self.hall, name=name, power_budget_kw=budget_kw
-        )
-
-    def node(self, rack: Rack, name: str, gpus: int = 0, limit_w: float | None = 700) -> Node:
-        node = Node.objects.using(self.db.alias).create(name=name, rack=rack)
-        GPU.objects.using(self.db.alias).bulk_create(
-            GPU(node=node, index=i, model="H200", reported_power_limit_max_w=limit_w)
-            for i in range(gpus)
-        )
-        return node
-
-    def capacity(self) -> dict[str, RackCapacity]:
-        return {r.rack: r for r in site_capacity(self.site.pk, T, using=self.db.alias)}
-
-
-def rack_hours(db: TierDb, rack: Rack, rows: Sequence[tuple[int, float]]) -> None:
-    db.insert(
-        "fw_rack_1h",
-        ("rack_id", "bucket", "n", "power_w_mean"),
-        [(rack.pk, b, 60, w) for b, w in rows],
-    )
-
-
-def node_hours(db: TierDb, node: Node, rows: Sequence[tuple[int, float | None]]) -> None:
-    db.insert(
-        "fw_node_1h",
-        ("node_id", "bucket", "n", "power_w_mean"),
-        [(node.pk, b, 60, w) for b, w in rows],
-    )
-
-
-def gpu_hours(db: TierDb, node: Node, gpu: int, rows: Sequence[tuple[int, float, float]]) -> None:
-    db.insert(
-        "fw_gpu_1h",
-        ("node_id", "gpu", "bucket", "n", "power_w_mean", "util_gpu_pct_mean"),
-        [(node.pk, gpu, b, 60, w, u) for b, w, u in rows],
-    )
 
 
 def test_a_month_is_read_from_hourly_means_by_default() -> None:

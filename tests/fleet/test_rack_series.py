@@ -10,8 +10,8 @@ from django.db import connections
 
 from fleet.read.capacity_sql import rack_series_params, rack_series_sql
 from fleet.read.forecast_sources import rack_power
-from tests.fleet.test_capacity import Fleet, in_window, node_hours, rack_hours
 from tests.support import databases
+from tests.support.capacity_rows import Fleet, in_window, node_hours, rack_hours
 from tests.support.databases import T, TierDb
 
 HOUR = 3600
