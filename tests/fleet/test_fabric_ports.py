@@ -7,34 +7,22 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
-from dataclasses import replace
 from typing import Any
 
 import pytest
 
-from fleet.demo import DEMO_RACKS, seed_demo_site
 from fleet.ingest.pipeline import IngestPipeline
 from fleet.models import Event, FabricPort, Node
 from fleet.storage.fabric import LINK_DOWN, LINK_FLAP
-from tests.support.latest import DjangoSqliteDb
+from tests.support import one_node
 
 pytestmark = pytest.mark.django_db
 
-NODE = "gpu-a01-01"
+NODE = one_node.NODE
 
 
-@pytest.fixture
-def node() -> Node:
-    seed_demo_site("demo", (replace(DEMO_RACKS[0], nodes=1),), gpus_per_node=8)
-    return Node.objects.get(name=NODE)
-
-
-@pytest.fixture
-def pipeline(node: Node) -> Iterator[IngestPipeline]:
-    pipeline = IngestPipeline(DjangoSqliteDb(), save_interval_s=3600.0)
-    pipeline.hello(1, f"node:{NODE}", node.rack.hall.site_id, "hash")
-    yield pipeline
+node = one_node.node
+pipeline = one_node.pipeline
 
 
 def port(

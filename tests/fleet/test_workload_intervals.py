@@ -8,39 +8,28 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
-from dataclasses import replace
 from typing import Any
 
 import pytest
 from django.test import Client
 from django.urls import reverse
 
-from fleet.demo import DEMO_RACKS, seed_demo_site
 from fleet.ingest.pipeline import IngestPipeline
 from fleet.models import GpuAllocation, Node, Workload
-from tests.support.latest import DjangoSqliteDb, store_latest
+from tests.support import one_node
+from tests.support.latest import store_latest
 
 pytestmark = pytest.mark.django_db
 
-NODE = "gpu-a01-01"
+NODE = one_node.NODE
 TRAINER = {"kind": "pod", "namespace": "ml", "pod": "trainer-0", "container": "train"}
 TRAINER_PROCESS = {"kind": "pod", "pod_uid": "1f6a3c2e-9b4d", "container_id": "3b9f1c0d"}
 JOB = {"kind": "slurm", "job": "4242", "user": "ana", "account": "physics"}
 ANA = {"kind": "user", "uid": 1000, "user": "ana"}
 
 
-@pytest.fixture
-def node() -> Node:
-    seed_demo_site("demo", (replace(DEMO_RACKS[0], nodes=1),), gpus_per_node=8)
-    return Node.objects.get(name=NODE)
-
-
-@pytest.fixture
-def pipeline(node: Node) -> Iterator[IngestPipeline]:
-    pipeline = IngestPipeline(DjangoSqliteDb(), save_interval_s=3600.0)
-    pipeline.hello(1, f"node:{NODE}", node.rack.hall.site_id, "hash")
-    yield pipeline
+node = one_node.node
+pipeline = one_node.pipeline
 
 
 def entry(
