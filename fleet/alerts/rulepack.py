@@ -10,14 +10,15 @@ leaves the rule as it was and is reported. Sources of every threshold: docs/rule
 from __future__ import annotations
 
 from fleet.alerts import signals
-from fleet.alerts.rulespec import RuleSpec
+from fleet.alerts.rulepack_fabric import FABRIC_RULES
+from fleet.alerts.rulepack_forecast import FORECAST_RULES
+from fleet.alerts.rulespec import FACILITY, RuleSpec
 from fleet.health import lost as health_lost
 from fleet.health import record, thresholds
 from fleet.read.ledger_rules import DEFAULT_RULES as LEDGER
 
 XID_RUNBOOK = "https://docs.nvidia.com/deploy/xid-errors/index.html"
 MEMORY_RUNBOOK = "https://docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/index.html"
-FACILITY = {"team": "facilities"}
 
 # A rule at a level the pages show reads the page's threshold (fleet/health/thresholds.py)
 # with the page's comparison, so the page and the alert agree at the boundary itself
@@ -544,49 +545,13 @@ USAGE_RULES: tuple[RuleSpec, ...] = (
     ),
 )
 
-# Time to limit (docs/forecast.md): a warning while there is still time to act, before the
-# level rules above fire. A forecast is fitted to minute means, so the for-duration spans two
-# minutes' forecasts; it clears when the crossing moves a quarter further off, or when there
-# is no forecast any more (flat, falling, already over: the level rules take over).
-FORECAST_RULES: tuple[RuleSpec, ...] = (
-    RuleSpec(
-        "rack-power-forecast",
-        "Rack power forecast to pass its budget",
-        "rack",
-        "power_minutes_to_limit",
-        "le",
-        60,
-        75,
-        60,
-        "warning",
-        "{rack} forecast to reach {limit} at {crossing} (in ~{value:.0f} min) at this trend",
-        "The rack's draw, at the trend of the last hours, reaches its budget within 60"
-        " minutes: move or cap work before it does.",
-        labels=FACILITY,
-    ),
-    RuleSpec(
-        "loop-supply-forecast",
-        "CDU supply forecast to pass its limit",
-        "loop",
-        "supply_minutes_to_limit",
-        "le",
-        30,
-        40,
-        60,
-        "warning",
-        "{loop} supply forecast to reach {limit} at {crossing} (in ~{value:.0f} min) at this trend",
-        "The loop's supply temperature, at the trend of the last hours, reaches its W-class"
-        " (or own) limit within 30 minutes.",
-        labels=FACILITY,
-    ),
-)
-
 BUILTIN_RULES: tuple[RuleSpec, ...] = (
     *GPU_RULES,
     *AIR_RULES,
     *POWER_RULES,
     *LOOP_RULES,
     *FORECAST_RULES,
+    *FABRIC_RULES,
     *SOURCE_RULES,
     *USAGE_RULES,
 )

@@ -8,6 +8,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 # The fields a pack sets; `key`, `builtin` and `pack_values` are the installer's own.
+# The label that routes a rule to the facilities team (docs/notifications.md).
+FACILITY: dict[str, str] = {"team": "facilities"}
+
 PACK_FIELDS: tuple[str, ...] = (
     "name",
     "description",

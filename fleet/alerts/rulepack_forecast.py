@@ -1,0 +1,43 @@
+"""The built-in time-to-limit rules (docs/forecast.md, docs/rules.md): part of the rule
+pack (fleet/alerts/rulepack.py, `BUILTIN_RULES`)."""
+
+from __future__ import annotations
+
+from fleet.alerts.rulespec import FACILITY, RuleSpec
+
+# Time to limit (docs/forecast.md): a warning while there is still time to act, before the
+# level rules above fire. A forecast is fitted to minute means, so the for-duration spans two
+# minutes' forecasts; it clears when the crossing moves a quarter further off, or when there
+# is no forecast any more (flat, falling, already over: the level rules take over).
+FORECAST_RULES: tuple[RuleSpec, ...] = (
+    RuleSpec(
+        "rack-power-forecast",
+        "Rack power forecast to pass its budget",
+        "rack",
+        "power_minutes_to_limit",
+        "le",
+        60,
+        75,
+        60,
+        "warning",
+        "{rack} forecast to reach {limit} at {crossing} (in ~{value:.0f} min) at this trend",
+        "The rack's draw, at the trend of the last hours, reaches its budget within 60"
+        " minutes: move or cap work before it does.",
+        labels=FACILITY,
+    ),
+    RuleSpec(
+        "loop-supply-forecast",
+        "CDU supply forecast to pass its limit",
+        "loop",
+        "supply_minutes_to_limit",
+        "le",
+        30,
+        40,
+        60,
+        "warning",
+        "{loop} supply forecast to reach {limit} at {crossing} (in ~{value:.0f} min) at this trend",
+        "The loop's supply temperature, at the trend of the last hours, reaches its W-class"
+        " (or own) limit within 30 minutes.",
+        labels=FACILITY,
+    ),
+)
