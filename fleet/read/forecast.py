@@ -4,10 +4,12 @@ Pure arithmetic on (time, value) points; no database and no Django (the readers 
 build the series from the rollups are fleet/read/forecast_sources.py). The method, its
 parameters and their reasons are written out in docs/forecast.md; in short:
 
-1. **Daily pattern** (when `daily` holds hourly means over enough days): the hourly series
-   is detrended by least squares, its residuals are averaged per hour of the day and
-   centred, and that profile (interpolated between hour centres, around the clock) is
-   taken out of the recent series before the trend fit and added back to the projection.
+1. **Daily pattern** (when `daily` holds hourly means over enough days and its hours of
+   the day differ by more than noise would make them): the hourly series is detrended by
+   least squares, its residuals are averaged per hour of the day and centred, and that
+   profile (shrunk by its James–Stein factor; interpolated between hour centres, around
+   the clock) is taken out of the recent series before the trend fit and added back to
+   the projection.
 2. **Trend**: ordinary least squares over the recent points (the 1-minute means). The
    slope's standard error is widened for autocorrelated residuals (the effective number
    of points, n·(1−r₁)/(1+r₁)), so a slow wander is not taken for a trend.
@@ -63,6 +65,7 @@ class ForecastParams:
     step_s: float = 60.0  # the projection is walked in 1-minute steps
     pattern_min_days: int = 3  # each hour of the day seen on at least this many days
     pattern_passes: int = 4  # alternations of trend and profile (converged by the third)
+    pattern_confidence: float = 0.999  # the hours of the day differ by more than noise would
     flat_tolerance: float = 1e-9  # relative: values that vary less are flat
 
 
@@ -200,10 +203,12 @@ def _effective_points(resid: Sequence[float], sse: float) -> float:
 def daily_profile(hourly: Iterable[Point], params: ForecastParams = PARAMS) -> DailyProfile | None:
     """The hour-of-day profile of `hourly` (1-hour means, each stamped at its bucket's
     centre), or None unless every hour of the day is seen on `params.pattern_min_days`
-    days. The trend over the days and the profile are fitted together (alternating
-    least squares: the trend of the series less the profile, the profile of the series
-    less the trend), so neither a rise over the days is read as a pattern nor a pattern
-    over a few days as a rise."""
+    days and the hours differ by more than noise would make them (an F test at
+    `params.pattern_confidence`: a profile of noise, added to a projection, moves the
+    crossing by as much as the noise). The trend over the days and the profile are fitted
+    together (alternating least squares: the trend of the series less the profile, the
+    profile of the series less the trend), so neither a rise over the days is read as a
+    pattern nor a pattern over a few days as a rise."""
     points = sorted(hourly)
     hours = [int(t % DAY_S // HOUR_S) for t, _ in points]
     counts = [hours.count(h) for h in range(24)]
@@ -218,7 +223,49 @@ def daily_profile(hourly: Iterable[Point], params: ForecastParams = PARAMS) -> D
         means = [sums[h] / counts[h] for h in range(24)]
         centre = math.fsum(means) / 24
         profile = [m - centre for m in means]
-    return DailyProfile(tuple(profile))
+    f_stat = _hour_of_day_f(points, hours, fit)
+    if f_stat is None or _f_upper_z(f_stat, 23, len(points) - 26) < _z(params.pattern_confidence):
+        return None
+    # The James–Stein factor: the profile shrunk towards none by as much as noise alone
+    # would explain of its spread, so a weak pattern counts for what it is worth.
+    shrink = max(0.0, 1.0 - (24 - 2) / (24 * f_stat))
+    return DailyProfile(tuple(shrink * p for p in profile))
+
+
+def _hour_of_day_f(points: Sequence[Point], hours: Sequence[int], fit: _Fit) -> float | None:
+    """The one-way F statistic of the residuals about the trend grouped by hour of the day:
+    how much more the hours differ than the points within an hour do (23 and n − 26
+    degrees of freedom: 24 hour means and the trend's two). None when there are too few
+    points to tell or no spread at all."""
+    n = len(points)
+    if n < 28:
+        return None
+    resid = [v - fit.at(t) for t, v in points]
+    groups: list[list[float]] = [[] for _ in range(24)]
+    for r, h in zip(resid, hours, strict=True):
+        groups[h].append(r)
+    grand = math.fsum(resid) / n
+    means = [math.fsum(g) / len(g) for g in groups]
+    between = math.fsum(len(g) * (m - grand) ** 2 for g, m in zip(groups, means, strict=True))
+    within = math.fsum((r - means[h]) ** 2 for r, h in zip(resid, hours, strict=True))
+    if within <= 0:
+        return math.inf if between > 0 else None
+    return (between / 23) / (within / (n - 26))
+
+
+def _z(p: float) -> float:
+    return NormalDist().inv_cdf(p)
+
+
+def _f_upper_z(f: float, d1: int, d2: int) -> float:
+    """The normal deviate matching F(d1, d2) = f, by Paulson's cube-root approximation
+    (Abramowitz & Stegun 26.6.15): compared with a normal quantile, it is an F test
+    without SciPy."""
+    if math.isinf(f):
+        return math.inf
+    a, b = 2 / (9 * d1), 2 / (9 * d2)
+    cube: float = f ** (1 / 3)
+    return ((1 - b) * cube - (1 - a)) / math.sqrt(a + cube * cube * b)
 
 
 def time_to_limit(

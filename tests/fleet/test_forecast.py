@@ -5,6 +5,8 @@ seeded noisy series, not one false alarm."""
 
 from __future__ import annotations
 
+from statistics import NormalDist
+
 import pytest
 
 from fleet.read.forecast import (
@@ -12,6 +14,7 @@ from fleet.read.forecast import (
     Forecast,
     NoForecast,
     Reason,
+    _f_upper_z,
     daily_profile,
     t_quantile,
     time_to_limit,
@@ -95,6 +98,39 @@ def test_a_daily_profile_needs_every_hour_on_enough_days():
     assert profile.at(15 * 3600) == pytest.approx(3.0, abs=0.05)  # the peak
     assert profile.at(3 * 3600) == pytest.approx(-3.0, abs=0.05)  # the trough
     assert daily_profile(enough[1:]) is None  # one hour of the day seen on fewer days
+
+
+def test_a_week_of_noise_is_not_taken_for_a_daily_pattern():
+    """Hourly means that differ only by noise (1 % of 8.75 kW) give no profile: added back
+    to a projection, a profile of noise moves the crossing by as much as the noise."""
+    weeks = [
+        sampled(lambda t: 8.75, NOW - 1800, 7 * 24, step_s=3600, sd=0.0875, seed=seed)
+        for seed in range(50)
+    ]
+    assert [daily_profile(week) for week in weeks] == [None] * 50
+
+
+def test_a_short_ramp_after_a_week_of_noise_is_forecast_as_its_trend():
+    """A feed 95 % loaded rising 1.25 kW/h, its limit 22 minutes away, after a steady week
+    of noisy hours: the week's noise does not bend the line (it did, by up to 27 %, when
+    every profile was taken)."""
+    limit, level_now, per_h = 9.2, 8.75, 1.25
+    true_at = NOW + (limit - level_now) / per_h * 3600
+    for seed in range(20):
+        recent = sampled(ramp(level_now, NOW, per_h), NOW, 3, sd=0.0875, seed=seed)
+        week = sampled(lambda t: 5.0, NOW - 3 * 3600 - 1800, 7 * 24, step_s=3600, sd=0.0875,
+                       seed=seed + 100)  # fmt: skip
+        forecast = time_to_limit(recent, limit, NOW, daily=week)
+        assert isinstance(forecast, Forecast) and not forecast.daily
+        assert crossing_error(forecast, true_at) < 0.10
+
+
+@pytest.mark.parametrize(
+    ("f", "d1", "d2", "p"),
+    [(2.03, 20, 120, 0.99), (1.61, 24, 120, 0.95), (1.79, 24, 10**6, 0.99)],
+)
+def test_the_f_test_matches_the_tables(f, d1, d2, p):
+    assert _f_upper_z(f, d1, d2) == pytest.approx(NormalDist().inv_cdf(p), abs=0.02)
 
 
 def test_a_flat_series_has_no_forecast():
