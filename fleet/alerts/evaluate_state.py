@@ -18,6 +18,7 @@ from django.db import connection
 from agents.protocol import reasons as nvml
 from fleet import health
 from fleet.alerts.evaluate_events import event_count
+from fleet.alerts.evaluate_fabric import FABRIC_DERIVED, FABRIC_PARAMETRIC
 from fleet.alerts.evaluate_forecast import minutes_to_limit
 from fleet.alerts.evaluate_source import gpu_missing, metric_lag, silent_intervals
 from fleet.alerts.holders import allocated_idle
@@ -216,6 +217,7 @@ def _pue(snap: Snapshot) -> Values:
 # Derived signals evaluated now, by (scope, name). Anything else that is not a raw
 # `metric:` signal is skipped (one log line per rule) and listed in docs/rules.md.
 DERIVED: dict[tuple[str, str], Callable[[Snapshot], Values]] = {
+    **FABRIC_DERIVED,
     ("gpu", "headroom_slowdown_c"): lambda s: _gpu_headroom(s, "slowdown_c"),
     ("gpu", "headroom_hbm_c"): lambda s: _gpu_headroom(s, "mem_max_c"),
     ("gpu", "power_cap_fraction"): _power_cap_fraction,
@@ -236,6 +238,7 @@ DERIVED: dict[tuple[str, str], Callable[[Snapshot], Values]] = {
 # Derived signals whose value depends on the rule's params (each param resolved against
 # the signal's default), by (scope, name): one computation per distinct set of params.
 PARAMETRIC: dict[tuple[str, str], Callable[[Snapshot, Params], Values]] = {
+    **FABRIC_PARAMETRIC,
     **{
         (scope, "agent_silent_intervals"): silent_intervals(scope)
         for scope in ("node", "rack", "loop", "site")

@@ -1,8 +1,82 @@
-"""The built-in fabric rules (InfiniBand/RoCE ports, docs/rules.md): part of the rule pack
-(fleet/alerts/rulepack.py, `BUILTIN_RULES`)."""
+"""The built-in fabric rules (InfiniBand/RoCE ports, docs/rules.md, *Fabric*): part of the
+rule pack (fleet/alerts/rulepack.py, `BUILTIN_RULES`). Node-scoped, one instance per node
+naming the worst port (`{port}`); every threshold is fleet/health/fabric.py's."""
 
 from __future__ import annotations
 
 from fleet.alerts.rulespec import RuleSpec
+from fleet.health import fabric
 
-FABRIC_RULES: tuple[RuleSpec, ...] = ()
+_NODE = "{node} {port}"
+
+
+def _rate_rule(limit: fabric.RateLimit) -> RuleSpec:
+    per_min = fabric.RATE_WINDOW_S / 60
+    return RuleSpec(
+        f"node-fabric-{limit.counter.replace('_', '-')}-rate",
+        f"Fabric port {limit.words} rising",
+        "node",
+        limit.signal,
+        "gt",
+        limit.per_hour,
+        limit.per_hour / 2,
+        0,  # the rate is already measured over 5–10 minutes of reads
+        "warning",
+        _NODE + f" {limit.words} at {{value:.0f}}/h (over {limit.per_hour:g}/h)",
+        f"`{limit.counter}` rising faster than {limit.per_hour:g} an hour over the last "
+        f"{per_min:g}–{2 * per_min:g} minutes: the link is degrading (cable, transceiver, "
+        "port); reseat or replace before it flaps.",
+        runbook_url=fabric.SOURCES["nvsentinel"],
+    )
+
+
+FABRIC_RULES: tuple[RuleSpec, ...] = (
+    RuleSpec(
+        "node-fabric-port-flapped",
+        "Fabric port flapped",
+        "node",
+        "fabric_port_flaps",
+        "ge",
+        1,
+        None,
+        0,
+        "warning",
+        _NODE + " went down and retrained ({value:.0f}× in 10 min)",
+        "`link_downed` rose: the link failed to retrain and went down, however briefly; "
+        "RDMA traffic on it (NCCL, storage) was cut.",
+        params={"window_s": fabric.FLAP_WINDOW_S},
+        runbook_url=fabric.SOURCES["sysfs-abi"],
+    ),
+    RuleSpec(
+        "node-fabric-port-flapping",
+        "Fabric port flapping",
+        "node",
+        "fabric_port_flaps",
+        "ge",
+        fabric.FLAPPING_COUNT,
+        None,
+        0,
+        "critical",
+        _NODE + " is flapping: down {value:.0f}× in the last hour",
+        "The same port went down repeatedly within an hour: drain the node's fabric "
+        "traffic and check the cable, transceiver and switch port.",
+        params={"window_s": fabric.FLAPPING_WINDOW_S},
+        runbook_url=fabric.SOURCES["nvsentinel"],
+    ),
+    RuleSpec(
+        "node-fabric-port-down",
+        "Fabric port down",
+        "node",
+        "fabric_ports_down",
+        "ge",
+        1,
+        None,
+        fabric.PORT_DOWN_FOR_S,
+        "critical",
+        _NODE + " is down ({value:.0f} port(s) down that were up)",
+        "A port that was ACTIVE is not: the node has lost that link's bandwidth, and jobs "
+        "using it fail. A port never ACTIVE (not cabled) is not judged.",
+        runbook_url=fabric.SOURCES["sysfs-abi"],
+    ),
+    *(_rate_rule(limit) for limit in fabric.RATE_LIMITS),
+)

@@ -14,7 +14,8 @@ fleet/health/ (`.field` names a part of what it returns); `events:<kind>` counts
 stored events (fleet.models.Event) of that kind over the rule's `window_s`;
 `workloads:<what>` joins the latest state with the open allocations
 (fleet/alerts/holders.py); `forecast:<subject>` reads this minute's time-to-limit forecasts
-(fleet/alerts/evaluate_forecast.py).
+(fleet/alerts/evaluate_forecast.py); `fabric:<what>` judges each node's InfiniBand/RoCE
+ports (fleet/alerts/evaluate_fabric.py).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from agents.protocol.metrics import METRICS, SampleKind
+from fleet.health import fabric as health_fabric
 from fleet.health.cadence import LAG_INTERVALS
 
 ParamType = Literal["float", "int_list", "metric_list", "site_map"]
@@ -313,6 +315,41 @@ _FORECAST: tuple[Signal, ...] = tuple(
 )
 FORECAST_SIGNALS = frozenset(s.name for s in _FORECAST)
 
+# A node's InfiniBand/RoCE ports (fleet/health/fabric.py): the worst port's figure; no value
+# for a node without ports read in the last minute. Summaries may name the port (`port`).
+_FABRIC: tuple[Signal, ...] = (
+    Signal(
+        "fabric_port_flaps",
+        "node",
+        "",
+        "link flaps (rises in `link_downed`) of the node's most-flapping port, in the window",
+        "fabric:flaps",
+        params=(Param("window_s", "float", health_fabric.FLAP_WINDOW_S, WINDOW.help),),
+        placeholders=("port",),
+    ),
+    Signal(
+        "fabric_ports_down",
+        "node",
+        "",
+        "ports that were ACTIVE and are not now (a port never ACTIVE is not counted)",
+        "fabric:down",
+        placeholders=("port",),
+    ),
+    *(
+        Signal(
+            limit.signal,
+            "node",
+            "/h",
+            f"{limit.words} (`{limit.counter}`) per hour of the node's fastest-rising port, "
+            f"over its last {health_fabric.RATE_WINDOW_S / 60:g}–"
+            f"{2 * health_fabric.RATE_WINDOW_S / 60:g} minutes of reads",
+            f"fabric:rate:{limit.counter}",
+            placeholders=("port",),
+        )
+        for limit in health_fabric.RATE_LIMITS
+    ),
+)
+
 # The source itself: silent, or sending while one of its fields stopped.
 _SILENT_SCOPES = {
     "node": "node agent",
@@ -396,7 +433,7 @@ def _unit(name: str) -> str:
     return next((u for s, u in suffixes.items() if name.endswith(s)), "")
 
 
-SIGNALS: tuple[Signal, ...] = (*_raw_signals(), *_DERIVED, *_FORECAST, *_SOURCE)
+SIGNALS: tuple[Signal, ...] = (*_raw_signals(), *_DERIVED, *_FORECAST, *_FABRIC, *_SOURCE)
 BY_KEY: dict[tuple[str, str], Signal] = {s.key: s for s in SIGNALS}
 NAMES: frozenset[str] = frozenset(s.name for s in SIGNALS)
 

@@ -3,7 +3,8 @@
 Written only by the ingest writer (fleet/storage/fabric.py), in the commit that stores the
 batch; people read it. One row per (node, device, port): the newest state, the counters as
 read, and each counter's rise since the port was first seen (a counter that goes down was
-reset, by a reboot or `perfquery -R`: what it reads after the reset is all rise).
+reset, by a reboot or `perfquery -R`: what it reads after the reset is all rise); and when it
+was last ACTIVE and the checkpoints its error rates are measured from.
 """
 
 from __future__ import annotations
@@ -27,6 +28,16 @@ class FabricPort(models.Model):
     link_layer = models.CharField(max_length=64, blank=True, help_text="InfiniBand or Ethernet")
     counters = models.JSONField(default=dict, help_text="as read; absent: unsupported")
     rises = models.JSONField(default=dict, help_text="each counter's rise since first seen")
+    # What the fabric rules judge (fleet/health/fabric.py), kept by the ingest writer.
+    last_active = models.FloatField(
+        null=True, blank=True, help_text="epoch seconds of the newest read that found it ACTIVE"
+    )
+    rate_base = models.JSONField(
+        default=dict, help_text="rate checkpoint: {ts, rises} the error rates are measured from"
+    )
+    rate_next = models.JSONField(
+        default=dict, help_text="the next rate checkpoint, the base once RATE_WINDOW_S old"
+    )
 
     class Meta:
         ordering = ("node", "device", "port")

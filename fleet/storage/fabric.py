@@ -15,6 +15,11 @@ a position past any event the agent sent (`fleet_event`'s unique key): a resend 
 
 A counter that reads less than before was reset (a reboot, `perfquery -R`): what it reads
 now is all rise, and a reset `link_downed` that reads 0 is no flap.
+
+Each applied read also keeps what the fabric rules judge (fleet/health/fabric.py), so the
+rule pass reads one row per port and no history: `last_active`, the newest read that found
+the port ACTIVE, and the two rate checkpoints (`rate_base`, `rate_next`), rolled every
+`RATE_WINDOW_S`.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import orjson
 
 from agents.protocol import MAX_EVENTS_PER_BATCH
 from agents.protocol.fabric import ACTIVE, TEXT_KEYS
+from fleet.health.fabric import Checkpoint, port_name, roll
 from fleet.storage.db import Row, Tx
 from fleet.storage.dialect import json_param
 
@@ -35,7 +41,9 @@ FLAP_COUNTER = "link_downed"
 # Events this module makes are numbered past any position an agent's own events can hold.
 FIRST_POS = MAX_EVENTS_PER_BATCH
 
-_COLUMNS = ("ts", "first_seen", *TEXT_KEYS, "counters", "rises")
+_COLUMNS = (
+    "ts", "first_seen", *TEXT_KEYS, "counters", "rises", "last_active", "rate_base", "rate_next"
+)  # fmt: skip
 
 
 @dataclass(slots=True)
@@ -55,6 +63,9 @@ class Stored:
     text: dict[str, str]
     counters: dict[str, int]
     rises: dict[str, int]
+    last_active: float | None = None
+    base: Checkpoint | None = None
+    nxt: Checkpoint | None = None
 
 
 Key = tuple[int, str, int]  # node, device, port
@@ -97,10 +108,12 @@ def changes(old: Stored | None, new: Stored, device: str, port: int) -> list[tup
     rise = _rise(old.counters.get(FLAP_COUNTER), new.counters.get(FLAP_COUNTER))
     if rise:
         before, after = old.counters[FLAP_COUNTER], new.counters[FLAP_COUNTER]
-        made.append((LINK_FLAP, rise, f"{device} port {port}: {FLAP_COUNTER} {before} → {after}"))
+        made.append(
+            (LINK_FLAP, rise, f"{port_name(device, port)}: {FLAP_COUNTER} {before} → {after}")
+        )
     was, now = old.text.get("state"), new.text.get("state")
     if was == ACTIVE and now is not None and now != ACTIVE:
-        made.append((LINK_DOWN, 0, f"{device} port {port}: {was} → {now}"))
+        made.append((LINK_DOWN, 0, f"{port_name(device, port)}: {was} → {now}"))
     return made
 
 
@@ -117,12 +130,17 @@ def _applied(old: Stored | None, entry: dict[str, Any]) -> Stored:
     ts = float(entry["ts"])
     counters = {str(k): int(v) for k, v in entry["counters"].items()}
     text = {key: str(entry[key]) for key in TEXT_KEYS if key in entry}
+    active = ts if text.get("state") == ACTIVE else None
     if old is None:
-        return Stored(ts, ts, text, counters, {name: 0 for name in counters})
+        rises = {name: 0 for name in counters}
+        base, nxt = roll(None, None, ts, rises)
+        return Stored(ts, ts, text, counters, rises, active, base, nxt)
     rises = dict(old.rises)
     for name, value in counters.items():
         rises[name] = rises.get(name, 0) + _rise(old.counters.get(name), value)
-    return Stored(ts, old.first_seen, text, counters, rises)
+    base, nxt = roll(old.base, old.nxt, ts, rises)
+    last_active = active if active is not None else old.last_active
+    return Stored(ts, old.first_seen, text, counters, rises, last_active, base, nxt)
 
 
 def _stored(tx: Tx, node_ids: list[int]) -> dict[Key, Stored]:
@@ -136,10 +154,18 @@ def _stored(tx: Tx, node_ids: list[int]) -> dict[Key, Stored]:
     )
     out: dict[Key, Stored] = {}
     for node_id, device, port, ts, first_seen, *rest in rows:
-        words, (counters, rises) = rest[: len(TEXT_KEYS)], rest[len(TEXT_KEYS) :]
+        words, json_cols = rest[: len(TEXT_KEYS)], rest[len(TEXT_KEYS) :]
+        counters, rises, last_active, base, nxt = json_cols
         text = {k: str(v) for k, v in zip(TEXT_KEYS, words, strict=True) if v}
         out[(int(node_id), str(device), int(port))] = Stored(
-            float(ts), float(first_seen), text, _json(counters), _json(rises)
+            float(ts),
+            float(first_seen),
+            text,
+            _json(counters),
+            _json(rises),
+            None if last_active is None else float(last_active),
+            Checkpoint.of(_decoded(base)),
+            Checkpoint.of(_decoded(nxt)),
         )
     return out
 
@@ -147,7 +173,7 @@ def _stored(tx: Tx, node_ids: list[int]) -> dict[Key, Stored]:
 def _upsert(tx: Tx, rows: list[tuple[Key, Stored]]) -> None:
     jp = json_param(tx.vendor)
     columns = ("node_id", "device", "port", *_COLUMNS)
-    values = ", ".join(["%s"] * (len(columns) - 2) + [jp, jp])
+    values = ", ".join(["%s"] * (len(columns) - 5) + [jp, jp, "%s", jp, jp])
     updated = ", ".join(f"{c} = excluded.{c}" for c in _COLUMNS if c != "first_seen")
     sql = (
         f"INSERT INTO fleet_fabricport ({', '.join(columns)}) VALUES ({values})"
@@ -163,14 +189,24 @@ def _upsert(tx: Tx, rows: list[tuple[Key, Stored]]) -> None:
                 *(port.text.get(k, "") for k in TEXT_KEYS),
                 orjson.dumps(port.counters).decode(),
                 orjson.dumps(port.rises).decode(),
+                port.last_active,
+                _checkpoint_json(port.base),
+                _checkpoint_json(port.nxt),
             )
             for key, port in rows
         ],
     )
 
 
-def _json(value: Any) -> dict[str, int]:
+def _decoded(value: Any) -> Any:
     """A JSON column as read: PostgreSQL's jsonb arrives decoded, SQLite's as text."""
-    if isinstance(value, (str, bytes)):
-        value = orjson.loads(value)
+    return orjson.loads(value) if isinstance(value, (str, bytes)) else value
+
+
+def _json(value: Any) -> dict[str, int]:
+    value = _decoded(value)
     return {str(k): int(v) for k, v in value.items()} if isinstance(value, dict) else {}
+
+
+def _checkpoint_json(point: Checkpoint | None) -> str:
+    return orjson.dumps(point.as_json() if point is not None else {}).decode()
