@@ -27,6 +27,8 @@ from fleet import health
 from fleet.access import can_view_site
 from fleet.health.limits import LIMIT_LABELS, STORED_LIMITS, limit_in_force, reported_column
 from fleet.models import GPU, Event
+from fleet.read.forecast_now import forecasts_now
+from fleet.read.forecast_sources import interval_words, sentence
 from fleet.read.health_record import GpuRecord, gpu_record
 from fleet.read.history import RANGES, HistoryError, reason_spans
 from fleet.read.state import gpu_limits, latest_readings, throttle_words
@@ -113,6 +115,8 @@ class GpuPage:
     timeline: list[ReasonRow] = field(default_factory=list)
     events: list[EventRow] = field(default_factory=list)
     health: GpuRecord | None = None  # its health record (docs/gpu-health.md)
+    # Its temperature's time to limit in words, and the interval (docs/forecast.md).
+    forecast: tuple[str, str] | None = None
 
     @property
     def health_figures(self) -> list[tuple[str, str]]:
@@ -346,7 +350,18 @@ def gpu_page(gpu: GPU, range_name: str, now: float, figures_only: bool = False) 
         page.timeline_tier, page.timeline = timeline(gpu, range_name, now)
         page.events = event_rows(gpu.node_id, gpu.index, now)
         page.health = gpu_record(gpu.pk, now)
+        page.forecast = gpu_forecast(page.site_id, gpu.pk, now)
     return page
+
+
+def gpu_forecast(site_id: int, gpu_id: int, now: float) -> tuple[str, str] | None:
+    """This minute's forecast of the GPU reaching its slowdown limit less the critical
+    headroom (fleet.read.forecast_now; the task computed it): its words and interval."""
+    for item in forecasts_now(site_id, now):
+        if item.subject == "gpu" and item.entity_id == gpu_id:
+            words = sentence(item)
+            return None if words is None else (words, interval_words(item) or "")
+    return None
 
 
 def figures_origin(gpu: GPU, now: float) -> str:

@@ -97,7 +97,7 @@ class ForecastLine:
     """One subject's time to limit in words ("A07 reaches 45 kW in ~40 min at this
     trend") and its interval (a title and small print)."""
 
-    subject: str  # rack, feed, loop_supply, loop_heat
+    subject: str  # rack, feed, feed_n1, loop_supply, loop_heat
     words: str
     interval: str
 
@@ -342,10 +342,11 @@ def liquid(state: RackState, now: float) -> Liquid | None:
 
 
 def forecast_lines(state: RackState, feed_ids: set[int], now: float) -> list[ForecastLine]:
-    """The rack's, its feeds' and its loop's forecasts that reach their limit (this
-    minute's, fleet.read.forecast_now); none where none does."""
+    """The rack's, its feeds' (each, and together against their N+1) and its loop's
+    forecasts that reach their limit (this minute's, fleet.read.forecast_now); none where
+    none does."""
     info = state.info
-    ours = {"rack": {info.id}, "feed": feed_ids}
+    ours = {"rack": {info.id}, "feed": feed_ids, "feed_n1": {info.id}}
     if info.loop_id is not None:
         ours.update(loop_supply={info.loop_id}, loop_heat={info.loop_id})
     lines = []

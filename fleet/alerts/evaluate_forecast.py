@@ -27,19 +27,20 @@ if TYPE_CHECKING:
 __all__ = ("PREFIX", "forecasts", "label_forecasts", "minutes_to_limit")
 
 PREFIX = "forecast:"
-_Found = dict[tuple[str, int], LimitForecast]
+_Found = dict[tuple[str, tuple[int, ...]], LimitForecast]
 
 
 def forecasts(snap: Snapshot) -> _Found:
-    """Every site's forecasts that reach their limit, by (subject, entity id): read once
-    per evaluation, and only when a forecast rule is enabled."""
+    """Every site's forecasts that reach their limit, by (subject, the entity's key among
+    the rule's values: `LimitForecast.rule_key`): read once per evaluation, and only when a
+    forecast rule is enabled."""
 
     def make() -> _Found:
         found: _Found = {}
         for site_id in Site.objects.values_list("pk", flat=True):
             for item in forecasts_now(site_id, snap.now):
                 if isinstance(item.forecast, Forecast):
-                    found[(item.subject, item.entity_id)] = item
+                    found[(item.subject, item.rule_key)] = item
         return found
 
     return snap.cached("forecasts", make)  # type: ignore[no-any-return]
@@ -50,8 +51,8 @@ def minutes_to_limit(subject: str) -> Callable[[Snapshot], Values]:
 
     def compute(snap: Snapshot) -> Values:
         return {
-            (entity_id,): max(0.0, (item.forecast.crossing_at - snap.now) / 60)
-            for (kind, entity_id), item in forecasts(snap).items()
+            key: max(0.0, (item.forecast.crossing_at - snap.now) / 60)
+            for (kind, key), item in forecasts(snap).items()
             if kind == subject and isinstance(item.forecast, Forecast)
         }
 
@@ -62,9 +63,15 @@ def label_forecasts(created: Iterable[AlertInstance], snap: Snapshot) -> None:
     """Name the crossing each new forecast instance announces among its labels."""
     for inst in created:
         spec = inst.rule.signal_spec
-        if spec is None or not spec.source.startswith(PREFIX) or not inst.entity.isdigit():
+        parts = inst.entity.split(":")
+        if (
+            spec is None
+            or not spec.source.startswith(PREFIX)
+            or not all(p.isdigit() for p in parts)
+        ):
             continue
-        item = forecasts(snap).get((spec.source.removeprefix(PREFIX), int(inst.entity)))
+        key = tuple(int(p) for p in parts)
+        item = forecasts(snap).get((spec.source.removeprefix(PREFIX), key))
         if item is None or not isinstance(item.forecast, Forecast):
             continue
         inst.labels = {

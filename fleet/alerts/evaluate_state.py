@@ -233,6 +233,8 @@ DERIVED: dict[tuple[str, str], Callable[[Snapshot], Values]] = {
     ("feed", "power_minutes_to_limit"): minutes_to_limit("feed"),
     ("loop", "supply_minutes_to_limit"): minutes_to_limit("loop_supply"),
     ("loop", "heat_minutes_to_limit"): minutes_to_limit("loop_heat"),
+    ("rack", "feeds_n1_minutes_to_limit"): minutes_to_limit("feed_n1"),
+    ("gpu", "headroom_minutes_to_limit"): minutes_to_limit("gpu"),
 }
 
 # Derived signals whose value depends on the rule's params (each param resolved against

@@ -15,8 +15,9 @@ names silences match on. `assign_groups` puts each instance that fires into its 
   message per workload listing its GPUs, wherever they are;
 - a consequence (a GPU off the bus, a node gone silent) of an open cooling-loop or rack-
   power incident: that incident (fleet/alerts/consequences.py);
-- a rack's or feed's time-to-limit forecast while an incident of its rack is open: that
-  incident (a loop's forecast joins its loop's incident by its own key).
+- a rack's, feed's or GPU's time-to-limit forecast while an incident of its rack is open:
+  that incident (a loop's forecast joins its loop's incident by its own key; a GPU's, a
+  thermal signal, its loop's open incident when its rack has none).
 """
 
 from __future__ import annotations
@@ -219,10 +220,10 @@ def assign_groups(firing: Iterable[AlertInstance], at: dt.datetime) -> None:
 
 
 def forecast_joins(inst: AlertInstance, groups: dict[str, AlertGroup]) -> str | None:
-    """A rack's or feed's time-to-limit alert, while an incident of that rack is open:
-    that incident, the oldest if several (what is already wrong there is why it climbs).
-    A loop's joins its loop's incident by its own key (`loop:<id>`)."""
-    if inst.scope not in ("rack", "feed") or inst.rack_id is None:
+    """A rack's, feed's or GPU's time-to-limit alert, while an incident of that rack is
+    open: that incident, the oldest if several (what is already wrong there is why it
+    climbs). A loop's joins its loop's incident by its own key (`loop:<id>`)."""
+    if inst.scope not in ("rack", "feed", "gpu") or inst.rack_id is None:
         return None
     if inst.rule.signal not in signals.FORECAST_SIGNALS:
         return None

@@ -311,6 +311,20 @@ _FORECAST: tuple[Signal, ...] = tuple(
         ("power_minutes_to_limit", "feed", "feed", "the feed's power", "its rating"),
         ("supply_minutes_to_limit", "loop", "loop_supply", "the supply", "the loop's limit"),
         ("heat_minutes_to_limit", "loop", "loop_heat", "heat removed", "the loop's rating"),
+        (
+            "feeds_n1_minutes_to_limit",
+            "rack",
+            "feed_n1",
+            "the rack's feeds' summed power",
+            "what they carry with the largest lost (N+1)",
+        ),
+        (
+            "headroom_minutes_to_limit",
+            "gpu",
+            "gpu",
+            "the GPU's temperature",
+            "its slowdown limit less the critical headroom",
+        ),
     )
 )
 FORECAST_SIGNALS = frozenset(s.name for s in _FORECAST)
@@ -390,7 +404,13 @@ _SOURCE: tuple[Signal, ...] = (
 # one of these, in a rack whose loop is alerting, is grouped under the loop's alert
 # (fleet/alerts/grouping.py): the loop is the cause, they are its symptoms.
 _THERMAL_DERIVED = frozenset(
-    {"headroom_slowdown_c", "headroom_hbm_c", "hw_thermal_slowdown", "sw_thermal_slowdown"}
+    {
+        "headroom_slowdown_c",
+        "headroom_hbm_c",
+        "hw_thermal_slowdown",
+        "sw_thermal_slowdown",
+        "headroom_minutes_to_limit",
+    }
 )
 
 

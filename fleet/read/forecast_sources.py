@@ -10,7 +10,12 @@ against the limit the live pages and the alert rules already judge it by, foreca
 - **CDU supply**: `supply_c_mean` of `fw_loop_<tier>`, against
   `CoolingLoop.effective_supply_limit_c()` (its own limit, else its W class's);
 - **heat removed**: `heat_removed_kw_mean` of `fw_loop_<tier>`, against
-  `CoolingLoop.capacity_kw`.
+  `CoolingLoop.capacity_kw`;
+- **feed N+1** (a rack with two or more feeds): its feeds' summed `power_w_mean`, in buckets
+  where every one of them reported, against what they carry with the largest lost
+  (`fleet.health.racks.n_plus_one_kw`);
+- **GPU headroom**: each GPU's `temp_gpu_c_mean`, against its slowdown limit in force less
+  `HEADROOM_CRIT_C` (fleet/read/forecast_gpus.py: only GPUs whose minutes rise are fitted).
 
 Each subject's recent series is the `PARAMS.recent_s` of 1-minute means before `now`, and
 its daily pattern the `PARAMS.pattern_days` of hourly means before that; each kind is read
@@ -25,16 +30,19 @@ from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, connections
 
-from fleet.health.thresholds import RACK_POWER_CRIT_FRACTION
+from fleet.health.racks import n_plus_one_kw
+from fleet.health.thresholds import HEADROOM_CRIT_C, RACK_POWER_CRIT_FRACTION
 from fleet.models import CoolingLoop, PowerFeed, Rack
 from fleet.read.capacity_sql import rack_series_params, rack_series_sql
 from fleet.read.forecast import PARAMS, Forecast, ForecastParams, NoForecast, time_to_limit
+from fleet.read.forecast_gpus import gpu_forecasts
 from fleet.storage.schema import TIER_SECONDS, rollup_table
 
 __all__ = (
     "LimitForecast",
     "Series",
     "feed_power",
+    "feeds_power",
     "interval_words",
     "loop_metric",
     "rack_power",
@@ -49,9 +57,11 @@ Series = dict[int, list[tuple[float, float]]]  # entity id → (bucket centre, v
 
 @dataclass(frozen=True)
 class LimitForecast:
-    """One subject's forecast against its limit. `subject`: rack, feed, loop_supply or
-    loop_heat; `entity_id` the rack's, feed's or loop's id; `rack` the rack's name for a
-    rack or feed ("" for a loop)."""
+    """One subject's forecast against its limit. `subject`: rack, feed, loop_supply,
+    loop_heat, feed_n1, gpu or disk; `entity_id` the rack's, feed's, loop's or GPU's id (a
+    feed_n1's is its rack's; the disk's its site's); `rack` the rack's name for a rack,
+    feed, feed_n1 or GPU ("" otherwise). `key`: the entity as the alert rules key it where
+    that is not `(entity_id,)` — a GPU's (node id, index)."""
 
     subject: str
     entity_id: int
@@ -60,10 +70,26 @@ class LimitForecast:
     limit: float
     unit: str
     forecast: Forecast | NoForecast
+    key: tuple[int, ...] = ()
+
+    @property
+    def rule_key(self) -> tuple[int, ...]:
+        """The entity's key among a rule's values (fleet/alerts/evaluate_forecast.py)."""
+        return self.key or (self.entity_id,)
 
 
-# What each subject's sentence calls the figure that reaches its limit.
-_FIGURES = {"rack": "", "feed": "", "loop_supply": " supply", "loop_heat": " heat removed"}
+# Each subject's sentence; {name}, {limit} and {when} filled in by `sentence`.
+_WORDS = {
+    "rack": "{name} reaches {limit} in {when} at this trend",
+    "feed": "{name} reaches {limit} in {when} at this trend",
+    "loop_supply": "{name} supply reaches {limit} in {when} at this trend",
+    "loop_heat": "{name} heat removed reaches {limit} in {when} at this trend",
+    "feed_n1": "{name} feeds reach {limit}, their N+1 (all less the largest), in {when}"
+    " at this trend",
+    "gpu": "{name} reaches {limit}, "
+    + f"{HEADROOM_CRIT_C:g} °C under its slowdown limit, in {{when}} at this trend",
+    "disk": "{name} reaches {limit}, the size of its disk, in {when} at this trend",
+}
 
 
 def sentence(item: LimitForecast) -> str | None:
@@ -74,7 +100,7 @@ def sentence(item: LimitForecast) -> str | None:
         return None
     when = _minutes(forecast.in_s)
     limit = f"{round(item.limit, 1):g} {item.unit}"
-    return f"{item.name}{_FIGURES[item.subject]} reaches {limit} in {when} at this trend"
+    return _WORDS[item.subject].format(name=item.name, limit=limit, when=when)
 
 
 def _minutes(seconds: float) -> str:
@@ -132,6 +158,31 @@ def feed_power(site_id: int, since: float, until: float, tier: str, using: str) 
     return _series(sql, (site_id, int(since), int(until)), step, 1e-3, using)
 
 
+def feeds_power(
+    site_id: int, since: float, until: float, tier: str, using: str, feeds: dict[int, int]
+) -> Series:
+    """Each rack's feeds' summed power (kW) per whole bucket in [since, until), by rack id,
+    in the buckets where all of its `feeds[rack id]` feeds reported: a feed missing from a
+    bucket would read as a drop in the sum."""
+    step = TIER_SECONDS[tier]
+    sql = (
+        f"SELECT f.rack_id, r.bucket, SUM(r.power_w_mean), COUNT(*) FROM"
+        f" {rollup_table('feed', tier)} r"
+        " JOIN fleet_powerfeed f ON f.id = r.feed_id JOIN fleet_rack k ON k.id = f.rack_id"
+        " JOIN fleet_hall h ON h.id = k.hall_id"
+        f" WHERE h.site_id = %s AND r.bucket >= %s AND r.bucket + {step} <= %s"
+        " AND r.power_w_mean IS NOT NULL GROUP BY f.rack_id, r.bucket"
+        " ORDER BY f.rack_id, r.bucket"
+    )
+    out: Series = {}
+    with connections[using].cursor() as cur:
+        cur.execute(sql, [site_id, int(since), int(until)])
+        for rack, bucket, watts, count in cur.fetchall():
+            if count == feeds.get(int(rack)):
+                out.setdefault(int(rack), []).append((int(bucket) + step / 2, float(watts) * 1e-3))
+    return out
+
+
 def loop_metric(
     site_id: int, metric: str, since: float, until: float, tier: str, using: str
 ) -> Series:
@@ -186,17 +237,29 @@ def site_forecasts(
     params: ForecastParams = PARAMS,
 ) -> list[LimitForecast]:
     """Every rack, feed and loop of the site with a limit, forecast as of `now`: racks
-    and feeds in the inventory's order, then loops (supply, then heat removed)."""
+    and feeds in the inventory's order, then loops (supply, then heat removed), then each
+    rack's feeds against their N+1, then the GPUs whose temperature rises (only those:
+    fleet/read/forecast_gpus.py)."""
     racks = Rack.objects.using(using).filter(hall__site_id=site_id)
     rack_subjects = [
         _Subject(pk, name, name, budget * RACK_POWER_CRIT_FRACTION)
         for pk, name, budget in racks.values_list("pk", "name", "power_budget_kw")
     ]
     feeds = PowerFeed.objects.using(using).filter(rack__hall__site_id=site_id)
-    feed_subjects = [
-        _Subject(f.pk, f"{f.rack.name} feed {f.name}", f.rack.name, f.available_kw)
-        for f in feeds.select_related("rack")
+    feed_subjects: list[_Subject] = []
+    by_rack: dict[int, tuple[str, list[float]]] = {}
+    for f in feeds.select_related("rack"):
+        feed_subjects.append(
+            _Subject(f.pk, f"{f.rack.name} feed {f.name}", f.rack.name, f.available_kw)
+        )
+        by_rack.setdefault(f.rack_id, (f.rack.name, []))[1].append(f.available_kw)
+    # N+1 only where a feed can be lost at all: a rack with one feed has none left.
+    n1_subjects = [
+        _Subject(pk, name, name, n_plus_one_kw(ratings))
+        for pk, (name, ratings) in by_rack.items()
+        if len(ratings) >= 2
     ]
+    feed_count = {pk: len(ratings) for pk, (_, ratings) in by_rack.items()}
     loops = list(CoolingLoop.objects.using(using).filter(site_id=site_id))
     supply_subjects = [_Subject(lp.pk, lp.name, "", lp.effective_supply_limit_c()) for lp in loops]
     heat_subjects = [_Subject(lp.pk, lp.name, "", lp.capacity_kw) for lp in loops]
@@ -222,4 +285,18 @@ def site_forecasts(
     )
     out += _forecasts("loop_supply", "°C", supply_subjects, loops_of("supply_c"), now, params)
     out += _forecasts("loop_heat", "kW", heat_subjects, loops_of("heat_removed_kw"), now, params)
+    out += _forecasts(
+        "feed_n1",
+        "kW",
+        n1_subjects,
+        lambda a, b, tier: feeds_power(site_id, a, b, tier, using, feed_count),
+        now,
+        params,
+    )
+    out += [
+        LimitForecast(
+            "gpu", g.gpu_id, g.name, g.rack, g.limit, "°C", g.forecast, (g.node_id, g.index)
+        )
+        for g in gpu_forecasts(site_id, now, using, params)
+    ]
     return out

@@ -35,6 +35,22 @@ def seed_minutes(
         )
 
 
+def seed_gpu_minutes(
+    node_id: int, index: int, shape: Callable[[float], float], until: float
+) -> None:
+    """A GPU's `temp_gpu_c_mean`, one row per whole minute of the recent window before
+    `until`, as `seed_minutes` writes an entity's."""
+    end = int(until) - int(until) % MINUTE
+    start = end - int(PARAMS.recent_s)
+    rows = [(node_id, index, b, 6, shape(b + MINUTE / 2)) for b in range(start, end, MINUTE)]
+    with transaction.atomic(), connection.cursor() as cur:
+        cur.executemany(
+            "INSERT INTO fw_gpu_1m (node_id, gpu, bucket, n, temp_gpu_c_mean)"
+            " VALUES (%s, %s, %s, %s, %s)",
+            rows,
+        )
+
+
 def metered(shape: Callable[[float], float], sd: float, seed: int = 0) -> Callable[[float], float]:
     """`shape` as a meter reads it: plus seeded noise of standard deviation `sd`. A ramp
     without any is exact but for rounding, and the rounding error of a straight line is
