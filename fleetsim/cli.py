@@ -67,6 +67,18 @@ def register(subparsers: Any) -> Callable[[argparse.Namespace], int]:
         help="where each node's fake /proc and pod-resources socket go "
         "(default: jobs/ in the spool directory)",
     )
+    p.add_argument(
+        "--no-fabric",
+        action="store_true",
+        help="no InfiniBand ports (no `fabric` part)",
+    )
+    p.add_argument(
+        "--fabric-dir",
+        type=Path,
+        default=None,
+        help="where each node's fake sysfs tree of InfiniBand ports goes "
+        "(default: sysfs/ in the spool directory)",
+    )
     return simulate
 
 
@@ -99,6 +111,8 @@ def simulate(args: argparse.Namespace) -> int:
         facility_interval_s=args.facility_interval,
         jobs=not args.no_jobs,
         jobs_dir=args.jobs_dir,
+        fabric=not args.no_fabric,
+        fabric_dir=args.fabric_dir,
     )
     simulator = Simulator(settings, inventory, plan)
 

@@ -1,7 +1,8 @@
 """Fault injection for the simulator: `KIND[:TARGET][@START][+DURATION][,key=value…]`.
 
 Examples: `cdu-pump-fail:CDU-1@30s+10m`, `gpu-xid:gpu-a01-03/2@1m,code=79`,
-`network-partition:gpu-a01-03@20+60`, `chiller-degraded@0+1h`, `gpu-reset:gpu-a01-03@4m`.
+`network-partition:gpu-a01-03@20+60`, `chiller-degraded@0+1h`, `gpu-reset:gpu-a01-03@4m`,
+`ib-port-flap:gpu-a01-03/5@1m+5m,every=60`.
 START and DURATION are seconds from the simulator's start, with an optional `s`, `m` or
 `h`; no START means at once, no DURATION means until the simulator stops (`gpu-reset` is
 one moment: no DURATION). docs/simulator.md has the full table.
@@ -23,6 +24,10 @@ FAULT_TARGETS: dict[str, str] = {
     "agent-crash": "node",
     "network-partition": "node or rack",
     "node-offline": "node or rack",
+    # InfiniBand ports (fleetsim/fabric.py): NODE is its first HCA, NODE/N its mlx5_N.
+    "ib-port-flap": "node or node/hca",
+    "ib-symbol-errors": "node or node/hca",
+    "ib-port-down": "node or node/hca",
 }
 
 # Faults that are an act at one moment, not a condition that lasts.
@@ -85,6 +90,9 @@ def parse_fault(spec: str) -> Fault:
         raise FaultSpecError(f"{kind} needs a target ({needs}), e.g. {kind}:NAME")
     if needs == "node/gpu" and target is not None and "/" not in target:
         raise FaultSpecError(f"{kind} targets one GPU: {kind}:NODE/INDEX")
+    hca = target.rpartition("/")[2] if target is not None and "/" in target else None
+    if needs == "node or node/hca" and hca is not None and not hca.isdigit():
+        raise FaultSpecError(f"{kind} targets a node or one HCA by number: {kind}:NODE/0")
     if kind in ONE_SHOT and match["duration"]:
         raise FaultSpecError(f"{kind} happens at one moment: {kind}:TARGET@START, no +DURATION")
     params = dict(p.split("=", 1) for p in match["params"].split(",") if p)

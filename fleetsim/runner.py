@@ -18,6 +18,10 @@ pods and Slurm jobs drives each GPU's load (fleetsim/jobs.py), and each node's b
 the `workloads` part its real collector reads from a fake `/proc`, fake NVML process lists, a
 fake `scontrol` and a pod-resources server under `jobs_dir` (fleetsim/workloads.py).
 
+With `fabric` on (the default; `--no-fabric` off), each node with GPUs has one InfiniBand
+HCA per GPU in a fake sysfs tree under `fabric_dir`, which its real fabric collector reads
+every 10 s into the batch's `fabric` part (fleetsim/fabric.py; the `ib-*` faults).
+
 The virtual nodes share the host, so they share one `AgentClock`: read once per tick for
 the samples' time, and a step of the host's wall clock is a note in every running node's
 next batch, as each real agent on such a host would report it.
@@ -41,6 +45,7 @@ from agents.spool import SpoolSettings
 from agents.uplink import UplinkSettings
 from fleetsim.collectors import site_collectors, site_reading
 from fleetsim.devices import SiteDevicePoll
+from fleetsim.fabric import SimFabric
 from fleetsim.faults import FaultPlan
 from fleetsim.fleet import SiteModel
 from fleetsim.inventory import Inventory
@@ -69,6 +74,10 @@ class SimSettings:
     # (default: `jobs` beside the spool directories).
     jobs: bool = False
     jobs_dir: Path | None = None
+    # Each node's InfiniBand ports as a fake sysfs tree the real fabric collector reads
+    # (fleetsim/fabric.py), under `fabric_dir` (default: `sysfs` beside the spools).
+    fabric: bool = True
+    fabric_dir: Path | None = None
 
 
 @dataclass(slots=True)
@@ -96,6 +105,8 @@ class Simulator:
         schedule = JobSchedule(inventory.nodes, settings.seed) if settings.jobs else None
         self.model = SiteModel(inventory, faults, settings.seed, jobs=schedule)
         self.workloads: SimWorkloads | None = None
+        self.fabric: SimFabric | None = None
+        self.elapsed = 0.0
         self.site_collectors = site_collectors(self.model, settings.interval_s)
         self.devices: SiteDevicePoll | None = None
         if settings.site_devices:
@@ -165,11 +176,16 @@ class Simulator:
                 jobs_dir = self.settings.jobs_dir or self.settings.spool_root / "jobs"
                 self.workloads = SimWorkloads(self.model, jobs_dir, self.settings.interval_s)
                 log.info("simulator runs jobs", jobs_dir=str(jobs_dir), seed=self.settings.seed)
+            if self.settings.fabric and self.fabric is None:
+                fabric_dir = self.settings.fabric_dir or self.settings.spool_root / "sysfs"
+                self.fabric = SimFabric(
+                    self.model, fabric_dir, self.settings.interval_s, self.settings.seed
+                )
             if self.devices is not None:
                 await self.devices.start()
             started = time.monotonic()  # fault times count from here, not from start-up
             async for ts in self.ticker.ticks():
-                elapsed = time.monotonic() - started
+                elapsed = self.elapsed = time.monotonic() - started
                 self.model.step(self.settings.interval_s, elapsed, ts)
                 if self.workloads is not None:
                     self.workloads.sync(elapsed)
@@ -202,6 +218,8 @@ class Simulator:
             reading.events.extend(dict(note) for note in notes)
             if self.workloads is not None and self.workloads.due(name, self.stats.ticks):
                 reading.merge(self.workloads.read(name, ts))
+            if self.fabric is not None and self.fabric.due(name, self.stats.ticks):
+                reading.merge(self.fabric.read(name, ts, self.elapsed))
             agent.outbox.submit(reading)
             agent.needs_info = False
             self.stats.batches += 1
