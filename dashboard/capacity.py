@@ -3,6 +3,8 @@ p99 draw over 30 days, the kW stranded there and the GPUs that would fit in it, 
 under their power limit by the budget, and racks whose budget is spent while their GPUs
 idle (fleet/read/capacity.py decides all of it). `?format=csv` gives the same rows;
 `?site=<id>` one site (404 for a site the user may not see, as the rack page does).
+Its form asks whether a rack can take N more servers (dashboard/capacity_question.py), the
+answer rendered here from `can_take`, as `GET /api/capacity/answer` sends it as JSON.
 static/dashboard/capacity.js draws the bars from the figures and names sent here.
 """
 
@@ -10,7 +12,6 @@ from __future__ import annotations
 
 import csv
 import io
-import math
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -20,10 +21,10 @@ from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
+from dashboard.capacity_question import NO_SUCH_RACK, answer_for, ask
 from dashboard.power import visible_sites
-from fleet.models import Rack
 from fleet.read.capacity import THRESHOLDS, WINDOW_S, RackCapacity, site_capacity, tier_for
-from fleet.read.capacity_answer import Answer, CapacityQuestionError, can_take
+from fleet.read.capacity_answer import CapacityQuestionError
 from fleet.words import power_words, span_words
 
 # The chart's bars: (payload key, name in the legend).
@@ -189,10 +190,13 @@ def as_csv(sites: list[SiteCapacity]) -> HttpResponse:
 @login_required
 @require_GET
 def capacity_view(request: HttpRequest) -> HttpResponse:
-    sites = capacity_page(chosen_sites(request), time.time())
+    now = time.time()
+    sites = capacity_page(chosen_sites(request), now)
     if request.GET.get("format") == "csv":
         return as_csv(sites)
+    form = ask(request, now)
     context = {
+        "form": form,
         "sites": sites,
         "payload": {
             "bars": [{"key": key, "name": name} for key, name in BARS],
@@ -205,48 +209,7 @@ def capacity_view(request: HttpRequest) -> HttpResponse:
         "idle_pct": f"{THRESHOLDS.idle_util_pct:.0f}",
         "csv_url": "?format=csv" + (f"&site={sites[0].id}" if "site" in request.GET else ""),
     }
-    return render(request, "dashboard/capacity.html", context)
-
-
-def _question(request: HttpRequest) -> tuple[int, int, str, float | None, int | None]:
-    """The API's and the form's question, from the query string (CapacityQuestionError:
-    what is wrong with it)."""
-    params = request.GET
-
-    def number(name: str, kind: type[int] | type[float], required: bool) -> Any:
-        raw = params.get(name, "").strip()
-        if not raw:
-            if required:
-                raise CapacityQuestionError(name, "required")
-            return None
-        try:
-            value = kind(raw)
-        except ValueError:
-            raise CapacityQuestionError(name, f"not a number: {raw!r}") from None
-        if not value > 0 or (kind is float and not math.isfinite(value)):
-            raise CapacityQuestionError(name, "must be positive")
-        return value
-
-    model = params.get("model", "").strip()
-    if not model:
-        raise CapacityQuestionError("model", "required (e.g. HGX H200 8-GPU)")
-    return (
-        number("rack", int, True),
-        number("servers", int, True),
-        model,
-        number("watts", float, False),
-        number("units", int, False),
-    )
-
-
-def answer_for(request: HttpRequest) -> Answer | None:
-    """The answer to the request's question; None (the caller's 404) for a rack that does
-    not exist or is in a site the user may not see."""
-    rack_id, servers, model, watts, units = _question(request)
-    site = Rack.objects.filter(pk=rack_id).values_list("hall__site_id", flat=True).first()
-    if site is None or site not in {s for s, _ in visible_sites(request.user)}:
-        return None
-    return can_take(rack_id, servers, model, time.time(), watts=watts, units=units)
+    return render(request, "dashboard/capacity.html", context, status=form.status)
 
 
 @require_GET
@@ -261,5 +224,5 @@ def capacity_answer_api(request: HttpRequest) -> JsonResponse:
             {"error": str(exc), "field": exc.field, "reason": exc.reason}, status=400
         )
     if answer is None:
-        return JsonResponse({"error": "no such rack"}, status=404)
+        return JsonResponse({"error": NO_SUCH_RACK}, status=404)
     return JsonResponse(answer.as_json())

@@ -4,6 +4,7 @@ from django.urls import URLPattern, path
 
 from dashboard import (
     capacity,
+    capacity_headroom,
     efficiency,
     gpu,
     gpu_health,
@@ -23,6 +24,7 @@ urlpatterns: list[URLPattern] = [
     path("cooling/", views.cooling, name="cooling"),
     path("power/", power.power_view, name="power"),
     path("capacity/", capacity.capacity_view, name="capacity"),
+    path("capacity/headroom/", capacity_headroom.headroom_view, name="capacity-headroom"),
     path("efficiency/", efficiency.efficiency_view, name="efficiency"),
     path("health/", gpu_health.gpu_health_view, name="gpu-health"),
     path("reports/weekly/", reports.weekly_report_view, name="weekly-report"),

@@ -27,6 +27,7 @@ from fleet.storage.schema import TIER_SECONDS, latest_table, rollup_table
 __all__ = (
     "RackDraw",
     "enforced_limits",
+    "model_p95",
     "rack_draws",
     "rack_series_params",
     "rack_series_sql",
@@ -186,6 +187,41 @@ def rack_draws(site_id: int, since: float, until: float, tier: str, using: str) 
         )
         for r in rows
     ]
+
+
+def _model_p95_sql(tier: str, vendor: str, one_model: bool) -> str:
+    """p95 of each node model's per-node hourly draw (`per_node`: the node's meter, else its
+    GPUs' sum), grouped by model; `one_model` adds a parameter naming the model."""
+    draws = (
+        "SELECT n.model, COALESCE(p.meter, p.gpus) AS w FROM per_node p"
+        " JOIN fleet_node n ON n.id = p.node_id"
+        " WHERE COALESCE(p.meter, p.gpus) IS NOT NULL" + (" AND n.model = %s" if one_model else "")
+    )
+    head = "WITH " + rack_series_sql(tier) + f", model_draws AS ({draws})"
+    if vendor == POSTGRESQL:
+        return head + (
+            " SELECT model, percentile_cont(0.95) WITHIN GROUP (ORDER BY w)"
+            " FROM model_draws GROUP BY model"
+        )
+    return head + (
+        ", ranked AS (SELECT model, w,"
+        " ROW_NUMBER() OVER (PARTITION BY model ORDER BY w) - 1 AS i,"
+        " COUNT(*) OVER (PARTITION BY model) AS n FROM model_draws)"
+        f" SELECT model, SUM({_interpolated(0.95)}) FROM ranked GROUP BY model"
+    )
+
+
+def model_p95(
+    site_id: int, since: float, until: float, tier: str, using: str, model: str | None = None
+) -> dict[str, float]:
+    """Each node model of the site (or only `model`) with a measured draw in [since, until):
+    the p95 (W) of its nodes' bucket draws, all its nodes' buckets together. One statement:
+    the capacity answer's per-server power and the list of models the capacity form offers."""
+    vendor = connections[using].vendor
+    params = rack_series_params(site_id, since, until) + ([] if model is None else [model])
+    with connections[using].cursor() as cur:
+        cur.execute(_model_p95_sql(tier, vendor, model is not None), params)
+        return {str(m): float(w) for m, w in cur.fetchall() if w is not None}
 
 
 def rack_utilisation(

@@ -8,68 +8,14 @@ from __future__ import annotations
 
 import pytest
 
-from fleet.models import CoolingLoop, Hall, Node, PowerFeed, Rack, Site
+from fleet.models import Rack
 from fleet.read.capacity_answer import CapacityQuestionError, can_take
 from tests.support import databases
+from tests.support.capacity_rows import HGX
+from tests.support.capacity_rows import AnswerSite as Site1
 from tests.support.databases import T, TierDb
 
-HOUR = 3600
-HOURS = 48
-HGX = "HGX H200 8-GPU"  # 8U; the site's one measured node of it draws 10 kW
-
 db = databases.fresh_tier_db  # each test's own database, both tiers
-
-
-class Site1:
-    def __init__(self, db: TierDb) -> None:
-        self.db, self.using = db, db.alias
-        site = Site.objects.using(self.using).create(slug="s1", name="Site 1")
-        self.hall = Hall.objects.using(self.using).create(site=site, name="Hall A")
-        # the measured server: 10 kW every hour, in a rack of its own
-        meter_rack = self.rack("M01", budget_kw=100, draw_kw=10)
-        node = Node.objects.using(self.using).create(
-            name="m01-n1", rack=meter_rack, position=1, model=HGX
-        )
-        db.insert(
-            "fw_node_1h",
-            ("node_id", "bucket", "n", "power_w_mean"),
-            [(node.pk, T - (k + 1) * HOUR, 60, 10e3) for k in range(HOURS)],
-        )
-
-    def rack(
-        self,
-        name: str,
-        budget_kw: float,
-        draw_kw: float,
-        feed_amps: tuple[int, ...] = (125, 125),  # 71.9 kW each: never binding
-        loop: CoolingLoop | None = None,
-        units: tuple[int, ...] = (),
-    ) -> Rack:
-        rack = Rack.objects.using(self.using).create(
-            hall=self.hall,
-            name=name,
-            power_budget_kw=budget_kw,
-            loop=loop,
-            cooling="direct_liquid" if loop else "air",
-        )
-        for letter, amps in zip("ABCD", feed_amps, strict=False):
-            PowerFeed.objects.using(self.using).create(rack=rack, name=letter, amperage=amps)
-        for u in units:
-            Node.objects.using(self.using).create(
-                name=f"{name.lower()}-u{u}", rack=rack, position=u, model=HGX
-            )
-        self.db.insert(
-            "fw_rack_1h",
-            ("rack_id", "bucket", "n", "power_w_mean"),
-            [(rack.pk, T - (k + 1) * HOUR, 60, draw_kw * 1e3) for k in range(HOURS)],
-        )
-        return rack
-
-    def loop(self, capacity_kw: float) -> CoolingLoop:
-        site = self.hall.site
-        return CoolingLoop.objects.using(self.using).create(
-            site=site, name="CDU-1", capacity_kw=capacity_kw
-        )
 
 
 def test_a_rack_bound_by_its_power_budget(db: TierDb) -> None:

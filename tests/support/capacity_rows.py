@@ -11,12 +11,14 @@ from collections.abc import Sequence
 from django.db import connection, transaction
 from django.test import Client
 
-from fleet.models import GPU, Hall, Node, Rack, Site
+from fleet.models import GPU, CoolingLoop, Hall, Node, PowerFeed, Rack, Site
 from fleet.read.capacity import RackCapacity, site_capacity
 from tests.support.databases import T, TierDb
 from tests.support.roles import person, signed_in
 
 HOUR = 3600
+ANSWER_HOURS = 48  # the answer site's hours of steady draw
+HGX = "HGX H200 8-GPU"  # 8U; the answer site's one measured node of it draws 10 kW
 
 
 def seed_hours(rack: str, watts: list[float]) -> None:
@@ -87,3 +89,65 @@ def gpu_hours(db: TierDb, node: Node, gpu: int, rows: Sequence[tuple[int, float,
         ("node_id", "gpu", "bucket", "n", "power_w_mean", "util_gpu_pct_mean"),
         [(node.pk, gpu, b, 60, w, u) for b, w, u in rows],
     )
+
+
+class AnswerSite:
+    """Site 1 of the capacity answer's tests: a measured HGX node drawing 10 kW every hour
+    (in rack M01 of its own), and racks each test shapes — budget, steady draw, feeds,
+    cooling loop, nodes at given units."""
+
+    def __init__(self, db: TierDb) -> None:
+        self.db, self.using = db, db.alias
+        self.site = Site.objects.using(self.using).create(slug="s1", name="Site 1")
+        self.hall = Hall.objects.using(self.using).create(site=self.site, name="Hall A")
+        # the measured server: 10 kW every hour, in a rack of its own
+        meter_rack = self.rack("M01", budget_kw=100, draw_kw=10)
+        node = Node.objects.using(self.using).create(
+            name="m01-n1", rack=meter_rack, position=1, model=HGX
+        )
+        db.insert(
+            "fw_node_1h",
+            ("node_id", "bucket", "n", "power_w_mean"),
+            [(node.pk, T - (k + 1) * HOUR, 60, 10e3) for k in range(ANSWER_HOURS)],
+        )
+
+    def rack(
+        self,
+        name: str,
+        budget_kw: float,
+        draw_kw: float,
+        feed_amps: tuple[int, ...] = (125, 125),  # 71.9 kW each: never binding
+        loop: CoolingLoop | None = None,
+        units: tuple[int, ...] = (),
+    ) -> Rack:
+        rack = Rack.objects.using(self.using).create(
+            hall=self.hall,
+            name=name,
+            power_budget_kw=budget_kw,
+            loop=loop,
+            cooling="direct_liquid" if loop else "air",
+        )
+        for letter, amps in zip("ABCD", feed_amps, strict=False):
+            PowerFeed.objects.using(self.using).create(rack=rack, name=letter, amperage=amps)
+        for u in units:
+            Node.objects.using(self.using).create(
+                name=f"{name.lower()}-u{u}", rack=rack, position=u, model=HGX
+            )
+        self.db.insert(
+            "fw_rack_1h",
+            ("rack_id", "bucket", "n", "power_w_mean"),
+            [(rack.pk, T - (k + 1) * HOUR, 60, draw_kw * 1e3) for k in range(ANSWER_HOURS)],
+        )
+        return rack
+
+    def loop(self, capacity_kw: float) -> CoolingLoop:
+        site = self.hall.site
+        return CoolingLoop.objects.using(self.using).create(
+            site=site, name="CDU-1", capacity_kw=capacity_kw
+        )
+
+    def bare_rack(self, name: str, budget_kw: float) -> Rack:
+        """A rack with no feeds, loop, nodes or measured draw."""
+        return Rack.objects.using(self.using).create(
+            hall=self.hall, name=name, power_budget_kw=budget_kw
+        )
