@@ -1,7 +1,8 @@
 """The node page's ports: each InfiniBand/RoCE port its agent reads (fleet/models/fabric.py),
 with its state, rate, link layer and error counters, and how much each rose since the server
 first saw the port. Words from fleet/words.py; no judgement of its own beyond saying which
-counters are not zero, saturated or unsupported.
+counters are not zero, saturated or unsupported: the rates of the counters the fabric rules
+judge, and whether they are over their limit, are fleet/health/fabric.py's, as the rules'.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from agents.protocol.fabric import ACTIVE, COUNTERS, saturated
+from fleet.health import fabric as judge
 from fleet.models import FabricPort
 from fleet.words import FABRIC_COUNTER_WORDS, LINK_LAYER_WORDS, age_words
 
@@ -19,6 +21,8 @@ class CounterCell:
     value: str  # "14", "≥ 255 (saturated)", or "unsupported"
     rise: str  # "+2 since first seen", "" when it did not rise
     quiet: bool  # 0 and never rose: shown muted
+    rate: str = ""  # "1,800 an hour over the last 5–10 min (limit 120)"; "" when not rising
+    over: bool = False  # above its limit: the fabric rule fires on it
 
 
 @dataclass
@@ -48,16 +52,24 @@ def _row(port: FabricPort, now: float) -> PortRow:
         link_layer=LINK_LAYER_WORDS.get(port.link_layer, port.link_layer or "–"),
         read=f"read {age_words(max(0.0, now - port.ts))} ago",
         first_seen=f"first seen {age_words(max(0.0, now - port.first_seen))} ago",
-        counters=[_cell(name, port.counters, port.rises) for name in COUNTERS],
+        counters=[_cell(name, port, judge.Checkpoint.of(port.rate_base)) for name in COUNTERS],
     )
 
 
-def _cell(name: str, counters: dict[str, int], rises: dict[str, int]) -> CounterCell:
+def _cell(name: str, port: FabricPort, base: judge.Checkpoint | None) -> CounterCell:
     label = FABRIC_COUNTER_WORDS[name]
+    counters, rises = port.counters, port.rises
     if name not in counters:
         return CounterCell(label, "unsupported", "", quiet=True)
     value, rise = int(counters[name]), int(rises.get(name, 0))
     shown = f"≥ {value:,} (saturated)" if saturated(name, value) else f"{value:,}"
-    return CounterCell(
+    cell = CounterCell(
         label, shown, f"+{rise:,} since first seen" if rise else "", quiet=not value and not rise
     )
+    limit = judge.RATE_BY_COUNTER.get(name)
+    per_hour = judge.rate_per_hour(base, port.ts, rises, name)
+    if limit is not None and per_hour:
+        window = f"{judge.RATE_WINDOW_S / 60:g}–{2 * judge.RATE_WINDOW_S / 60:g} min"
+        cell.rate = f"{per_hour:,.0f} an hour over the last {window} (limit {limit.per_hour:,.0f})"
+        cell.over = judge.over_rate(name, per_hour)
+    return cell

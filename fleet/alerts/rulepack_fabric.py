@@ -6,15 +6,17 @@ from __future__ import annotations
 
 from fleet.alerts.rulespec import RuleSpec
 from fleet.health import fabric
+from fleet.words import FABRIC_COUNTER_WORDS
 
 _NODE = "{node} {port}"
 
 
 def _rate_rule(limit: fabric.RateLimit) -> RuleSpec:
     per_min = fabric.RATE_WINDOW_S / 60
+    words = FABRIC_COUNTER_WORDS[limit.counter]  # as the node page says it
     return RuleSpec(
         f"node-fabric-{limit.counter.replace('_', '-')}-rate",
-        f"Fabric port {limit.words} rising",
+        f"Fabric port: {words.lower()} rising",
         "node",
         limit.signal,
         "gt",
@@ -22,7 +24,7 @@ def _rate_rule(limit: fabric.RateLimit) -> RuleSpec:
         limit.per_hour / 2,
         0,  # the rate is already measured over 5–10 minutes of reads
         "warning",
-        _NODE + f" {limit.words} at {{value:.0f}}/h (over {limit.per_hour:g}/h)",
+        _NODE + f": {words.lower()} {{value:,.0f}} an hour (limit {limit.per_hour:,.0f})",
         f"`{limit.counter}` rising faster than {limit.per_hour:g} an hour over the last "
         f"{per_min:g}–{2 * per_min:g} minutes: the link is degrading (cable, transceiver, "
         "port); reseat or replace before it flaps.",

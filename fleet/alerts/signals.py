@@ -354,7 +354,7 @@ _FABRIC: tuple[Signal, ...] = (
             limit.signal,
             "node",
             "/h",
-            f"{limit.words} (`{limit.counter}`) per hour of the node's fastest-rising port, "
+            f"`{limit.counter}` rise per hour of the node's fastest-rising port, "
             f"over its last {health_fabric.RATE_WINDOW_S / 60:g}–"
             f"{2 * health_fabric.RATE_WINDOW_S / 60:g} minutes of reads",
             f"fabric:rate:{limit.counter}",

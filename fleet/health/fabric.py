@@ -42,7 +42,6 @@ class RateLimit:
     counter: str
     per_hour: float
     signal: str  # the alert signal of the worst port's rate
-    words: str  # "symbol errors"
 
 
 # Symbol errors: 120 an hour is the IBTA-derived ceiling NVIDIA's NVSentinel NIC-monitor
@@ -51,11 +50,9 @@ class RateLimit:
 # counts there too, so it is held to the same ceiling (Fleetwatch's choice). Link error
 # recoveries: NVSentinel's degradation rate, 5 a minute (300 an hour).
 RATE_LIMITS: tuple[RateLimit, ...] = (
-    RateLimit("symbol_error", 120.0, "fabric_symbol_errors_per_h", "symbol errors"),
-    RateLimit("port_rcv_errors", 120.0, "fabric_rcv_errors_per_h", "receive errors"),
-    RateLimit(
-        "link_error_recovery", 300.0, "fabric_link_recoveries_per_h", "link error recoveries"
-    ),
+    RateLimit("symbol_error", 120.0, "fabric_symbol_errors_per_h"),
+    RateLimit("port_rcv_errors", 120.0, "fabric_rcv_errors_per_h"),
+    RateLimit("link_error_recovery", 300.0, "fabric_link_recoveries_per_h"),
 )
 RATE_BY_COUNTER: dict[str, RateLimit] = {r.counter: r for r in RATE_LIMITS}
 

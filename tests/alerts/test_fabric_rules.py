@@ -119,7 +119,7 @@ def test_symbol_errors_above_the_documented_rate_fire_and_resolve_once_they_stop
         tree.add("mlx5_6", "symbol_error", 5)
         agent.run(READ_S)
     assert active() == {SYMBOLS: "mlx5_6 port 1"}
-    assert said(SYMBOLS) == "gpu-a01-01 mlx5_6 port 1 symbol errors at 1800/h (over 120/h)"
+    assert said(SYMBOLS) == "gpu-a01-01 mlx5_6 port 1: symbol errors 1,800 an hour (limit 120)"
     agent.run(2 * fabric.RATE_WINDOW_S + READ_S)  # the rate window holds no more of them
     assert active() == {}
     assert AlertInstance.objects.get(rule__key=SYMBOLS).state == "resolved"

@@ -79,3 +79,19 @@ def test_each_port_shows_its_state_counters_and_rise_and_the_flap_is_an_event(
 def test_a_node_without_fabric_has_no_ports_section(ops: Client, node: Node) -> None:
     page = text(ops.get(f"/nodes/{node.id}/"))
     assert "Fabric ports" not in page and "Host" in page
+
+
+def test_a_counter_rising_faster_than_the_rules_allow_is_flagged_with_its_rate(
+    ops: Client, node: Node
+) -> None:
+    t = time.time() - 400
+    send(node, 1, t, ib(t, 0, 0))
+    send(node, 2, t + 300, ib(t + 300, 0, 150))  # 150 in 5 minutes: 1,800 an hour
+    page = text(ops.get(f"/nodes/{node.id}/"))
+    assert "Symbol errors: 150 (+150 since first seen) · ⚠ 1,800 an hour" in page
+    assert "over the last 5–10 min (limit 120)" in page
+    send(node, 3, t + 310, ib(t + 310, 0, 150))
+    send(node, 4, t + 600, ib(t + 600, 0, 151))  # the window rolled: 1 in 5 minutes
+    page = text(ops.get(f"/nodes/{node.id}/"))
+    assert "⚠" not in page.split("Symbol errors")[1].split("Bad packets received")[0]
+    assert "12 an hour over the last 5–10 min (limit 120)" in page
