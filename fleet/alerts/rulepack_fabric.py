@@ -43,7 +43,7 @@ FABRIC_RULES: tuple[RuleSpec, ...] = (
         None,
         0,
         "warning",
-        _NODE + " went down and retrained ({value:.0f}× in 10 min)",
+        _NODE + f" went down and retrained ({{value:.0f}}× in {fabric.FLAP_WINDOW_S / 60:g} min)",
         "`link_downed` rose: the link failed to retrain and went down, however briefly; "
         "RDMA traffic on it (NCCL, storage) was cut.",
         params={"window_s": fabric.FLAP_WINDOW_S},
