@@ -8,6 +8,7 @@ from typing import Any
 
 from django.db import connections
 
+from fleet.health import fabric as judge
 from fleet.models import Event, FabricPort, Hall, Node, Rack, Site
 from fleet.storage.db import open_db
 from fleet.storage.fabric import LINK_DOWN, LINK_FLAP, FabricWrite
@@ -57,3 +58,16 @@ def test_a_flap_and_a_link_down_are_stored_once_on_every_tier(db: TierDb) -> Non
     assert (stored.state, stored.first_seen, stored.ts) == ("DOWN", T, T + 10)
     assert stored.counters == {"link_downed": 1, "symbol_error": 4}
     assert stored.rises == {"link_downed": 1, "symbol_error": 2}
+
+
+def test_the_rate_checkpoints_and_last_active_are_kept_on_every_tier(db: TierDb) -> None:
+    node_id = a_node(db)
+    store(db, node_id, 1, T, "ACTIVE", 0)  # symbol_error 2: first seen, no rise
+    store(db, node_id, 2, T + 150, "ACTIVE", 0)  # 4
+    store(db, node_id, 3, T + 300, "DOWN", 0)  # 6: five minutes on, a checkpoint
+    stored = FabricPort.objects.using(db.alias).get()
+    assert stored.last_active == T + 150
+    assert stored.rate_base == {"ts": T, "rises": {"link_downed": 0, "symbol_error": 0}}
+    assert stored.rate_next == {"ts": T + 300, "rises": {"link_downed": 0, "symbol_error": 4}}
+    base = judge.Checkpoint.of(stored.rate_base)
+    assert judge.rate_per_hour(base, stored.ts, stored.rises, "symbol_error") == 48.0
