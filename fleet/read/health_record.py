@@ -6,7 +6,9 @@ the 1m/1h tiers show, each GPU's last hour against its peers (fleet/read/health_
 
 A reset or driver reload is seen where a counter the driver starts again went down
 (`RESET_COUNTERS`); the tier's bucket is as close as it is known, so an event inside the
-reset's bucket counts as before it. The 1m tier answers for as far back as it is kept, the
+reset's bucket counts as before it. Hours the hourly GPU rollup has passed are read from the
+GPUs' health hours it keeps (fleet/storage/health_hours.py: sparse, a few rows per GPU that
+had anything); the hours after, from the tiers — the 1m tier as far back as it is kept, the
 1h tier before that.
 """
 
@@ -15,7 +17,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from django.conf import settings
 
@@ -44,6 +46,7 @@ class GpuRecord:
     pci_bus_id: str
     rack: str
     hall: str
+    slowdown_c: float | None  # the slowdown limit in force (entered, else reported)
     facts: hr.GpuFacts
     verdict: hr.Verdict
 
@@ -84,17 +87,15 @@ def site_records(site_id: int, now: float) -> list[GpuRecord]:
     node_ids = sorted({g["node_id"] for g in gpus})
     readings = latest_readings("gpu", node_ids)
     lo = int(now - hr.RECORD_WINDOW_S)
-    resets = reset_times(node_ids, lo, now)
+    tallies = gpu_tallies(node_ids, lo, now)
     events = _events(node_ids, lo)
-    thermal = _thermal(node_ids, lo, now)
     peers = peer_comparisons(gpus, now)
     out = []
     for g in gpus:
         key = (g["node_id"], g["index"])
         reading = readings.get(key, health.EMPTY)
-        facts = gpu_facts(
-            reading, resets.get(key, []), events.get(key, []), thermal.get(key), peers.get(key)
-        )
+        tally = tallies.get(key, Tally()).known(reading, g["slowdown_c"])
+        facts = gpu_facts(reading, tally, events.get(key, []), peers.get(key))
         out.append(GpuRecord(facts=facts, verdict=hr.judge(facts, now), **g))
     out.sort(key=lambda r: (-hr.STATES.index(r.state), r.node, r.index))
     return out
@@ -129,9 +130,8 @@ def gpu_record(gpu_id: int, now: float) -> GpuRecord | None:
     reading = latest_readings("gpu", node_ids).get(key, health.EMPTY)
     facts = gpu_facts(
         reading,
-        reset_times(node_ids, lo, now).get(key, []),
+        gpu_tallies(node_ids, lo, now).get(key, Tally()).known(reading, g["slowdown_c"]),
         _events(node_ids, lo).get(key, []),
-        _thermal(node_ids, lo, now).get(key),
         peer_comparisons(_rack_gpus(g["node_id"]), now).get(key),
     )
     return GpuRecord(facts=facts, verdict=hr.judge(facts, now), **g)
@@ -143,28 +143,72 @@ Happened = tuple[float, str, int | None]  # (ts, kind, code) of an xid or gpu_lo
 Thermal = tuple[float | None, int | None]  # (slowdown ns, excursions)
 
 
+@dataclass(frozen=True, slots=True)
+class Tally:
+    """What a GPU's record adds up over its window: resets and driver reloads (how many,
+    the end of the last one's bucket), thermal slowdown (ns; None: no slowdown counter
+    seen) and runs of hours past its slowdown limit (None: no limit known)."""
+
+    resets: int = 0
+    last_reset: float | None = None
+    slowdown_ns: float | None = None
+    excursions: int | None = None
+
+    def __add__(self, other: Tally) -> Tally:
+        return Tally(
+            self.resets + other.resets,
+            _latest(self.last_reset, other.last_reset),
+            _sum(self.slowdown_ns, other.slowdown_ns),
+            _sum(self.excursions, other.excursions),
+        )
+
+    def known(self, reading: health.Reading, slowdown_c: float | None) -> Tally:
+        """Zero, not "not reported", for what the GPU reports but had none of: its health
+        hours keep a row only for an hour that had something."""
+        reports = any(reading.values.get(m) is not None for m in _SLOWDOWN_COUNTERS)
+        return Tally(
+            self.resets,
+            self.last_reset,
+            0.0 if self.slowdown_ns is None and reports else self.slowdown_ns,
+            0 if self.excursions is None and slowdown_c is not None else self.excursions,
+        )
+
+
+_SLOWDOWN_COUNTERS = ("slowdown_sw_thermal_ns", "slowdown_hw_thermal_ns")
+_N = TypeVar("_N", int, float)
+
+
+def _sum(a: _N | None, b: _N | None) -> _N | None:
+    if a is None:
+        return b
+    return a if b is None else a + b
+
+
+def _latest(a: float | None, b: float | None) -> float | None:
+    return b if a is None else a if b is None else max(a, b)
+
+
 def gpu_facts(
     reading: health.Reading,
-    resets: Sequence[float],
+    tally: Tally,
     events: Sequence[Happened],
-    thermal: Thermal | None,
     peers: hp.PeerComparison | None = None,
 ) -> hr.GpuFacts:
-    """One GPU's facts: `resets` are the ends of the buckets in which it was reset, oldest
-    first; XIDs count from the newest of them. `peers`: its last hour against its peers."""
-    last_reset = resets[-1] if resets else None
+    """One GPU's facts: XIDs count from its last reset (`tally.last_reset`, the end of the
+    bucket it was seen in). `peers`: its last hour against its peers."""
+    last_reset = tally.last_reset
     since = [e for e in events if last_reset is None or e[0] >= last_reset]
     before = [e for e in events if last_reset is not None and e[0] < last_reset]
     off_bus = [t for t, kind, code in events if _off_the_bus(kind, code)]
     v = reading.values
-    ns, excursions = thermal if thermal is not None else (None, None)
+    ns = tally.slowdown_ns
     return hr.GpuFacts(
         xids=xid_counts(since),
         reset_xids_before_reset=frozenset(
             c for _, k, c in before if k == "xid" and c in hr.RESET_XIDS
         ),
         last_reset_ts=last_reset,
-        resets=len(resets),
+        resets=tally.resets,
         off_the_bus=hr.episodes(off_bus),
         ecc_sbe_volatile=_int(v.get("ecc_sbe_vol_total")),
         ecc_dbe_volatile=_int(v.get("ecc_dbe_vol_total")),
@@ -173,7 +217,7 @@ def gpu_facts(
         remap_pending=_flag(v.get("remap_pending")),
         remap_failure=_flag(v.get("remap_failure")),
         thermal_slowdown_h=None if ns is None else ns / 1e9 / 3600,
-        thermal_excursions=excursions,
+        thermal_excursions=tally.excursions,
         peers=peers,
     )
 
@@ -203,7 +247,8 @@ def _flag(value: float | int | None) -> bool | None:
 # -- reads --------------------------------------------------------------------------------
 
 _GPUS = (
-    'SELECT g.id, n.id, n.name, g."index", g.model, g.uuid, g.info, k.name, h.name'
+    'SELECT g.id, n.id, n.name, g."index", g.model, g.uuid, g.info, k.name, h.name,'
+    " COALESCE(g.slowdown_c, g.reported_slowdown_c)"
     " FROM fleet_gpu g JOIN fleet_node n ON n.id = g.node_id"
     " JOIN fleet_rack k ON k.id = n.rack_id JOIN fleet_hall h ON h.id = k.hall_id"
 )
@@ -236,6 +281,43 @@ def _identity(row: Sequence[Any]) -> dict[str, Any]:
         "pci_bus_id": str(info.get("pci_bus_id", "")),
         "rack": row[7],
         "hall": row[8],
+        "slowdown_c": None if row[9] is None else float(row[9]),
+    }
+
+
+def gpu_tallies(node_ids: Sequence[int], lo: int, now: float) -> dict[GpuKey, Tally]:
+    """Each GPU's tally over [lo, now]: the health hours the hourly rollup has passed, the
+    tiers after them."""
+    stored_until = min(max(_hours_done(), lo), int(now))
+    out = _stored_tallies(node_ids, lo, stored_until)
+    live: dict[GpuKey, Tally] = {}
+    for key, times in reset_times(node_ids, stored_until, now).items():
+        live[key] = Tally(resets=len(times), last_reset=times[-1])
+    for key, (ns, runs) in _thermal(node_ids, stored_until, now).items():
+        live[key] = live.get(key, Tally()) + Tally(slowdown_ns=ns, excursions=runs)
+    for key, tally in live.items():
+        out[key] = out.get(key, Tally()) + tally
+    return out
+
+
+def _hours_done() -> int:
+    """How far the hourly GPU rollup has got: its health hours are complete before it."""
+    rows = select_rows("SELECT done_until FROM fw_rollup_state WHERE tier = '1h' AND kind = 'gpu'")
+    return int(rows[0][0]) if rows and rows[0][0] is not None else 0
+
+
+def _stored_tallies(node_ids: Sequence[int], lo: int, hi: int) -> dict[GpuKey, Tally]:
+    if lo >= hi:
+        return {}
+    rows = select_rows(sql.stored_hours_sql(node_ids, lo, hi))
+    return {
+        (node_id, gpu): Tally(
+            int(resets or 0),
+            None if last is None else float(last),
+            None if ns is None else float(ns),
+            None if starts is None else int(starts),
+        )
+        for node_id, gpu, resets, last, ns, starts in rows
     }
 
 
@@ -247,15 +329,18 @@ def minute_tier_from(now: float) -> int:
 
 
 def reset_times(node_ids: Sequence[int], lo: int, now: float) -> dict[GpuKey, list[float]]:
-    """The end of each bucket in which a GPU of the nodes was reset or its driver reloaded,
-    oldest first: from the 1h tier before the 1m tier's reach, from the 1m tier after."""
+    """The end of each bucket of [lo, now] in which a GPU of the nodes was reset or its
+    driver reloaded, oldest first: from the 1h tier before the 1m tier's reach, from the
+    1m tier after. Each bucket is compared with the one before it, read too."""
     split = max(lo, minute_tier_from(now))
     out: dict[GpuKey, list[float]] = {}
     for tier, a, b in (("1h", lo, split), ("1m", split, int(now) + 60)):
         if a >= b:
             continue
         step = TIER_SECONDS[tier]
-        for node_id, gpu, bucket in select_rows(sql.resets_sql(tier, node_ids, a, b)):
+        for node_id, gpu, bucket in select_rows(
+            sql.resets_sql(tier, node_ids, a - step, b, count_from=a)
+        ):
             out.setdefault((node_id, gpu), []).append(float(bucket + step))
     for times in out.values():
         times.sort()
@@ -278,7 +363,10 @@ def _events(node_ids: Sequence[int], lo: int) -> dict[GpuKey, list[Happened]]:
 
 
 def _thermal(node_ids: Sequence[int], lo: int, now: float) -> dict[GpuKey, Thermal]:
-    rows = select_rows(sql.thermal_sql(node_ids, lo, int(now) + 3600))
+    """Thermal slowdown and excursions of the hours from `lo`'s, each hour judged against
+    the one before it (read too)."""
+    hour = lo // 3600 * 3600
+    rows = select_rows(sql.thermal_sql(node_ids, hour - 3600, int(now) + 3600, count_from=hour))
     return {
         (node_id, gpu): (None if ns is None else float(ns), None if runs is None else int(runs))
         for node_id, gpu, ns, runs, _hours in rows

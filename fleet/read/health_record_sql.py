@@ -21,24 +21,34 @@ def _ids(node_ids: Sequence[int]) -> str:
     return ", ".join(str(int(i)) for i in node_ids) or "NULL"
 
 
+def _of_nodes(column: str, node_ids: Sequence[int] | None) -> str:
+    """The node filter: `column IN (…)`, or none (every node) when `node_ids` is None."""
+    return "" if node_ids is None else f" AND {column} IN ({_ids(node_ids)})"
+
+
 def _went_down(metric: str) -> str:
     """The counter fell in the bucket: below its previous bucket's last value, or its last
     value below its own maximum (it fell inside the bucket). NULLs compare false."""
     return f"({metric}_min < {metric}_prev OR {metric}_last < {metric}_max)"
 
 
-def resets_sql(tier: str, node_ids: Sequence[int], lo: int, hi: int) -> str:
-    """node_id, gpu, bucket: each bucket of [lo, hi) in which a GPU of the nodes was reset or
-    its driver reloaded (one of RESET_COUNTERS went down)."""
+def resets_sql(
+    tier: str, node_ids: Sequence[int] | None, lo: int, hi: int, count_from: int | None = None
+) -> str:
+    """node_id, gpu, bucket: each bucket of [count_from, hi) in which a GPU of the nodes (of
+    every node: None) was reset or its driver reloaded (one of RESET_COUNTERS went down).
+    Buckets from `lo` are read, so the bucket before `count_from` is what the first one is
+    compared with; `count_from` defaults to `lo`."""
     lags = ", ".join(f"LAG({m}_last) OVER w AS {m}_prev" for m in RESET_COUNTERS)
     stats = ", ".join(f"{m}_min, {m}_max, {m}_last" for m in RESET_COUNTERS)
     fell = " OR ".join(_went_down(m) for m in RESET_COUNTERS)
+    start = int(lo if count_from is None else count_from)
     return (
         f"SELECT node_id, gpu, bucket FROM (SELECT node_id, gpu, bucket, {stats}, {lags}"
-        f" FROM {rollup_table('gpu', tier)} WHERE node_id IN ({_ids(node_ids)})"
-        f" AND bucket >= {int(lo)} AND bucket < {int(hi)}"
+        f" FROM {rollup_table('gpu', tier)} WHERE bucket >= {int(lo)} AND bucket < {int(hi)}"
+        f"{_of_nodes('node_id', node_ids)}"
         " WINDOW w AS (PARTITION BY node_id, gpu ORDER BY bucket)) r"
-        f" WHERE {fell} ORDER BY node_id, gpu, bucket"
+        f" WHERE ({fell}) AND bucket >= {start} ORDER BY node_id, gpu, bucket"
     )
 
 
@@ -52,13 +62,18 @@ def _increase(metric: str) -> str:
     )
 
 
-def thermal_sql(node_ids: Sequence[int], lo: int, hi: int, tier: str = "1h") -> str:
-    """node_id, gpu, thermal slowdown (ns), excursions, hours past slowdown over [lo, hi).
+def thermal_buckets_sql(
+    node_ids: Sequence[int] | None, lo: int, hi: int, tier: str, count_from: int | None = None
+) -> str:
+    """node_id, gpu, bucket, thermal slowdown (ns), excursion start (0/1), hot (0/1) of each
+    bucket of [count_from, hi) of the nodes (every node: None); buckets from `lo` are read
+    for the comparison with the bucket before.
 
     Thermal slowdown: the larger of the SW and HW thermal slowdown counters' increase in
-    each bucket (they can run at once: summing would count the same time twice); NULL
-    where the GPU reports neither. Excursions: runs of buckets whose hottest reading is at
-    or past the GPU's slowdown limit in force (entered, else reported); NULL without one."""
+    the bucket (they can run at once: summing would count the same time twice); NULL where
+    the GPU reports neither. Hot: the bucket's hottest reading is at or past the GPU's
+    slowdown limit in force (entered, else reported); an excursion starts in a hot bucket
+    whose previous bucket was not hot. Both NULL without a limit."""
     step = TIER_SECONDS[tier]
     sw, hw = _increase("slowdown_sw_thermal_ns"), _increase("slowdown_hw_thermal_ns")
     lags = (
@@ -71,8 +86,8 @@ def thermal_sql(node_ids: Sequence[int], lo: int, hi: int, tier: str = "1h") -> 
         f" {lags}, COALESCE(g.slowdown_c, g.reported_slowdown_c) AS lim"
         f" FROM {rollup_table('gpu', tier)} x LEFT JOIN fleet_gpu g"
         ' ON g.node_id = x.node_id AND g."index" = x.gpu'
-        f" WHERE x.node_id IN ({_ids(node_ids)}) AND x.bucket >= {int(lo)}"
-        f" AND x.bucket < {int(hi)} WINDOW w AS (PARTITION BY x.node_id, x.gpu ORDER BY x.bucket)"
+        f" WHERE x.bucket >= {int(lo)} AND x.bucket < {int(hi)}{_of_nodes('x.node_id', node_ids)}"
+        " WINDOW w AS (PARTITION BY x.node_id, x.gpu ORDER BY x.bucket)"
     )
     per_bucket = (
         f"SELECT node_id, gpu, bucket, ({sw}) AS sw, ({hw}) AS hw,"
@@ -89,9 +104,34 @@ def thermal_sql(node_ids: Sequence[int], lo: int, hi: int, tier: str = "1h") -> 
         "CASE WHEN hot IS NULL THEN NULL WHEN hot = 1 AND NOT (COALESCE(hot_prev, 0) = 1"
         f" AND COALESCE(b_prev, -1) = bucket - {step}) THEN 1 ELSE 0 END"
     )
+    start = int(lo if count_from is None else count_from)
     return (
         f"WITH r AS ({rows}), b AS ({per_bucket}), u AS ({runs})"
-        f" SELECT node_id, gpu, SUM(ns), SUM({starts}), SUM(hot) FROM u GROUP BY node_id, gpu"
+        f" SELECT node_id, gpu, bucket, ns, {starts} AS starts, hot FROM u"
+        f" WHERE bucket >= {start}"
+    )
+
+
+def thermal_sql(
+    node_ids: Sequence[int], lo: int, hi: int, tier: str = "1h", count_from: int | None = None
+) -> str:
+    """node_id, gpu, thermal slowdown (ns), excursions, hours past slowdown over
+    [count_from, hi) (`thermal_buckets_sql` summed per GPU)."""
+    per_bucket = thermal_buckets_sql(node_ids, lo, hi, tier, count_from)
+    return (
+        f"SELECT node_id, gpu, SUM(ns), SUM(starts), SUM(hot) FROM ({per_bucket}) t"
+        " GROUP BY node_id, gpu"
+    )
+
+
+def stored_hours_sql(node_ids: Sequence[int], lo: int, hi: int) -> str:
+    """node_id, gpu, resets, end of the last reset's bucket, thermal slowdown (ns),
+    excursion starts over the stored health hours of [lo, hi) (fleet/storage/health_hours.py;
+    a GPU without a row had none of them)."""
+    return (
+        "SELECT node_id, gpu, SUM(resets), MAX(last_reset), SUM(slowdown_ns), SUM(starts)"
+        f" FROM fw_gpu_health_1h WHERE bucket >= {int(lo)} AND bucket < {int(hi)}"
+        f"{_of_nodes('node_id', node_ids)} GROUP BY node_id, gpu"
     )
 
 

@@ -15,7 +15,8 @@ pending late mark of that tier (`fw_<kind>_late`) still asks for a recompute.
   never holds the single write lock for long; rows a pending mark covers are left (anti-join).
 - Events (`fleet_event`, not partitioned): DELETE slices on both engines; so are the
   stored ledger's hours and days, and shared GPUs' SM activity per minute
-  (`fw_gpu_share_1m`, kept as long as the 1-minute GPU tier).
+  (`fw_gpu_share_1m`, kept as long as the 1-minute GPU tier), and GPUs' health hours
+  (`fw_gpu_health_1h`, as long as the hourly GPU tier).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
 
 from agents.protocol.metrics import METRICS
+from fleet.storage import health_hours
 from fleet.storage.dialect import WriterTurns
 from fleet.storage.late import late_table
 from fleet.storage.partitions import (
@@ -280,6 +282,13 @@ def delete_expired_shares(now: float, using: str = DEFAULT_DB_ALIAS) -> int:
     return _delete_slices(SHARE_TABLE, "bucket", SLICE_S["1m"], using, lambda: cutoff)
 
 
+def delete_expired_health_hours(now: float, using: str = DEFAULT_DB_ALIAS) -> int:
+    """GPUs' health hours (health_hours.TABLE) past the hourly GPU tier's horizon: they
+    were read from those hours. Rows deleted."""
+    cutoff = _horizon(now, "gpu")
+    return _delete_slices(health_hours.TABLE, "bucket", SLICE_S["1h"], using, lambda: cutoff)
+
+
 def _horizon(now: float, kind: str) -> float:
     return now - kept_s("1h", kind)
 
@@ -298,4 +307,5 @@ def apply_retention(now: float, using: str = DEFAULT_DB_ALIAS) -> dict[str, int]
     removed["fleet_event"] = delete_expired_events(now, using)
     removed.update(delete_expired_ledger(now, using))
     removed[SHARE_TABLE] = delete_expired_shares(now, using)
+    removed[health_hours.TABLE] = delete_expired_health_hours(now, using)
     return removed

@@ -35,7 +35,7 @@ from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections, transaction
 from django.db.backends.utils import CursorWrapper
 
 from agents.protocol.metrics import METRICS
-from fleet.storage import late, partitions
+from fleet.storage import health_hours, late, partitions
 from fleet.storage.dialect import (
     POSTGRESQL,
     WriterTurns,
@@ -352,7 +352,7 @@ def _chunk(tier: str, kind: str, now: float, using: str) -> Chunk | None:
             written, done = 0, state.done_until
             if target is not None:
                 written, done = _compute_range(cur, tier, kind, state, target)
-            picked, rewritten = _recompute_marked(cur, tier, kind)
+            picked, rewritten = _recompute_marked(cur, tier, kind, done)
             if done == state.done_until and not picked:
                 return None
             cur.execute(
@@ -378,6 +378,8 @@ def _compute_range(
     hi = min(target, first + MAX_BUCKETS_PER_CHUNK[tier] * step)
     cur.execute(aggregate_sql(tier, kind, cur.db.vendor), [first, hi])
     written = max(cur.rowcount, 0)
+    if tier == "1h" and kind == "gpu":
+        health_hours.write_hours(cur, first, hi)
     if tier == "1m":
         hours_done = _hours_done(cur, kind)
         if hours_done is not None and first < hours_done:
@@ -389,9 +391,10 @@ def _compute_range(
     return written, hi
 
 
-def _recompute_marked(cur: CursorWrapper, tier: str, kind: str) -> tuple[int, int]:
+def _recompute_marked(cur: CursorWrapper, tier: str, kind: str, done: int) -> tuple[int, int]:
     """Take up to `MARKS_PER_CHUNK` of the tier's marks and recompute exactly those
-    (entity, bucket) pairs; (marks taken, rows written)."""
+    (entity, bucket) pairs; (marks taken, rows written). `done`: how far the tier has
+    got, this chunk included."""
     marks = late.take_marks(cur, kind, tier, MARKS_PER_CHUNK)
     if not marks:
         return 0, 0
@@ -405,6 +408,8 @@ def _recompute_marked(cur: CursorWrapper, tier: str, kind: str) -> tuple[int, in
             late.mark_hours_from_picked(cur, kind, hours_done)
     else:
         late.mark_ledger_hours_from_picked(cur, kind)
+        if kind == "gpu":
+            health_hours.rewrite_hours(cur, before=done)
     return len(marks), written
 
 
