@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from fleet.alerts.evaluate_nvlink import NVLINK_DERIVED
 from fleet.health import fabric as judge
 from fleet.models import Event, FabricPort
 from fleet.storage.fabric import LINK_FLAP
@@ -127,8 +128,10 @@ def flaps(snap: Snapshot, params: Params) -> Values:
     return _worst(snap, f"flaps:{window:g}", figures)
 
 
-# The fabric signals the engine computes (fleet/alerts/evaluate_state.py), by (scope, name).
+# The fabric signals the engine computes (fleet/alerts/evaluate_state.py), by (scope, name);
+# NVLink's among them.
 FABRIC_DERIVED: dict[tuple[str, str], Callable[[Snapshot], Values]] = {
+    **NVLINK_DERIVED,
     ("node", "fabric_ports_down"): ports_down,
     **{("node", limit.signal): rate(limit.counter) for limit in judge.RATE_LIMITS},
 }

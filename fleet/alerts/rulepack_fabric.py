@@ -1,6 +1,7 @@
-"""The built-in fabric rules (InfiniBand/RoCE ports, docs/rules.md, *Fabric*): part of the
-rule pack (fleet/alerts/rulepack.py, `BUILTIN_RULES`). Node-scoped, one instance per node
-naming the worst port (`{port}`); every threshold is fleet/health/fabric.py's."""
+"""The built-in fabric rules (docs/rules.md, *Fabric*): part of the rule pack
+(fleet/alerts/rulepack.py, `BUILTIN_RULES`). InfiniBand/RoCE ports: node-scoped, one instance
+per node naming the worst port (`{port}`); NVLink: per GPU. Every threshold is
+fleet/health/fabric.py's."""
 
 from __future__ import annotations
 
@@ -81,4 +82,35 @@ FABRIC_RULES: tuple[RuleSpec, ...] = (
         runbook_url=fabric.SOURCES["sysfs-abi"],
     ),
     *(_rate_rule(limit) for limit in fabric.RATE_LIMITS),
+    RuleSpec(
+        "gpu-nvlink-crc-rate",
+        "NVLink CRC errors",
+        "gpu",
+        "nvlink_crc_errors_per_s",
+        "ge",
+        fabric.NVLINK_CRC_PER_S,
+        fabric.NVLINK_CRC_PER_S / 2,
+        0,  # already a 5–10 minute rate
+        "critical",
+        "{node} GPU {gpu}: NVLink CRC errors {value:,.0f} a second"
+        f" (limit {fabric.NVLINK_CRC_PER_S:g})",
+        "CRC errors on the GPU's NVLink links at DCGM's failing rate (100 a second): the "
+        "links retransmit more than they carry; reset the GPU, then check the NVSwitch tray.",
+        runbook_url=fabric.SOURCES["dcgm-health"],
+    ),
+    RuleSpec(
+        "gpu-nvlink-errors",
+        "NVLink replay/recovery errors",
+        "gpu",
+        "nvlink_link_errors",
+        "ge",
+        fabric.NVLINK_ERRORS_MIN,
+        None,
+        0,
+        "critical",
+        "{node} GPU {gpu}: {value:.0f} NVLink replay/recovery errors in the last 5–10 min",
+        "DCGM's health watch fails a GPU on any NVLink replay or recovery error "
+        "(DCGM_LIMIT_MAX_NVLINK_ERROR): a link had to retrain or resend.",
+        runbook_url=fabric.SOURCES["dcgm-limits"],
+    ),
 )

@@ -15,7 +15,8 @@ stored events (fleet.models.Event) of that kind over the rule's `window_s`;
 `workloads:<what>` joins the latest state with the open allocations
 (fleet/alerts/holders.py); `forecast:<subject>` reads this minute's time-to-limit forecasts
 (fleet/alerts/evaluate_forecast.py); `fabric:<what>` judges each node's InfiniBand/RoCE
-ports (fleet/alerts/evaluate_fabric.py).
+ports (fleet/alerts/evaluate_fabric.py), `nvlink:<what>` each GPU's NVLink error totals
+(fleet/alerts/evaluate_nvlink.py).
 """
 
 from __future__ import annotations
@@ -361,6 +362,21 @@ _FABRIC: tuple[Signal, ...] = (
             placeholders=("port",),
         )
         for limit in health_fabric.RATE_LIMITS
+    ),
+    # A GPU's NVLink error totals (fleet/alerts/evaluate_nvlink.py), against DCGM's limits.
+    Signal(
+        "nvlink_crc_errors_per_s",
+        "gpu",
+        "/s",
+        "NVLink CRC errors per second, all links, over the GPU's last 5–10 minutes",
+        "nvlink:crc_rate",
+    ),
+    Signal(
+        "nvlink_link_errors",
+        "gpu",
+        "",
+        "NVLink replay and recovery errors, all links, in the GPU's last 5–10 minutes",
+        "nvlink:link_errors",
     ),
 )
 

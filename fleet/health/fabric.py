@@ -1,7 +1,8 @@
 """InfiniBand/RoCE ports judged: flaps, a port down that was up, and error counters rising
-faster than a documented rate. The thresholds live here, once; the alert rules
-(fleet/alerts/rulepack_fabric.py, through fleet/alerts/evaluate_fabric.py) and the node
-page's port table (dashboard/fabric.py) read them. docs/rules.md, *Fabric*, gives each its
+faster than a documented rate; and a GPU's NVLink error totals against DCGM's limits. The
+thresholds live here, once; the alert rules (fleet/alerts/rulepack_fabric.py, through
+fleet/alerts/evaluate_fabric.py and evaluate_nvlink.py) and the node page's port table
+(dashboard/fabric.py) read them. docs/rules.md, *Fabric*, gives each its
 reason and public source.
 
 Rates come from two checkpoints the ingest writer keeps per port (fleet/storage/fabric.py):
@@ -60,6 +61,8 @@ SOURCES: dict[str, str] = {
     "nvsentinel": "https://github.com/KaivalyaMDabhadkar/NVSentinel/blob/07697cb/docs/nic-health-monitor/link-counter-detection.md",
     "soperator": "https://github.com/nebius/soperator/blob/cf26a184/helm/slurm-cluster/slurm_scripts/hc_ib_counters.sh",
     "sysfs-abi": "https://www.kernel.org/doc/Documentation/ABI/stable/sysfs-class-infiniband",
+    "dcgm-limits": "https://github.com/NVIDIA/DCGM/blob/master/common/DcgmGPUHardwareLimits.h",
+    "dcgm-health": "https://github.com/NVIDIA/DCGM/blob/master/modules/health/DcgmHealthWatch.cpp",
 }
 
 
@@ -123,3 +126,24 @@ def down_after_up(state: str, last_active: float | None) -> bool:
 def port_name(device: str, port: int) -> str:
     """`mlx5_3 port 1`, as pages, events and alerts name a port."""
     return f"{device} port {port}"
+
+
+# NVLink (the GPU's own links; the agent reads the totals on its slow lane, every 60 s):
+# DCGM's health watch fails a GPU whose replay or recovery error count rose at all
+# (DCGM_LIMIT_MAX_NVLINK_ERROR, 1), or whose CRC errors rise at 100 a second or more
+# (DCGM_LIMIT_MAX_NVLINK_CRC_ERROR: "CRC errors only matter at rates of 100+ per second").
+NVLINK_CRC = "nvlink_crc_errors_total"
+NVLINK_LINK_ERRORS = ("nvlink_replay_total", "nvlink_recovery_total")
+NVLINK_COUNTERS = (NVLINK_CRC, *NVLINK_LINK_ERRORS)
+NVLINK_CRC_PER_S = 100.0
+NVLINK_ERRORS_MIN = 1
+# Latest NVLink totals older than this are not judged: three of the agent's 60 s reads.
+NVLINK_STALE_S = 180.0
+
+
+def rise(before: float | None, after: float) -> float:
+    """How much a counter rose from `before` to `after`; after a reset (it reads less),
+    all of what it reads now, as the fabric ports count it."""
+    if before is None:
+        return 0.0
+    return after if after < before else after - before
