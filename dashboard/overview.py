@@ -21,7 +21,8 @@ from django.urls import reverse
 from fleet import health
 from fleet.health import STALE_AFTER_S
 from fleet.models import Rack, Site
-from fleet.read.forecast_now import forecasts_now
+from fleet.read.forecast_disk import disk_words
+from fleet.read.forecast_now import disk_now, forecasts_now
 from fleet.read.forecast_sources import interval_words, sentence
 from fleet.read.site_summary import agent_counts, site_payloads
 from fleet.read.state import RackState, rack_payload, rack_summaries
@@ -129,6 +130,13 @@ def fleet_overview(now: float, sites: set[int] | None = None) -> tuple[Halls, di
         "places": {str(r): [s.info.site_id, s.info.loop_id] for r, s in states.items()},
     }
     return halls, payload
+
+
+def database_disk(now: float) -> tuple[str, str] | None:
+    """The database's size against its disk and its time to limit, in words, with the
+    interval (a title); None before the task fleet.forecasts has measured it."""
+    state = disk_now(now)
+    return None if state is None else disk_words(state)
 
 
 def rack_forecasts(site_ids: Iterable[int], now: float) -> dict[int, tuple[str, str]]:

@@ -15,6 +15,7 @@ from django.views.decorators.http import require_GET, require_POST
 from dashboard.alerts import alerts_page, can_acknowledge
 from dashboard.cooling import cooling_page
 from dashboard.muting import operated_site_names
+from dashboard.overview import database_disk
 from dashboard.overview import fleet_overview as build_overview
 from dashboard.rack import rack_page
 from fleet.access import can_view_site, operated_site_ids, visible_site_ids
@@ -25,11 +26,13 @@ from fleet.models import Rack
 
 @login_required
 def fleet_overview(request: HttpRequest) -> HttpResponse:
-    halls, payload = build_overview(time.time(), visible_site_ids(request.user))
+    now = time.time()
+    halls, payload = build_overview(now, visible_site_ids(request.user))
     context = {
         "halls": halls,
         "payload": payload,
         "rack_count": sum(len(racks) for racks in halls.values()),
+        "database": database_disk(now),
     }
     return render(request, "dashboard/fleet.html", context)
 

@@ -239,6 +239,10 @@ RETENTION_FACILITY_1H_HOURS = env_float(
     "FLEETWATCH_RETENTION_FACILITY_1H_HOURS", 24 * 400, minimum=1
 )
 
+# The disk the database lives on, GB (decimal), where Fleetwatch cannot see it itself: a
+# PostgreSQL server on another host (docs/forecast.md, "The database's disk"). 0: unknown.
+DATABASE_DISK_GB = env_float("FLEETWATCH_DATABASE_DISK_GB", 0, minimum=0)
+
 # Ingest: child processes per server process (PostgreSQL can take two).
 INGEST_WRITERS = env_int("FLEETWATCH_INGEST_WRITERS", 1, minimum=1)
 # How often live pages are pushed what changed (s).

@@ -1,7 +1,8 @@
 """The time-to-limit signals (fleet/alerts/signals.py, `forecast:<subject>`): minutes until
-each rack's, feed's or loop's forecast reaches its limit, from this minute's forecasts of
-every site as the `fleet.forecasts` task last stored them (fleet/read/forecast_now.py: the
-rules' 10 s evaluation only reads them, never computes).
+each rack's, feed's, feed pair's (N+1), loop's or GPU's forecast reaches its limit, and the
+database's disk's (the same value for every site: the database serves them all), from
+this minute's forecasts as the `fleet.forecasts` task last stored them
+(fleet/read/forecast_now.py: the rules' 10 s evaluation only reads them, never computes).
 
 A subject without a forecast has no value: the rule's instance, if any, resolves
 (`absent_clears`). A new instance is labelled with the crossing it announces — `crossing`
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from fleet.models import Site
 from fleet.read.forecast import Forecast
-from fleet.read.forecast_now import forecasts_now
+from fleet.read.forecast_now import disk_now, forecasts_now
 from fleet.read.forecast_sources import LimitForecast, sentence
 from fleet.words import utc_minute
 
@@ -37,10 +38,15 @@ def forecasts(snap: Snapshot) -> _Found:
 
     def make() -> _Found:
         found: _Found = {}
+        disk = disk_now(snap.now)
+        shared = disk.forecast if disk is not None else None
         for site_id in Site.objects.values_list("pk", flat=True):
             for item in forecasts_now(site_id, snap.now):
                 if isinstance(item.forecast, Forecast):
                     found[(item.subject, item.rule_key)] = item
+            # The database serves every site: each site's people are told of its disk.
+            if shared is not None and isinstance(shared.forecast, Forecast):
+                found[("disk", (site_id,))] = shared
         return found
 
     return snap.cached("forecasts", make)  # type: ignore[no-any-return]

@@ -235,6 +235,7 @@ DERIVED: dict[tuple[str, str], Callable[[Snapshot], Values]] = {
     ("loop", "heat_minutes_to_limit"): minutes_to_limit("loop_heat"),
     ("rack", "feeds_n1_minutes_to_limit"): minutes_to_limit("feed_n1"),
     ("gpu", "headroom_minutes_to_limit"): minutes_to_limit("gpu"),
+    ("site", "disk_minutes_to_limit"): minutes_to_limit("disk"),
 }
 
 # Derived signals whose value depends on the rule's params (each param resolved against

@@ -74,4 +74,20 @@ FORECAST_RULES: tuple[RuleSpec, ...] = (
         f" {HEADROOM_CRIT_C:g} °C of its own slowdown limit (where gpu-headroom-critical fires)"
         " within 30 minutes.",
     ),
+    RuleSpec(
+        "database-disk-forecast",
+        "Database forecast to fill its disk",
+        "site",
+        "disk_minutes_to_limit",
+        "le",
+        12 * 60,
+        15 * 60,
+        60,
+        "warning",
+        "The database forecast to fill its disk ({limit}) at {crossing} (in ~{value:.0f} min)"
+        " at this trend",
+        "The database's size, at the trend of the last day, fills the disk it lives on within"
+        " 12 hours: add space, or shorten retention (docs/configuration.md), before it does."
+        " One database serves every site, so each site has this alert.",
+    ),
 )

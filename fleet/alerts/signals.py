@@ -326,6 +326,13 @@ _FORECAST: tuple[Signal, ...] = tuple(
             "the GPU's temperature",
             "its slowdown limit less the critical headroom",
         ),
+        (
+            "disk_minutes_to_limit",
+            "site",
+            "disk",
+            "the database's size",
+            "the disk it lives on (the same for every site)",
+        ),
     )
 )
 FORECAST_SIGNALS = frozenset(s.name for s in _FORECAST)

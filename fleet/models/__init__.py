@@ -14,11 +14,13 @@ from fleet.models.prometheus import PrometheusSource, PulledGPU, UnmatchedSeries
 from fleet.models.racks import PowerFeed, Rack
 from fleet.models.rejections import RejectionTally
 from fleet.models.sites import Hall, Site
+from fleet.models.system import DatabaseSize
 from fleet.models.workloads import GpuAllocation, Workload, WorkloadSnapshot
 
 __all__ = (
     "GPU",
     "CoolingLoop",
+    "DatabaseSize",
     "EnrollmentToken",
     "Event",
     "FabricPort",

@@ -12,6 +12,9 @@ they cannot change more often than the task runs (docs/forecast.md, "Cost").
 A read finds nothing — no forecast shown, no rule value — before the first run, and when
 the newest stored result is older than `STALE_S`: a stopped beat must not show forecasts
 that no longer follow the data.
+
+The same run records the database's size (fleet/storage/database_size.py) and stores its
+disk's forecast (fleet/read/forecast_disk.py) for `disk_now`, alike.
 """
 
 from __future__ import annotations
@@ -23,16 +26,19 @@ import threading
 from collections.abc import Iterable
 
 from django.core.cache import caches
-from django.db import DEFAULT_DB_ALIAS, connections
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections
 
 from fleet.models import Site
 from fleet.read.forecast import Forecast
+from fleet.read.forecast_disk import DiskState, disk_state
 from fleet.read.forecast_sources import LimitForecast, sentence, site_forecasts
+from fleet.storage import database_size
 
 __all__ = (
     "CACHE_S",
     "STALE_S",
     "clear",
+    "disk_now",
     "forecasts_now",
     "rack_sentences",
     "refresh_forecasts",
@@ -66,10 +72,30 @@ def _database(using: str) -> str:
     return ident
 
 
-def _key(site_id: int, using: str) -> str:
+def _key(site_id: int | str, using: str) -> str:
     # Hashed: a file path or URL is no safe cache key (length, spaces).
     db = hashlib.sha256(_database(using).encode()).hexdigest()[:16]
     return f"forecasts:{db}:{site_id}"
+
+
+_DISK = "disk"  # the database's disk's key, beside the sites' ids
+
+
+def _store(key: str, value: object) -> None:
+    # Kept a little past STALE_S: a read checks the age itself, this only frees space.
+    caches[CACHE].set(key, value, timeout=STALE_S + CACHE_S)
+    with _lock:
+        _written.add(key)
+
+
+def _refresh_disk(minute: float, using: str) -> None:
+    """Record this minute's database size and store its disk's forecast; a failure to
+    measure is logged and leaves the sites' forecasts to be done."""
+    try:
+        measured = database_size.record(minute, using)
+        _store(_key(_DISK, using), (minute, disk_state(minute, measured, using)))
+    except (DatabaseError, OSError) as exc:
+        log.warning("the database's size not recorded: %s", exc)
 
 
 def refresh_forecasts(now: float, using: str = DEFAULT_DB_ALIAS) -> int:
@@ -78,15 +104,11 @@ def refresh_forecasts(now: float, using: str = DEFAULT_DB_ALIAS) -> int:
     so a run cut short by its time limit still serves the sites it reached. The body of the
     task `fleet.forecasts`."""
     minute = float(int(now // CACHE_S) * CACHE_S)
-    cache = caches[CACHE]
+    _refresh_disk(minute, using)
     done = 0
     for site_id in Site.objects.using(using).order_by("pk").values_list("pk", flat=True):
         stored: Stored = (minute, site_forecasts(site_id, minute, using=using))
-        key = _key(site_id, using)
-        # Kept a little past STALE_S: a read checks the age itself, this only frees space.
-        cache.set(key, stored, timeout=STALE_S + CACHE_S)
-        with _lock:
-            _written.add(key)
+        _store(_key(site_id, using), stored)
         done += 1
     return done
 
@@ -109,6 +131,20 @@ def forecasts_now(site_id: int, now: float, using: str = DEFAULT_DB_ALIAS) -> li
         log.debug("forecasts of site %s are %.0f s old: not served", site_id, now - minute)
         return []
     return got
+
+
+def disk_now(now: float, using: str = DEFAULT_DB_ALIAS) -> DiskState | None:
+    """The database's disk as `refresh_forecasts` last stored it: its size, limit and
+    forecast; None where none is stored, the newest is more than `STALE_S` older than
+    `now`, or the store cannot be reached. Never measures or computes."""
+    try:
+        held: tuple[float, DiskState] | None = caches[CACHE].get(_key(_DISK, using))
+    except Exception as exc:  # the cache backend's own errors differ per backend
+        log.warning("the database's disk not read: the cache failed: %s", exc)
+        return None
+    if held is None or now - held[0] > STALE_S:
+        return None
+    return held[1]
 
 
 def clear() -> None:

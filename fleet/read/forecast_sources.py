@@ -88,7 +88,7 @@ _WORDS = {
     " at this trend",
     "gpu": "{name} reaches {limit}, "
     + f"{HEADROOM_CRIT_C:g} °C under its slowdown limit, in {{when}} at this trend",
-    "disk": "{name} reaches {limit}, the size of its disk, in {when} at this trend",
+    "disk": "{name} fills its disk ({limit}) in {when} at this trend",
 }
 
 

@@ -124,17 +124,19 @@ def temps(db: TierDb, gpu: GPU, rows: list[tuple[int, float]]) -> None:
 def test_a_rising_gpu_is_forecast_to_its_slowdown_less_the_critical_headroom(
     db: TierDb, site: Site
 ) -> None:
-    rising, flat, noisy, no_limit = gpus(db, site, 4)
+    rising, flat, noisy, no_limit, far = gpus(db, site, 5)
     # limit 87 − 3 = 84 °C: 80 °C now, 6 °C an hour, reaches it in 40 minutes
     temps(db, rising, minutes(ramp(80.0, T, 6.0), sd=0.1, seed=1))
     temps(db, flat, minutes(lambda t: 70.0, sd=0.1, seed=2))
     temps(db, noisy, minutes(lambda t: 78.0, sd=2.0, seed=3))
     GPU.objects.using(db.alias).filter(pk=no_limit.pk).update(reported_slowdown_c=None)
     temps(db, no_limit, minutes(ramp(80.0, T, 6.0), sd=0.1, seed=4))
+    # warming as fast, but 30 °C under its limit: 5 hours away, beyond the 3-hour horizon
+    temps(db, far, minutes(ramp(54.0, T, 6.0), sd=0.1, seed=5))
 
     got = [f for f in site_forecasts(site.pk, T, using=db.alias) if f.subject == "gpu"]
 
-    (item,) = got  # only the rising GPU with a limit: the others are screened out
+    (item,) = got  # only the rising GPU with a limit in reach: the others are screened out
     assert item.entity_id == rising.pk and item.rule_key == (rising.node_id, rising.index)
     assert item.limit == pytest.approx(87.0 - HEADROOM_CRIT_C) and item.rack == "G01"
     assert reaches_at(item.forecast, T + 40 * MINUTE)
@@ -153,7 +155,7 @@ def test_the_screen_passes_rising_gpus_and_none_that_hold_steady(db: TierDb, sit
     since = T - PARAMS.recent_s
     screened = forecast_gpus.rising_gpus(site.pk, since, T, db.alias, PARAMS.min_points)
 
-    assert {(g.node_id, g.index) for g in many[:4]} <= screened
+    assert {(g.node_id, g.index) for g in many[:4]} <= screened.keys()
     assert len(screened) <= 4 + 1  # a flat one passes by chance rarely (t ≥ 3: ~0.1 %)
     # and what passes the screen is fitted: the flat ones that slipped through get none
     fitted = [f for f in site_forecasts(site.pk, T, using=db.alias) if f.subject == "gpu"]
