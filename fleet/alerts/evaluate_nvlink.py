@@ -40,37 +40,53 @@ class Figures:
 
 def _figures(snap: Snapshot) -> dict[Key, Figures]:
     def make() -> dict[Key, Figures]:
-        now = snap.now
-        current: dict[Key, tuple[float, dict[str, float]]] = {}
+        # Every GPU passes through here each evaluation: plain lookups, no per-GPU dicts
+        # for the GPUs (nearly all) whose totals are 0 or absent.
+        now, stale = snap.now, judge.NVLINK_STALE_S
+        crc_name, (replay_name, recovery_name) = NVLINK_CRC, NVLINK_LINK_ERRORS
+        out: dict[Key, Figures] = {}
+        rising: dict[Key, tuple[float, dict[str, float]]] = {}
         for key, reading in snap.readings("gpu").items():
-            totals = {n: float(reading.values[n]) for n in NVLINK_COUNTERS if n in reading.values}
-            times = [reading.ts[n] for n in totals if n in reading.ts]
-            if totals and times and now - max(times) <= judge.NVLINK_STALE_S:
-                current[key] = (max(times), totals)
-        out = {
-            key: Figures(0.0 if NVLINK_CRC in totals else None, _zero_or_none(totals))
-            for key, (_, totals) in current.items()
-            if not any(totals.values())
-        }
-        rising = {key: v for key, v in current.items() if any(v[1].values())}
+            values = reading.values
+            crc, replay, recovery = (
+                values.get(crc_name),
+                values.get(replay_name),
+                values.get(recovery_name),
+            )
+            if crc is None and replay is None and recovery is None:
+                continue  # no NVLink
+            times = reading.ts
+            newest = max(times.get(n, 0.0) for n in NVLINK_COUNTERS)
+            if now - newest > stale:
+                continue
+            if not (crc or replay or recovery):
+                links = replay is not None or recovery is not None
+                out[key] = _ZERO if crc is not None and links else _zero(crc, links)
+                continue
+            totals = {n: float(values[n]) for n in NVLINK_COUNTERS if n in values}
+            rising[key] = (newest, totals)
         bases = _bases(sorted({key[0] for key in rising}), now)
         for key, (ts, totals) in rising.items():
             base = bases.get(key)
-            out[key] = Figures(None, None) if base is None else _judged(base, ts, totals)
+            out[key] = _NONE if base is None else _judged(base, ts, totals)
         return out
 
     return snap.cached("nvlink", make)  # type: ignore[no-any-return]
 
 
-def _zero_or_none(totals: dict[str, float]) -> float | None:
-    return 0.0 if any(n in totals for n in NVLINK_LINK_ERRORS) else None
+_ZERO, _NONE = Figures(0.0, 0.0), Figures(None, None)
+
+
+def _zero(crc: float | None, links: bool) -> Figures:
+    """All 0, some totals absent: a figure for those present only."""
+    return Figures(0.0 if crc is not None else None, 0.0 if links else None)
 
 
 def _judged(base: tuple[float, dict[str, float]], ts: float, totals: dict[str, float]) -> Figures:
     since, then = base
     span = ts - since
     if span < 60:
-        return Figures(None, None)
+        return _NONE
     crc = None
     if NVLINK_CRC in totals:
         crc = judge.rise(then.get(NVLINK_CRC), totals[NVLINK_CRC]) / span

@@ -104,11 +104,16 @@ def rate_per_hour(
     base: Checkpoint | None, ts: float, rises: dict[str, int], counter: str
 ) -> float | None:
     """How fast `counter` rose from the base checkpoint to the read at `ts`, per hour; None
-    without RATE_WINDOW_S of reads behind it or where the port does not support it."""
-    if base is None or counter not in rises or ts - base.ts < RATE_WINDOW_S:
+    without RATE_WINDOW_S of reads behind it or where the port does not support it. (The
+    rule pass calls it for every port and counter: plain arithmetic, nothing built.)"""
+    value = rises.get(counter)
+    if base is None or value is None:
         return None
-    rise = max(0, int(rises[counter]) - int(base.rises.get(counter, 0)))
-    return rise * 3600.0 / (ts - base.ts)
+    span = ts - base.ts
+    if span < RATE_WINDOW_S:
+        return None
+    risen = value - base.rises.get(counter, 0)
+    return risen * 3600.0 / span if risen > 0 else 0.0
 
 
 def over_rate(counter: str, per_hour: float | None) -> bool:
