@@ -6,9 +6,12 @@ then read once from the stored hours and once from the tiers alone. The hours ar
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from django.db import connection
 
+from fleet.health.record import GpuFacts
 from fleet.read.health_record import site_records
 from fleet.storage.health_hours import TABLE
 from fleet.storage.rollups import rollup
@@ -23,7 +26,7 @@ NOW = T + (HOURS + 1) * HOUR
 NS_PER_MIN = 40e9  # 40 s of every minute in HW thermal slowdown while hot
 
 
-def sql(statement: str, params: list[object] | None = None) -> list[tuple[object, ...]]:
+def sql(statement: str, params: list[Any] | None = None) -> list[tuple[Any, ...]]:
     with connection.cursor() as cur:
         cur.execute(statement, params or [])
         return list(cur.fetchall()) if cur.description else []
@@ -75,7 +78,7 @@ def from_tiers_alone() -> None:
     sql("UPDATE fw_rollup_state SET done_until = 0 WHERE tier = '1h' AND kind = 'gpu'")
 
 
-def facts(place: Place) -> dict[int, object]:
+def facts(place: Place) -> dict[int, GpuFacts]:
     return {r.index: r.facts for r in site_records(place.site.id, NOW)}
 
 
