@@ -38,7 +38,23 @@ CSV_COLUMNS = (
     "evidence",
     "first_seen_utc",
     "last_seen_utc",
+    # What the vendor asks about the memory: counts, "not supported", or empty (not reported)
+    "ecc_sbe_aggregate",
+    "ecc_dbe_aggregate",
+    "retired_pages_sbe",
+    "retired_pages_dbe",
+    "retired_pages_pending",
+    "resets_30d",
 )
+# The GpuFacts fields the memory columns hold, in their order.
+CSV_MEMORY_FACTS = (
+    "ecc_sbe_aggregate",
+    "ecc_dbe_aggregate",
+    "retired_pages_sbe",
+    "retired_pages_dbe",
+    "retired_pages_pending",
+)
+NOT_SUPPORTED = "not supported"
 
 
 def moment(ts: float | None) -> str:
@@ -115,6 +131,8 @@ class SiteHealth:
                 "; ".join(evidence_line(e) for e in r.verdict.evidence),
                 moment(r.first_seen),
                 moment(r.last_seen),
+                *(csv_fact(r.facts, name) for name in CSV_MEMORY_FACTS),
+                str(r.facts.resets),
             ]
             for r in self.act_on
         ]
@@ -158,32 +176,51 @@ def gpu_health_view(request: HttpRequest) -> HttpResponse:
 NOT_REPORTED = "not reported by the agent"
 
 
-def _count(value: int | None) -> str:
+def csv_fact(f: hr.GpuFacts, name: str) -> str:
+    """A fact as the CSV has it: a plain number (a flag 1 or 0), "not supported", or empty
+    where the agent did not report it."""
+    if name in f.unsupported:
+        return NOT_SUPPORTED
+    value = getattr(f, name)
+    return "" if value is None else str(int(value))
+
+
+def _count(value: int | None, unsupported: bool = False) -> str:
+    if unsupported:
+        return NOT_SUPPORTED
     return NOT_REPORTED if value is None else f"{value:,}"
 
 
-def _flag(value: bool | None) -> str:
+def _flag(value: bool | None, unsupported: bool = False) -> str:
+    if unsupported:
+        return NOT_SUPPORTED
     return NOT_REPORTED if value is None else ("yes" if value else "no")
 
 
 def record_figures(f: hr.GpuFacts) -> list[tuple[str, str]]:
     """The record's fields as the GPU page lists them: (label, value); a field the agent
-    does not send says so, never zero."""
+    does not send says so, never zero, and one the GPU does not have says "not supported"."""
     reset = "none seen" if f.last_reset_ts is None else f"by {utc_minute(f.last_reset_ts)}"
     thermal_h = f.thermal_slowdown_h
+    no = f.unsupported
     return [
         ("Last reset or driver reload", reset),
         ("Resets and driver reloads, 30 days", str(f.resets)),
         ("Fell off the bus, 30 days", f"{len(f.off_the_bus)} times"),
         ("ECC single-bit, volatile", _count(f.ecc_sbe_volatile)),
         ("ECC double-bit, volatile", _count(f.ecc_dbe_volatile)),
-        ("ECC single-bit, aggregate", _count(f.ecc_sbe_aggregate)),
-        ("ECC double-bit, aggregate", _count(f.ecc_dbe_aggregate)),
+        ("ECC single-bit, aggregate", _count(f.ecc_sbe_aggregate, "ecc_sbe_aggregate" in no)),
+        ("ECC double-bit, aggregate", _count(f.ecc_dbe_aggregate, "ecc_dbe_aggregate" in no)),
         ("Rows remapped, correctable", _count(f.remapped_correctable)),
         ("Rows remapped, uncorrectable", _count(f.remapped_uncorrectable)),
         ("Row remap pending", _flag(f.remap_pending)),
         ("Row remap failure", _flag(f.remap_failure)),
-        ("Retired pages", _count(f.retired_pages)),
+        ("Retired pages, single-bit", _count(f.retired_pages_sbe, "retired_pages_sbe" in no)),
+        ("Retired pages, double-bit", _count(f.retired_pages_dbe, "retired_pages_dbe" in no)),
+        (
+            "Page retirement pending",
+            _flag(f.retired_pages_pending, "retired_pages_pending" in no),
+        ),
         ("Thermal slowdown, 30 days", NOT_REPORTED if thermal_h is None else f"{thermal_h:.1f} h"),
         ("Excursions past slowdown, 30 days", _count(f.thermal_excursions)),
     ]

@@ -214,6 +214,11 @@ class FakeNvml:
         self.nvlink_errors = {"crc": 0, "replay": 0, "recovery": 0}
         # GPU index, or (GPU index, MIG slot) -> its processes; tests change it between reads.
         self.processes = dict(processes or {})
+        # GPU index -> {NVML field id: count, or None for NotSupported}: a GPU's memory-error
+        # facts (aggregate ECC, retired pages) where a test sets them; else the capture's.
+        self.memory_errors: dict[int, dict[int, int | None]] = {}
+        # GPU index -> the energy (mJ) its counter started again from: `reset_gpu`.
+        self._energy_zero: dict[int, int] = {}
         # call name -> hook run before answering (tests use it to hold a call open)
         self.before: dict[str, Callable[[], None]] = {}
         self.stats = CallStats()
@@ -228,6 +233,21 @@ class FakeNvml:
 
     def inject_event(self, index: int, event_type: int, data: int = 0) -> None:
         self._events.put((index, event_type, data))
+
+    def reset_gpu(self, index: int) -> None:
+        """A GPU reset (or, for every GPU, a driver reload): its energy counter starts
+        again from zero, as the driver's does."""
+        self._energy_zero[index] = self._energy_total_mj()
+
+    def energy_mj(self, index: int) -> int:
+        """The GPU's energy counter: the trace's, rising on across its loops (a replayed
+        trace must not read as a restarted counter), less where it was last reset."""
+        return self._energy_total_mj() - self._energy_zero.get(index, 0)
+
+    def _energy_total_mj(self) -> int:
+        first, last = self.trace[0]["energy_j"], self.trace[-1]["energy_j"]
+        loops = int(self.clock() // self.trace_span_s)
+        return int((self.now_row()["energy_j"] + loops * (last - first)) * 1000)
 
     def now_row(self) -> dict[str, Any]:
         t = self.clock() % self.trace_span_s
@@ -408,7 +428,7 @@ class FakeNvml:
         return [int(v) for v in self.device["power_limit_constraints_mw"]]
 
     def _nvmlDeviceGetTotalEnergyConsumption(self, handle: FakeHandle) -> int:
-        return int(self.now_row()["energy_j"] * 1000)
+        return self.energy_mj(handle.index)
 
     def _nvmlDeviceGetClockInfo(self, handle: FakeHandle, clock: int) -> int:
         row = self.now_row()
@@ -509,12 +529,19 @@ class FakeNvml:
     def _field(self, index: int, fid: int, row: dict[str, Any]) -> _FieldAnswer:
         if index in self.no_power and fid in _POWER_FIELDS:
             return _FieldAnswer(fid, pynvml.NVML_ERROR_NOT_SUPPORTED, 0, _Value())
+        mine = self.memory_errors.get(index, {})
+        if fid in mine:
+            count = mine[fid]
+            if count is None:
+                return _FieldAnswer(fid, pynvml.NVML_ERROR_NOT_SUPPORTED, 0, _Value())
+            return _FieldAnswer(fid, 0, 3, _Value(ullVal=count))
+        energy = self.energy_mj(index)
         live = {
             pynvml.NVML_FI_DEV_MEMORY_TEMP: row["temp_mem_c"],
             pynvml.NVML_FI_DEV_POWER_INSTANT: row["power_instant_w"] * 1000,
             pynvml.NVML_FI_DEV_POWER_AVERAGE: row["power_avg_w"] * 1000,
-            pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION: row["energy_j"] * 1000,
-            pynvml.NVML_FI_DEV_ENERGY: row["energy_j"] * 1000,
+            pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION: energy,
+            pynvml.NVML_FI_DEV_ENERGY: energy,
             pynvml.NVML_FI_DEV_ECC_SBE_VOL_TOTAL: row["ecc_sbe_vol"],
             pynvml.NVML_FI_DEV_ECC_DBE_VOL_TOTAL: row["ecc_dbe_vol"],
             pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER: row["pcie_replay"],

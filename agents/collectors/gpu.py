@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pynvml
@@ -20,6 +21,7 @@ import pynvml
 from agents.collectors.base import Reading, SlowRead
 from agents.collectors.gpu_fields import (
     FAST_FIELDS,
+    MEMORY_ERROR_FIELDS,
     MIB,
     NVLINK_ERROR_FIELDS,
     NVLINK_MAX_LINKS,
@@ -30,9 +32,11 @@ from agents.collectors.gpu_fields import (
     TLIMIT_FIELDS,
     scaled,
 )
+from agents.collectors.gpu_resets import BOOT_ID, ResetWatch, boot_id
 from agents.log import get_logger
 from agents.nvml.events import EventWatcher
 from agents.nvml.wrapper import GpuLost, Nvml
+from agents.protocol.memory import MEMORY_ERRORS_KEY, NOT_SUPPORTED
 
 log = get_logger("agents.collectors.gpu")
 
@@ -51,7 +55,10 @@ class GpuCollector:
         pcie_every: int = 60,
         pcie_throughput_every: int = 300,
         mig_every: int = 60,
+        memory_errors_every: int = 60,
         watch_events: bool = True,
+        state_path: Path | None = None,
+        boot_path: Path = BOOT_ID,
     ) -> None:
         self.nvml = nvml
         self.interval_s = interval_s
@@ -60,6 +67,10 @@ class GpuCollector:
         self.pcie_every = pcie_every
         self.pcie_throughput_every = pcie_throughput_every
         self.mig_every = mig_every
+        self.memory_errors_every = memory_errors_every
+        self.state_path = state_path  # where resets are watched across restarts (None: not)
+        self.boot_path = boot_path
+        self.resets = ResetWatch(None, None, None)
         self.watch_events = watch_events
         self.handles: dict[int, Any] = {}
         self.info: dict[int, dict[str, Any]] = {}
@@ -86,12 +97,23 @@ class GpuCollector:
                 self.info[index] = self._device_info(index, handle, driver)
             except GpuLost as exc:
                 self._lose(index, str(exc))
+        self._watch_resets(driver)
         if self.watch_events and self.handles:
             self.events = EventWatcher(self.nvml, self.handles)
             if not self.events.start():
                 self.events = None
 
+    def _watch_resets(self, driver: str | None) -> None:
+        """The GPUs' resets and driver reloads, those while the agent was stopped included:
+        judged on the energy reads of the slow lane (gpu_resets.py)."""
+        self.resets = ResetWatch(self.state_path, boot_id(self.boot_path), driver)
+        gpus = {i: str(info["uuid"]) for i, info in self.info.items() if info.get("uuid")}
+        events = self.resets.start(gpus, time.time())
+        with self._lock:
+            self._pending_events.extend(events)
+
     def close(self) -> None:
+        self.resets.save(time.time(), force=True)
         if self.events is not None:
             self.events.stop()
         self.nvml.shutdown()
@@ -156,6 +178,7 @@ class GpuCollector:
                 ("pcie", self.pcie_every, self._read_pcie),
                 ("pcie_throughput", self.pcie_throughput_every, self._read_pcie_throughput),
                 ("mig", self.mig_every, self._read_mig),
+                ("memory_errors", self.memory_errors_every, self._read_memory_errors),
             ):
                 # Stagger: GPU k of n reads at k/n of the cycle, so no tick carries them all.
                 if every <= 0:
@@ -192,7 +215,36 @@ class GpuCollector:
 
     def _read_energy(self, index: int, handle: Any) -> dict[str, Any]:
         millijoules = self.nvml.total_energy_mj(index, handle)
-        return {} if millijoules is None else {"energy_j": round(millijoules / 1000.0, 3)}
+        if millijoules is None:
+            return {}
+        uuid = self.info.get(index, {}).get("uuid")
+        if uuid:
+            events = self.resets.energy(
+                index, uuid, millijoules, time.time(), self.nvml.driver_version
+            )
+            with self._lock:
+                self._pending_events.extend(events)
+        return {"energy_j": round(millijoules / 1000.0, 3)}
+
+    def _read_memory_errors(self, index: int, handle: Any) -> dict[str, Any]:
+        """Lifetime ECC and retired pages: kept in gpu_info, sent again when they change."""
+        block = self._memory_errors(index, handle)
+        info = self.info.get(index)
+        if info is not None and block and block != info.get(MEMORY_ERRORS_KEY):
+            info[MEMORY_ERRORS_KEY] = block
+            self._info_due = True
+        return {}
+
+    def _memory_errors(self, index: int, handle: Any) -> dict[str, Any]:
+        """One field-values call (~8 µs on the H200): each count, or "not_supported"
+        where NVML says the GPU has no such thing; a field that failed is left out."""
+        answers = self.nvml.field_answers(index, handle, list(MEMORY_ERROR_FIELDS))
+        block: dict[str, Any] = {}
+        for field_id, key in MEMORY_ERROR_FIELDS.items():
+            if field_id in answers:
+                value = answers[field_id]
+                block[key] = NOT_SUPPORTED if value is None else int(value)
+        return block
 
     def _read_pcie(self, index: int, handle: Any) -> dict[str, Any]:
         fields = scaled(
@@ -258,6 +310,9 @@ class GpuCollector:
             info["driver"] = driver
         info["mig_mode"], info["mig"] = self._mig(index, handle)
         info["limits"] = self._limits(index, handle)
+        errors = self._memory_errors(index, handle)
+        if errors:
+            info[MEMORY_ERRORS_KEY] = errors
         return info
 
     def _limits(self, index: int, handle: Any) -> dict[str, Any]:
@@ -306,6 +361,11 @@ class GpuCollector:
                 {"ts": round(time.time(), 3), "gpu": index, "kind": "gpu_lost", "detail": detail}
             )
         log.error("GPU lost: no longer polled", gpu=index, detail=detail)
+        uuid = self.info.get(index, {}).get("uuid")
+        if uuid:  # not waited for by the reset watch
+            events = self.resets.forget(str(uuid), time.time())
+            with self._lock:
+                self._pending_events.extend(events)
 
 
 def _put(sample: dict[str, Any], name: str, value: Any, scale: float = 1.0) -> None:

@@ -27,6 +27,16 @@ FAST_FIELDS: dict[int, tuple[str, float]] = {
     pynvml.NVML_FI_DEV_REMAPPED_FAILURE: ("remap_failure", 1.0),
 }
 
+# Facts that change a few times in a GPU's life, read on the slow lane into gpu_info
+# (agents/protocol/memory.py): field id -> key of `memory_errors`. ~8 µs a call on the H200.
+MEMORY_ERROR_FIELDS: dict[int, str] = {
+    pynvml.NVML_FI_DEV_ECC_SBE_AGG_TOTAL: "ecc_sbe_agg_total",
+    pynvml.NVML_FI_DEV_ECC_DBE_AGG_TOTAL: "ecc_dbe_agg_total",
+    pynvml.NVML_FI_DEV_RETIRED_SBE: "retired_pages_sbe",
+    pynvml.NVML_FI_DEV_RETIRED_DBE: "retired_pages_dbe",
+    pynvml.NVML_FI_DEV_RETIRED_PENDING: "retired_pages_pending",
+}
+
 # Violation / throttle time, ns since the driver loaded. Field 74 is both
 # NVML_FI_DEV_PERF_POLICY_POWER and NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP.
 THROTTLE_FIELDS: dict[int, tuple[str, float]] = {

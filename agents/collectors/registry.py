@@ -10,6 +10,9 @@ from agents.collectors.base import Collector
 from agents.runconfig import AgentConfig, ConfigError
 
 NVML_STAND_INS = "fleet_agent.nvml"
+# Each GPU's last energy read, kept beside the spool so that a reset or driver reload while
+# the agent was stopped is seen at its start (agents/collectors/gpu_resets.py).
+GPU_RESET_STATE = "gpu-resets.json"
 
 
 def nvml_library(config: AgentConfig) -> Any:
@@ -44,6 +47,7 @@ def build_collectors(config: AgentConfig) -> list[Collector]:
                 energy_every=config.energy_every,
                 pcie_every=config.pcie_every,
                 pcie_throughput_every=config.pcie_throughput_every,
+                state_path=config.spool_dir / GPU_RESET_STATE,
             )
         )
     if config.enabled("workloads") and config.nvml != "off" and config.workloads_s > 0:

@@ -233,6 +233,38 @@ class Nvml:
             return None
         return values
 
+    def field_answers(
+        self, index: int, handle: DeviceHandle, field_ids: Sequence[int]
+    ) -> dict[int, float | None]:
+        """Several fields in one call, where "this GPU does not have it" is an answer: a
+        field NVML calls unsupported maps to None; one that failed otherwise (or a call that
+        failed as a whole) is absent, to be asked again. Nothing is remembered: for facts
+        read rarely, whose "not supported" is itself reported."""
+        try:
+            answers = self.lib.nvmlDeviceGetFieldValues(handle, list(field_ids))
+        except pynvml.NVMLError as exc:
+            code = int(getattr(exc, "value", -1))
+            if code in LOST_CODES:
+                raise GpuLost(index, "fields:answers") from None
+            if code in UNSUPPORTED_CODES:
+                return dict.fromkeys(field_ids)
+            self._failed(index, "fields:answers", exc)
+            return {}
+        except AttributeError:
+            return dict.fromkeys(field_ids)
+        values: dict[int, float | None] = {}
+        for answer in answers:
+            ret = int(answer.nvmlReturn)
+            if ret in LOST_CODES:
+                raise GpuLost(index, "fields:answers")
+            if ret in UNSUPPORTED_CODES:
+                values[int(answer.fieldId)] = None
+                continue
+            member = _VALUE_MEMBER.get(int(answer.valueType))
+            if ret == 0 and member is not None:
+                values[int(answer.fieldId)] = getattr(answer.value, member)
+        return values
+
     # -- the slow lane -----------------------------------------------------------------------
 
     def total_energy_mj(self, index: int, handle: DeviceHandle) -> int | None:

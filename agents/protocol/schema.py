@@ -34,6 +34,13 @@ from agents.protocol.fabric import (
     TEXT_KEYS,
 )
 from agents.protocol.fabric import MAX_TEXT as MAX_PORT_TEXT
+from agents.protocol.memory import (
+    MAX_COUNT,
+    MEMORY_ERROR_KEYS,
+    MEMORY_ERRORS_KEY,
+    NOT_SUPPORTED,
+    RESET_EVENTS,
+)
 from agents.protocol.metrics import ENTITY_KEYS, METRICS, SAMPLE_KINDS
 from agents.protocol.workloads import (
     MAX_MEMORY_MIB,
@@ -218,6 +225,24 @@ def fabric_schema() -> dict[str, Any]:
     }
 
 
+def memory_errors_schema() -> dict[str, Any]:
+    """`gpu_info[].memory_errors`: each key a count or "not_supported" (protocol/memory.py)."""
+    count = {
+        "oneOf": [
+            {"type": "integer", "minimum": 0, "maximum": MAX_COUNT},
+            {"const": NOT_SUPPORTED},
+        ]
+    }
+    return {
+        "type": "object",
+        "description": "lifetime ECC and page-retirement counts, re-sent when one changes",
+        "properties": {
+            key: {**count, "description": help} for key, help in MEMORY_ERROR_KEYS.items()
+        },
+        "additionalProperties": False,
+    }
+
+
 def batch_schema() -> dict[str, Any]:
     properties: dict[str, Any] = {
         "protocol": {"const": PROTOCOL_VERSION},
@@ -237,7 +262,10 @@ def batch_schema() -> dict[str, Any]:
             "maxItems": MAX_GPUS_PER_NODE,
             "items": {
                 "type": "object",
-                "properties": {"gpu": {"type": "integer", "minimum": 0, "maximum": 1023}},
+                "properties": {
+                    "gpu": {"type": "integer", "minimum": 0, "maximum": 1023},
+                    MEMORY_ERRORS_KEY: memory_errors_schema(),
+                },
                 "required": ["gpu"],
             },
         },
@@ -251,7 +279,15 @@ def batch_schema() -> dict[str, Any]:
                 "properties": {
                     "ts": {"type": "number", "minimum": 1_000_000_000, "description": TS_HELP},
                     "kind": {
-                        "enum": ["xid", "ecc_sbe", "ecc_dbe", "gpu_lost", "collector_error", "note"]
+                        "enum": [
+                            "xid",
+                            "ecc_sbe",
+                            "ecc_dbe",
+                            "gpu_lost",
+                            *RESET_EVENTS,
+                            "collector_error",
+                            "note",
+                        ]
                     },
                     "gpu": {"type": "integer", "minimum": 0, "maximum": 1023},
                     "code": {"type": "integer", "minimum": -(2**63), "maximum": 2**63 - 1},

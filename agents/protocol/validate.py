@@ -31,6 +31,7 @@ from agents.protocol import (
     parse_source,
 )
 from agents.protocol.fabric import check_fabric
+from agents.protocol.memory import MEMORY_ERRORS_KEY, RESET_EVENTS, memory_error_problem
 from agents.protocol.metrics import ENTITY_KEYS, METRICS, SAMPLE_KINDS, SampleKind
 from agents.protocol.workloads import check_workloads
 
@@ -92,7 +93,9 @@ _TOP_KEYS = frozenset(
     }
     | set(SAMPLE_KINDS)
 )
-_EVENT_KINDS = frozenset({"xid", "ecc_sbe", "ecc_dbe", "gpu_lost", "collector_error", "note"})
+_EVENT_KINDS = frozenset(
+    {"xid", "ecc_sbe", "ecc_dbe", "gpu_lost", *RESET_EVENTS, "collector_error", "note"}
+)
 
 
 def validate_batch(obj: Any, now: float) -> Batch:
@@ -558,6 +561,12 @@ def _check_info(batch: Batch) -> None:
                 f"gpu_info[{i}].gpu",
                 f"gpu_info[{j}] and gpu_info[{i}] both describe GPU {index}",
             )
+        if MEMORY_ERRORS_KEY in info:
+            problem = memory_error_problem(info[MEMORY_ERRORS_KEY])
+            if problem is not None:
+                key, why = problem
+                where = f"gpu_info[{i}].{MEMORY_ERRORS_KEY}" + (f".{key}" if key else "")
+                raise ProtocolError(400, where, why)
     for name, value in (
         ("gpu_info", batch.gpu_info),
         ("node_info", batch.node_info),

@@ -52,6 +52,11 @@ SOURCES: dict[str, str] = {
     ),
     "xid-checks": "https://docs.nvidia.com/health-validation/reference/checks/xid.md",
     "thermal": "https://docs.nvidia.com/deploy/nvml-api/group__nvmlClocksEventReasons.html",
+    "page-retirement": "https://docs.nvidia.com/deploy/dynamic-page-retirement/index.html",
+    "retired-pages-limit": (
+        "https://github.com/NVIDIA/DCGM/blob/28bfbd4c97413d4aec249cdd9543a67d24f95b78/"
+        "common/DcgmGPUHardwareLimits.h"
+    ),
     "fleetwatch": "docs/gpu-health.md#fleetwatchs-own-rules",
 }
 
@@ -72,6 +77,13 @@ OFF_THE_BUS_REPLACE = 2  # episodes in that window
 EPISODE_GAP_S = 600.0  # off-the-bus events closer than this are one episode
 RECORD_WINDOW_S = 30 * 86_400  # XIDs, resets and thermal time are read this far back
 THERMAL_SLOWDOWN_WATCH_H = 1.0  # hours held down by thermal slowdown in the window
+# Page retirement (pre-Ampere GPUs): NVIDIA's DCGM fails a GPU's memory health check at 63
+# retired pages in all (DCGM_LIMIT_MAX_RETIRED_PAGES, "updated to match the field diag", the
+# diagnostic an RMA needs) and holds more than 15 pages retired for double-bit errors as its
+# soft limit (DCGM_LIMIT_MAX_RETIRED_PAGES_SOFT_LIMIT: a failure once they still rise by more
+# than one a week, which the record does not track; so: watch).
+RETIRED_PAGES_REPLACE = 63
+RETIRED_DBE_PAGES_WATCH = 15  # more than this
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,16 +119,28 @@ class GpuFacts:
     off_the_bus: Sequence[float] = ()  # start of each off-the-bus episode, RECORD_WINDOW_S
     ecc_sbe_volatile: int | None = None
     ecc_dbe_volatile: int | None = None
-    ecc_sbe_aggregate: int | None = None  # not sent by the agent yet
-    ecc_dbe_aggregate: int | None = None  # not sent by the agent yet
+    ecc_sbe_aggregate: int | None = None  # the GPU's life (InfoROM)
+    ecc_dbe_aggregate: int | None = None
     remapped_correctable: int | None = None
     remapped_uncorrectable: int | None = None
     remap_pending: bool | None = None
     remap_failure: bool | None = None
-    retired_pages: int | None = None  # pre-Ampere page retirement: not sent by the agent yet
+    retired_pages_sbe: int | None = None  # pre-Ampere page retirement
+    retired_pages_dbe: int | None = None
+    retired_pages_pending: bool | None = None
+    # The facts above that the GPU's NVML says it does not have (field names): "not
+    # supported", which is neither "not reported" (None, from an older agent) nor 0.
+    unsupported: frozenset[str] = frozenset()
     thermal_slowdown_h: float | None = None  # in RECORD_WINDOW_S
     thermal_excursions: int | None = None  # runs of hours past the slowdown limit
     peers: PeerComparison | None = None  # the last hour against its peers (fleet.health.peers)
+
+    @property
+    def retired_pages(self) -> int | None:
+        """Pages retired for either cause; None unless both counts are known."""
+        if self.retired_pages_sbe is None or self.retired_pages_dbe is None:
+            return None
+        return self.retired_pages_sbe + self.retired_pages_dbe
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +188,11 @@ def _replace(f: GpuFacts, now: float) -> Found:
         criterion = f"fell off the bus {OFF_THE_BUS_REPLACE} times in 7 days"
         observed = f"{len(episodes)} episodes in 7 days"
         out.append((REPLACE, Evidence(criterion, observed, "fleetwatch")))
+    total = f.retired_pages
+    if total is not None and total >= RETIRED_PAGES_REPLACE:
+        criterion = f"{RETIRED_PAGES_REPLACE} or more pages retired (NVIDIA's DCGM fails the GPU)"
+        observed = f"{total} pages retired ({f.retired_pages_dbe} for double-bit errors)"
+        out.append((REPLACE, Evidence(criterion, observed, "retired-pages-limit")))
     for x in f.xids:
         if x.code in REPLACE_XIDS:
             out.append((REPLACE, _xid_evidence(x, "XID NVIDIA says to report", "xid-catalog")))
@@ -178,6 +207,10 @@ def _reset_needed(f: GpuFacts) -> Found:
     if f.remap_pending:
         criterion = "row remap pending: takes effect at the next GPU reset"
         out.append((RESET_NEEDED, Evidence(criterion, "remap_pending = 1", "row-remapping")))
+    if f.retired_pages_pending:
+        criterion = "a page is pending retirement: retired at the next driver reload or reboot"
+        observed = "retired_pages_pending = 1"
+        out.append((RESET_NEEDED, Evidence(criterion, observed, "page-retirement")))
     for x in f.xids:
         if x.code in RESET_XIDS and x.code not in f.reset_xids_before_reset:
             out.append(
@@ -202,6 +235,11 @@ def _watch(f: GpuFacts, now: float) -> Found:
         out.append(
             (WATCH, Evidence("uncorrectable ECC errors since the reset", observed, "row-remapping"))
         )
+    dbe_pages, total = f.retired_pages_dbe, f.retired_pages
+    replaced = total is not None and total >= RETIRED_PAGES_REPLACE  # said under replace
+    if dbe_pages is not None and dbe_pages > RETIRED_DBE_PAGES_WATCH and not replaced:
+        criterion = f"more than {RETIRED_DBE_PAGES_WATCH} pages retired for double-bit errors"
+        out.append((WATCH, Evidence(criterion, f"{dbe_pages} pages", "retired-pages-limit")))
     for x in f.xids:
         if x.code in WATCH_XIDS:
             out.append((WATCH, _xid_evidence(x, "XID about memory or links", "xid-catalog")))

@@ -21,10 +21,12 @@ from typing import Any, TypeVar, cast
 
 from django.conf import settings
 
+from agents.protocol.memory import RESET_EVENTS
 from fleet import health
 from fleet.health import peers as hp
 from fleet.health import record as hr
 from fleet.models import Event
+from fleet.read import health_memory as memory
 from fleet.read import health_record_sql as sql
 from fleet.read.state import latest_readings, select_rows
 from fleet.storage.schema import TIER_SECONDS
@@ -95,8 +97,8 @@ def site_records(site_id: int, now: float) -> list[GpuRecord]:
         key = (g["node_id"], g["index"])
         reading = readings.get(key, health.EMPTY)
         tally = tallies.get(key, Tally()).known(reading, g["slowdown_c"])
-        facts = gpu_facts(reading, tally, events.get(key, []), peers.get(key))
-        out.append(GpuRecord(facts=facts, verdict=hr.judge(facts, now), **g))
+        facts = gpu_facts(reading, tally, events.get(key, []), peers.get(key), g["memory"])
+        out.append(GpuRecord(facts=facts, verdict=hr.judge(facts, now), **_who(g)))
     out.sort(key=lambda r: (-hr.STATES.index(r.state), r.node, r.index))
     return out
 
@@ -133,8 +135,9 @@ def gpu_record(gpu_id: int, now: float) -> GpuRecord | None:
         gpu_tallies(node_ids, lo, now).get(key, Tally()).known(reading, g["slowdown_c"]),
         _events(node_ids, lo).get(key, []),
         peer_comparisons(_rack_gpus(g["node_id"]), now).get(key),
+        g["memory"],
     )
-    return GpuRecord(facts=facts, verdict=hr.judge(facts, now), **g)
+    return GpuRecord(facts=facts, verdict=hr.judge(facts, now), **_who(g))
 
 
 # -- facts from what was read ------------------------------------------------------------
@@ -193,10 +196,14 @@ def gpu_facts(
     tally: Tally,
     events: Sequence[Happened],
     peers: hp.PeerComparison | None = None,
+    sent: dict[str, Any] | None = None,
 ) -> hr.GpuFacts:
     """One GPU's facts: XIDs count from its last reset (`tally.last_reset`, the end of the
-    bucket it was seen in). `peers`: its last hour against its peers."""
-    last_reset = tally.last_reset
+    bucket it was seen in, or the agent's reset event). `peers`: its last hour against its
+    peers; `sent`: the memory-error facts its agent sent (health_memory.memory_facts)."""
+    resets, last_reset = memory.resets(
+        tally.resets, tally.last_reset, (e[0] for e in events if memory.is_reset(e[1]))
+    )
     since = [e for e in events if last_reset is None or e[0] >= last_reset]
     before = [e for e in events if last_reset is not None and e[0] < last_reset]
     off_bus = [t for t, kind, code in events if _off_the_bus(kind, code)]
@@ -208,7 +215,7 @@ def gpu_facts(
             c for _, k, c in before if k == "xid" and c in hr.RESET_XIDS
         ),
         last_reset_ts=last_reset,
-        resets=tally.resets,
+        resets=resets,
         off_the_bus=hr.episodes(off_bus),
         ecc_sbe_volatile=_int(v.get("ecc_sbe_vol_total")),
         ecc_dbe_volatile=_int(v.get("ecc_dbe_vol_total")),
@@ -219,6 +226,7 @@ def gpu_facts(
         thermal_slowdown_h=None if ns is None else ns / 1e9 / 3600,
         thermal_excursions=tally.excursions,
         peers=peers,
+        **(sent or {}),
     )
 
 
@@ -265,6 +273,11 @@ def _rack_gpus(node_id: int) -> list[dict[str, Any]]:
     return [_identity(row) for row in select_rows(_GPUS + where, [node_id])]
 
 
+def _who(g: dict[str, Any]) -> dict[str, Any]:
+    """The GPU's identity for its GpuRecord (without what its agent sent)."""
+    return {k: v for k, v in g.items() if k != "memory"}
+
+
 def _identity(row: Sequence[Any]) -> dict[str, Any]:
     info = row[6]
     if isinstance(info, str):  # SQLite hands JSON back as text
@@ -282,6 +295,7 @@ def _identity(row: Sequence[Any]) -> dict[str, Any]:
         "rack": row[7],
         "hall": row[8],
         "slowdown_c": None if row[9] is None else float(row[9]),
+        "memory": memory.memory_facts(info),
     }
 
 
@@ -350,7 +364,10 @@ def reset_times(node_ids: Sequence[int], lo: int, now: float) -> dict[GpuKey, li
 def _events(node_ids: Sequence[int], lo: int) -> dict[GpuKey, list[Happened]]:
     rows = (
         Event.objects.filter(
-            node_id__in=node_ids, gpu_index__isnull=False, ts__gte=lo, kind__in=("xid", "gpu_lost")
+            node_id__in=node_ids,
+            gpu_index__isnull=False,
+            ts__gte=lo,
+            kind__in=("xid", "gpu_lost", *RESET_EVENTS),
         )
         .order_by("ts")
         .values_list("node_id", "gpu_index", "ts", "kind", "code")
