@@ -13,7 +13,10 @@ subclasses, so `Nvml` cannot tell it from the driver. What it answers:
 
 Scenario knobs for tests: several GPUs, a GPU whose power readings are NotSupported, a GPU
 that falls off the bus at a given trace time, MIG instances, injected XID events, processes
-on a GPU or a MIG slot (`FakeProcess`: PID, memory, SM use), the GPUs' own UUIDs.
+on a GPU or a MIG slot (`FakeProcess`: PID, memory, SM use), the GPUs' own UUIDs, a GPU's
+memory-error fields (`memory_errors`: aggregate ECC, retired pages, or NotSupported), a GPU
+reset (`reset_gpu`: its energy counter starts again) and the driver's version (`driver`).
+The energy counter rises on across the trace's loops, as a real one does.
 
 Without a capture (`capture_dir=None`) it is a bare, idle device that answers the process
 and MIG calls: what the simulator's workloads need on each virtual node
