@@ -2,7 +2,7 @@
 read by everything that shows or judges them: the rack page and its live pushes, the fleet
 overview and the forecast alert rules (evaluated every 10 s).
 
-A whole site's forecasts take seconds (4–5.5 s at 10,000 GPUs, bench/foresight.py), far more
+A whole site's forecasts take seconds (3.8–5.4 s at 10,000 GPUs, bench/foresight.py), far more
 than a live push (1 s, p95) or a rule pass may wait, so no reader computes them: the task
 (`refresh_forecasts`, once a minute on the maintenance queue) stores each site's in
 Django's cache, which every process of an installation shares (fleetwatch/settings.py,
