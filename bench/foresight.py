@@ -5,17 +5,21 @@ rack, one CDU per 10 racks) with the rollup rows the forecasts read (docs/foreca
 last 3 hours of 1-minute means and the 7 days before them of hourly means, for every GPU
 (power and temperature), node, rack PDU, feed and CDU. Every fourth rack and its feeds,
 every fourth CDU's supply and one GPU in 25 ramp linearly over the recent 3 hours towards
-their limits (steady before); the rest hold steady. Every value carries a meter's noise
-(1 %). The feeds of every eighth rack are 16 A (9.2 kW each: the feeds reach their rating),
-the others' 32 A (18.4 kW: the two together reach their N+1, one feed's rating); GPUs slow
-down at 87 °C, so their forecast limit is 84 °C.
+their limits (steady before); the rest hold steady. Every power and coolant value carries a
+meter's noise (1 %), every GPU temperature a whole-degree reading's (`TEMP_SD_C`). The
+feeds of every eighth rack are 16 A (9.2 kW each: the feeds reach their rating), the
+others' 32 A (18.4 kW: the two together reach their N+1, one feed's rating); GPUs slow down
+at 87 °C, so their forecast limit is 84 °C.
 
 Timed, median of `--repeat`: `site_forecasts` (fleet/read/forecast_sources.py), the
 forecast of every rack, feed, feed pair (N+1), CDU and GPU of the site from the rollups, what the
 `fleet.forecasts` task computes once a minute (fleet/read/forecast_now.py); and
 `site_records` (fleet/read/health_record.py), every GPU's health record, what the health
-page reads. `ttl_error_pct`: the worst error of a ramping subject's forecast crossing
-against its ramp's true crossing, as a % of the true time to limit.
+page reads, with the GPUs' health hours as the hourly rollup leaves them an hour behind
+(`health_hour_write_s`: what writing one hour of them adds to the rollup). `ttl_error_pct`:
+the worst error of a ramping subject's forecast crossing against its ramp's true crossing,
+as a % of the true time to limit (per subject kind: the median, 90th percentile and worst,
+and how many true crossings fell inside the forecast's 90 % interval).
 SQLite always; PostgreSQL too when DATABASE_URL is set. Last line per database:
 `db=… gpus=… racks=… forecast_pass_s=… health_pass_s=… ttl_error_pct=…`.
 """
@@ -32,19 +36,21 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from django.db import DEFAULT_DB_ALIAS, connections  # noqa: E402
+from django.db import DEFAULT_DB_ALIAS, connections, transaction  # noqa: E402
 
 from bench.ledger import execute, insert, make_database  # noqa: E402  (sets Django up)
 from fleet.models import GPU, CoolingLoop, Hall, Node, PowerFeed, Rack, Site  # noqa: E402
 from fleet.read.forecast import PARAMS, Forecast  # noqa: E402
 from fleet.read.forecast_sources import LimitForecast, site_forecasts  # noqa: E402
 from fleet.read.health_record import site_records  # noqa: E402
+from fleet.storage import health_hours  # noqa: E402
 from tests.support import services  # noqa: E402
 
 GPUS_PER_NODE, NODES_PER_RACK, RACKS_PER_LOOP = 4, 5, 10
@@ -58,6 +64,10 @@ MINUTE, HOUR, DAY = 60, 3600, 86_400
 RACK_KW, FEED_KW, SUPPLY_C, HEAT_KW = (17.5, 2.5), (8.75, 1.25), (30.0, 1.5), (700.0, 0.0)
 FEEDS_KW = (2 * FEED_KW[0], 2 * FEED_KW[1])  # a rack's two feeds together
 GPU_C, GPU_FLAT_C = (82.0, 1.5), 65.0  # a ramping GPU: 84 °C 80 minutes from now
+# A temperature's noise is absolute (1 % of a Celsius value means nothing: °C has no true
+# zero): one whole-degree NVML reading's rounding error, 1/√12 °C — as if each minute mean
+# were a single reading; a minute of readings averages much of it away.
+TEMP_SD_C = 12**-0.5
 
 
 def ramps(index: int) -> bool:
@@ -128,9 +138,8 @@ def rows(alias: str, racks: list[Rack], feeds: list[PowerFeed], loops: list[Cool
             return base + rise + rng.gauss(0, 0.01 * base)
 
         def temp(node_id: int, k: int, centre: float) -> float:
-            if gpu_ramps(node_id, k):
-                return kw(0, centre, GPU_C, True)
-            return kw(0, centre, (GPU_FLAT_C, 0.0), False)
+            base, per_h = GPU_C if gpu_ramps(node_id, k) else (GPU_FLAT_C, 0.0)
+            return base + per_h * (max(centre, recent) - now) / HOUR + rng.gauss(0, TEMP_SD_C)
 
         gpu_rows: list[tuple[Any, ...]] = []
         node_rows: list[tuple[Any, ...]] = []
@@ -159,27 +168,34 @@ def rows(alias: str, racks: list[Rack], feeds: list[PowerFeed], loops: list[Cool
         execute(alias, f"ANALYZE {table}")
 
 
-Errors = dict[str, tuple[float, int, int]]  # subject → (worst %, ramping, forecast)
+@dataclass
+class Errors:
+    """One subject's ramps: how many reach their limit within the horizon, each forecast's
+    |forecast crossing − true crossing| as a % of the true time to limit, and how many of
+    the true crossings fell inside the forecast's 90 % interval."""
+
+    ramping: int = 0
+    errors: list[float] = field(default_factory=list)
+    covered: int = 0
+
+    def pct(self, q: float) -> float:
+        ranked = sorted(self.errors)
+        return ranked[min(len(ranked) - 1, int(q * len(ranked)))] if ranked else 0.0
 
 
-def ttl_error_pct(got: list[LimitForecast], racks: list[Rack], feeds: list[PowerFeed],
-                  loops: list[CoolingLoop], now: float) -> Errors:  # fmt: skip
-    """Per subject, the worst |forecast crossing − true crossing| over the ramping subjects,
-    as a % of the true time to limit; how many ramp towards a limit that they reach within
-    the horizon, and how many got a forecast. GPUs: only those the screen passed appear in
-    `got`, so every ramping GPU is counted from the inventory."""
+def ttl_errors(got: list[LimitForecast], racks: list[Rack], feeds: list[PowerFeed],
+               loops: list[CoolingLoop], now: float) -> dict[str, Errors]:  # fmt: skip
+    """Per subject, the ramping subjects' forecast errors. GPUs: only those the screen
+    passed appear in `got`, so every ramping GPU is counted from the inventory."""
     index = {("rack", r.pk): (i, RACK_KW) for i, r in enumerate(racks)}
     index |= {("feed", f.pk): (i // 2, FEED_KW) for i, f in enumerate(feeds)}
     index |= {("feed_n1", r.pk): (i, FEEDS_KW) for i, r in enumerate(racks)}
     index |= {("loop_supply", lp.pk): (i, SUPPLY_C) for i, lp in enumerate(loops)}
     gpus = GPU.objects.using(racks[0]._state.db).values_list("pk", "node_id", "index")
     index |= {("gpu", pk): (0 if gpu_ramps(n, k) else 1, GPU_C) for pk, n, k in gpus}
-    out: Errors = {}
+    out: dict[str, Errors] = {}
     horizon = PARAMS.horizon_fraction * PARAMS.recent_s
-    for _, n, k in gpus:
-        if gpu_ramps(n, k):
-            worst, ramping, forecast = out.get("gpu", (0.0, 0, 0))
-            out["gpu"] = (worst, ramping + 1, forecast)
+    out["gpu"] = Errors(ramping=sum(1 for _, n, k in gpus if gpu_ramps(n, k)))
     for item in got:
         i, (base, per_h) = index.get((item.subject, item.entity_id), (1, (0.0, 0.0)))
         if not ramps(i) or per_h <= 0 or item.limit <= base:
@@ -187,13 +203,13 @@ def ttl_error_pct(got: list[LimitForecast], racks: list[Rack], feeds: list[Power
         true_in = (item.limit - base) / per_h * HOUR
         if true_in > horizon:
             continue  # beyond what the method forecasts
-        worst, ramping, forecast = out.get(item.subject, (0.0, 0, 0))
+        errors = out.setdefault(item.subject, Errors())
         if item.subject != "gpu":
-            ramping += 1
-        if isinstance(item.forecast, Forecast):
-            forecast += 1
-            worst = max(worst, 100 * abs(item.forecast.crossing_at - now - true_in) / true_in)
-        out[item.subject] = (worst, ramping, forecast)
+            errors.ramping += 1
+        forecast = item.forecast
+        if isinstance(forecast, Forecast):
+            errors.errors.append(100 * abs(forecast.crossing_at - now - true_in) / true_in)
+            errors.covered += forecast.earliest <= now + true_in <= forecast.latest
     return out
 
 
@@ -217,6 +233,26 @@ def median_s(call: Callable[[], Any], repeat: int) -> tuple[float, Any]:
     return statistics.median(times), got
 
 
+def health_hours_as_rolled_up(alias: str, now: int) -> float:
+    """The GPUs' health hours (fleet/storage/health_hours.py) as the hourly rollup leaves
+    them an hour behind `now` — the most the health record then reads from the 1-minute
+    tier, a whole hour — and the seconds the rollup's own write of one hour took (what
+    keeping them adds to each hourly chunk)."""
+    behind = now - HOUR
+    with transaction.atomic(using=alias), connections[alias].cursor() as cur:
+        health_hours.write_hours(cur, now - int(PARAMS.recent_s) - 8 * DAY, behind - HOUR)
+        started = time.perf_counter()
+        health_hours.write_hours(cur, behind - HOUR, behind)
+        took = time.perf_counter() - started
+        cur.execute("DELETE FROM fw_rollup_state WHERE tier = '1h' AND kind = 'gpu'")
+        cur.execute(
+            "INSERT INTO fw_rollup_state (tier, kind, done_until, sealed_until)"
+            " VALUES ('1h', 'gpu', %s, %s)",
+            [behind, behind],
+        )
+    return took
+
+
 def run(kind: str, gpus: int, repeat: int) -> None:
     with tempfile.TemporaryDirectory(prefix="fw-foresight-") as tmp:
         alias, pg_name = make_database(kind, Path(tmp))
@@ -229,20 +265,20 @@ def run(kind: str, gpus: int, repeat: int) -> None:
             forecast_s, got = median_s(
                 lambda: site_forecasts(site, float(now), using=alias), repeat
             )
+            hour_write_s = health_hours_as_rolled_up(alias, now)
             with as_default(alias):
                 health_s, records = median_s(lambda: site_records(site, float(now)), repeat)
-            errors = ttl_error_pct(got, racks, feeds, loops, float(now))
-            kinds = " ".join(
-                f"{subject}={made}/{ramping}"
-                for subject, (_, ramping, made) in sorted(errors.items())
-            )
-            worst = max((e for e, _, _ in errors.values()), default=0.0)
-            print(
-                f"db={kind} subjects={len(got)} forecast/ramping: {kinds}"
-                f" worst_pct: {' '.join(f'{k}={e:.1f}' for k, (e, _, _) in sorted(errors.items()))}"
-                f" health_records={len(records)}",
-                flush=True,
-            )
+            errors = ttl_errors(got, racks, feeds, loops, float(now))
+            for subject, e in sorted(errors.items()):
+                print(
+                    f"db={kind} {subject}: forecast {len(e.errors)}/{e.ramping} error_pct"
+                    f" p50={e.pct(0.5):.1f} p90={e.pct(0.9):.1f} worst={e.pct(1.0):.1f}"
+                    f" true_in_interval={e.covered}/{len(e.errors)}",
+                    flush=True,
+                )
+            worst = max((e.pct(1.0) for e in errors.values()), default=0.0)
+            print(f"db={kind} subjects={len(got)} health_records={len(records)}", flush=True)
+            print(f"db={kind} health_hour_write_s={hour_write_s:.3f}", flush=True)
             print(
                 f"db={kind} gpus={gpus} racks={len(racks)} forecast_pass_s={forecast_s:.3f}"
                 f" health_pass_s={health_s:.3f} ttl_error_pct={worst:.1f}",
