@@ -58,7 +58,7 @@ TIME_LIMITS: dict[str, tuple[int, int]] = {
     # ledger_keeper.RUN_BUDGET_S (240 s) and the next minute's run goes on.
     "fleet.ledger": (600, 660),
     "fleet.retention": (600, 660),
-    # Every site's forecasts, ~6 s for a 10,000-GPU site (bench/foresight.py), once a minute.
+    # Every site's forecasts, 3.6-5.4 s for a 10,000-GPU site (bench/foresight.py), once a minute.
     # A stored result is served for 3 minutes (forecast_now.STALE_S): a run past two is cut,
     # keeping the sites it stored, and the next tick starts again.
     "fleet.forecasts": (120, 150),
