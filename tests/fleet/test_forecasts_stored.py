@@ -14,7 +14,7 @@ from fleet import tasks
 from fleet.alerts.engine import evaluate
 from fleet.alerts.models import AlertInstance
 from fleet.models import Rack, Site
-from fleet.read import forecast_now, forecast_sources
+from fleet.read import computed, forecast_now, forecast_sources
 from fleet.read.forecast import Forecast
 from fleet.read.forecast_sources import LimitForecast
 from tests.support import forecast_rows, pages, people
@@ -112,7 +112,7 @@ def test_a_cache_that_cannot_be_reached_shows_no_forecast_and_fails_no_page(
             raise ConnectionError("Redis is restarting")
 
     tasks.forecasts(time.time())  # stored while the cache answered
-    monkeypatch.setattr(forecast_now, "caches", {forecast_now.CACHE: Down()})
+    monkeypatch.setattr(computed, "caches", {computed.CACHE: Down()})
     for rack in Rack.objects.all():
         assert forecast_now.forecasts_now(rack.hall.site_id, time.time()) == []
     monkeypatch.undo()
