@@ -28,6 +28,7 @@ from typing import Any
 
 from agents import __version__
 from agents.collectors.base import Reading
+from agents.protocol.memory import GPU_RESET
 from fleetsim.faults import Fault, FaultPlan
 from fleetsim.inventory import Inventory, Loop, Node, Rack
 from fleetsim.jobs import GpuLoad, JobSchedule, MigSlice
@@ -90,6 +91,7 @@ class VirtualNode:
     # `workload` drives every GPU alike.
     loads: dict[int, GpuLoad] | None = None
     mig: dict[int, tuple[MigSlice, ...]] = field(default_factory=dict)  # GPUs in MIG mode
+    info_due: bool = False  # a memory-error count changed: gpu_info again, as the agent does
 
     @property
     def name(self) -> str:
@@ -177,7 +179,8 @@ class VirtualNode:
                 "net_tx_bytes_s": round(self.host.tx_bytes_s),
             },
         )
-        if with_info:  # as the real agent: a GPU it lost is not described
+        if with_info or self.info_due:  # as the real agent: a GPU it lost is not described
+            self.info_due = False
             models = dict(self.node.gpus)
             reading.gpu_info = [
                 self._info(g, models.get(g.index, "")) for g in self.gpus if not g.lost
@@ -336,6 +339,7 @@ class SiteModel:
                 dbe = self.faults.started("ecc-dbe", target, elapsed_s, dt)
                 if dbe is not None:
                     gpu.ecc_dbe += 1
+                    node.info_due = True
                     gpu.remapped_uncorrectable += 1
                     gpu.remap_pending = 1
                     ts = time.time()
@@ -487,6 +491,9 @@ def reset_gpu(node: VirtualNode, gpu: GpuModel) -> None:
     gpu.reset()
     node.lost_until.pop(gpu.index, None)
     node.tripped_at.pop(gpu.index, None)
+    node.pending_events.append(
+        {"ts": time.time(), "gpu": gpu.index, "kind": GPU_RESET, "detail": "nvidia-smi -r"}
+    )
 
 
 def fell_off_the_bus_events(gpu: int, ts: float) -> list[dict[str, Any]]:

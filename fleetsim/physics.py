@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agents.protocol import reasons
+from agents.protocol.memory import MEMORY_ERRORS_KEY, NOT_SUPPORTED
 
 
 @dataclass(frozen=True, slots=True)
@@ -379,6 +380,15 @@ class GpuModel:
                 "tlimit_shutdown_c": self.spec.gpu_max_c - self.spec.shutdown_c,
                 "tlimit_gpu_max_c": 0.0,
                 "tlimit_mem_max_c": 0.0,
+            },
+            # As an agent reads an H100/H200: the simulated ECC counts are never cleared, so
+            # they are the lifetime ones too; page retirement is not supported (row remapping).
+            MEMORY_ERRORS_KEY: {
+                "ecc_sbe_agg_total": self.ecc_sbe,
+                "ecc_dbe_agg_total": self.ecc_dbe,
+                "retired_pages_sbe": NOT_SUPPORTED,
+                "retired_pages_dbe": NOT_SUPPORTED,
+                "retired_pages_pending": NOT_SUPPORTED,
             },
         }
 
