@@ -16,6 +16,7 @@ from celery import Task, shared_task
 from django.db import InterfaceError, OperationalError
 
 from fleet.read.forecast_now import refresh_forecasts
+from fleet.read.health_now import refresh_health
 from fleet.storage import ledger as ledger_keeper
 from fleet.storage.partitions import ensure_partitions
 from fleet.storage.retention import apply_retention
@@ -62,6 +63,9 @@ TIME_LIMITS: dict[str, tuple[int, int]] = {
     # A stored result is served for 3 minutes (forecast_now.STALE_S): a run past two is cut,
     # keeping the sites it stored, and the next tick starts again.
     "fleet.forecasts": (120, 150),
+    # Every site's GPU health records, ~1.2 s for a 10,000-GPU site (bench/foresight.py),
+    # once a minute; stale after 3 minutes as the forecasts are (computed.STALE_S).
+    "fleet.health": (120, 150),
     "fleet.partitions": (120, 180),
 }
 
@@ -136,6 +140,13 @@ def forecasts(now: float | None = None) -> int:
     """Every site's time-to-limit forecasts as of this minute, stored where pages and rules
     read them (fleet/read/forecast_now.py); sites done."""
     return refresh_forecasts(time.time() if now is None else now)
+
+
+@instrumented_task("fleet.health")
+def gpu_health(now: float | None = None) -> int:
+    """Every site's GPU health states as of this minute, stored where the health-state rules
+    read them (fleet/read/health_now.py); sites done."""
+    return refresh_health(time.time() if now is None else now)
 
 
 @instrumented_task("fleet.retention")

@@ -61,6 +61,7 @@ TASK_QUEUES = {
     "fleet.retention": MAINTENANCE,
     "fleet.partitions": MAINTENANCE,
     "fleet.forecasts": MAINTENANCE,
+    "fleet.health": MAINTENANCE,
     "alerts.watchdog": DEFAULT,
 }
 
@@ -78,6 +79,8 @@ app.conf.beat_schedule = {
     # Every site's time-to-limit forecasts (fleet/read/forecast_now.py), computed here so no
     # page, live push or rule pass waits seconds for them.
     "forecasts": {"task": "fleet.forecasts", "schedule": 60.0, "options": {"expires": 55}},
+    # Every site's GPU health states (fleet/read/health_now.py), for the health-state rules.
+    "health": {"task": "fleet.health", "schedule": 60.0, "options": {"expires": 55}},
     "retention": {"task": "fleet.retention", "schedule": 600.0, "options": {"expires": 550}},
     # Partitions ahead of the data (fleet/tasks.py); a missed tick is redone by the next.
     "partitions": {"task": "fleet.partitions", "schedule": 600.0, "options": {"expires": 540}},

@@ -27,6 +27,7 @@ from fleet.alerts import signals
 from fleet.alerts.consequences import SUPERSEDED_BY_LOST, superseded_when_lost
 from fleet.alerts.evaluate_fabric import label_ports
 from fleet.alerts.evaluate_forecast import label_forecasts
+from fleet.alerts.evaluate_health import label_health
 from fleet.alerts.evaluate_state import (
     Snapshot,
     Values,
@@ -188,6 +189,7 @@ def evaluate(now: float | None = None) -> dict[str, int]:
         label_holders(out.created, snap)
         label_forecasts(out.created, snap)
         label_ports(out.created, snap)
+        label_health(out.created, snap)
         assign_groups((i for i, before, after, *_ in out.events if _fires(before, after)), at)
         _write(out)
         # in the same transaction: the claims and delivery rows commit with the changes

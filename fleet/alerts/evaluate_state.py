@@ -20,11 +20,13 @@ from fleet import health
 from fleet.alerts.evaluate_events import event_count
 from fleet.alerts.evaluate_fabric import FABRIC_DERIVED, FABRIC_PARAMETRIC
 from fleet.alerts.evaluate_forecast import minutes_to_limit
+from fleet.alerts.evaluate_health import in_state
 from fleet.alerts.evaluate_source import gpu_missing, metric_lag, silent_intervals
 from fleet.alerts.holders import allocated_idle
 from fleet.alerts.models import AlertRule
 from fleet.alerts.signals import SCOPE_SAMPLE_KIND, Signal
 from fleet.choices import LiquidClassChoices
+from fleet.health import record
 from fleet.models import PowerFeed, Site
 from fleet.read.state import gpu_limits, rack_infos
 from fleet.storage.latest import rows_to_latest, select_latest_sql
@@ -236,6 +238,9 @@ DERIVED: dict[tuple[str, str], Callable[[Snapshot], Values]] = {
     ("rack", "feeds_n1_minutes_to_limit"): minutes_to_limit("feed_n1"),
     ("gpu", "headroom_minutes_to_limit"): minutes_to_limit("gpu"),
     ("site", "disk_minutes_to_limit"): minutes_to_limit("disk"),
+    ("gpu", "health_watch"): in_state(record.WATCH),
+    ("gpu", "health_reset_needed"): in_state(record.RESET_NEEDED),
+    ("gpu", "health_replace"): in_state(record.REPLACE),
 }
 
 # Derived signals whose value depends on the rule's params (each param resolved against

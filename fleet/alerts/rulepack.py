@@ -12,9 +12,9 @@ from __future__ import annotations
 from fleet.alerts import signals
 from fleet.alerts.rulepack_fabric import FABRIC_RULES
 from fleet.alerts.rulepack_forecast import FORECAST_RULES
-from fleet.alerts.rulespec import FACILITY, RuleSpec
-from fleet.health import lost as health_lost
-from fleet.health import record, thresholds
+from fleet.alerts.rulepack_health import HEALTH_RULES
+from fleet.alerts.rulespec import FACILITY, GPU_NAME, RuleSpec
+from fleet.health import thresholds
 from fleet.read.ledger_rules import DEFAULT_RULES as LEDGER
 
 XID_RUNBOOK = "https://docs.nvidia.com/deploy/xid-errors/index.html"
@@ -24,7 +24,7 @@ MEMORY_RUNBOOK = "https://docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/index.h
 # with the page's comparison, so the page and the alert agree at the boundary itself
 # (tests/alerts/test_page_rule_boundaries.py); for-durations and clear thresholds are the
 # rules' own (a page shows the present, an alert waits out noise).
-_GPU = "{node} GPU {gpu}"
+_GPU = GPU_NAME
 _HC, _HW = thresholds.HEADROOM_CRIT_C, thresholds.HEADROOM_WARN_C
 _INLET_REC, _INLET_A1 = thresholds.INLET_RECOMMENDED_MAX_C, thresholds.INLET_ALLOWABLE_A1_MAX_C
 
@@ -176,38 +176,6 @@ GPU_RULES: tuple[RuleSpec, ...] = (
         _GPU + " failed to remap a memory row",
         "DCGM's health watch FAILs on a remap failure (XID 64): the GPU needs service.",
         runbook_url=MEMORY_RUNBOOK,
-    ),
-    # The health record's state changes (fleet/health/record.py, docs/gpu-health.md): a
-    # pending remap makes a GPU "reset needed"; falling off the bus twice in a week makes it
-    # "replace" (a remap failure has its rule above).
-    RuleSpec(
-        "gpu-row-remap-pending",
-        "Row remap pending: reset needed",
-        "gpu",
-        "remap_pending",
-        "ge",
-        1,
-        None,
-        0,
-        "warning",
-        _GPU + f" has a row remap pending: {record.RESET_NEEDED} to apply it",
-        "A remapped row takes effect at the next GPU reset: drain the GPU, then reset it.",
-        runbook_url=record.SOURCES["row-remapping"],
-    ),
-    RuleSpec(
-        "gpu-off-the-bus-repeated",
-        "Fell off the bus twice in a week: replace",
-        "gpu",
-        "xid_events",
-        "ge",
-        record.OFF_THE_BUS_REPLACE,
-        None,
-        0,
-        "critical",
-        _GPU + f" fell off the bus {{value:.0f}} times in 7 days: {record.REPLACE}",
-        "Two XID 79 (fallen off the bus) in a week: treat it as a hardware fault.",
-        params={"codes": [health_lost.OFF_THE_BUS_XID], "window_s": record.OFF_THE_BUS_WINDOW_S},
-        runbook_url=record.SOURCES["xid-catalog"],
     ),
     RuleSpec(
         "gpu-xid-fatal",
@@ -552,6 +520,7 @@ BUILTIN_RULES: tuple[RuleSpec, ...] = (
     *LOOP_RULES,
     *FORECAST_RULES,
     *FABRIC_RULES,
+    *HEALTH_RULES,
     *SOURCE_RULES,
     *USAGE_RULES,
 )

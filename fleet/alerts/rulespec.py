@@ -8,6 +8,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 # The fields a pack sets; `key`, `builtin` and `pack_values` are the installer's own.
+# How a GPU rule's summary names its GPU.
+GPU_NAME = "{node} GPU {gpu}"
+
 # The label that routes a rule to the facilities team (docs/notifications.md).
 FACILITY: dict[str, str] = {"team": "facilities"}
 

@@ -16,7 +16,8 @@ stored events (fleet.models.Event) of that kind over the rule's `window_s`;
 (fleet/alerts/holders.py); `forecast:<subject>` reads this minute's time-to-limit forecasts
 (fleet/alerts/evaluate_forecast.py); `fabric:<what>` judges each node's InfiniBand/RoCE
 ports (fleet/alerts/evaluate_fabric.py), `nvlink:<what>` each GPU's NVLink error totals
-(fleet/alerts/evaluate_nvlink.py).
+(fleet/alerts/evaluate_nvlink.py); `health_record:<state>` reads this minute's GPU health
+states (fleet/alerts/evaluate_health.py).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import Literal
 
 from agents.protocol.metrics import METRICS, SampleKind
 from fleet.health import fabric as health_fabric
+from fleet.health import record
 from fleet.health.cadence import LAG_INTERVALS
 
 ParamType = Literal["float", "int_list", "metric_list", "site_map"]
@@ -88,7 +90,7 @@ class Signal:
     scope: str
     unit: str  # "" for counts and ratios without a unit; "flag" for 0/1
     description: str
-    source: str  # metric:<name> | health:<function>[.field] | events:<kind> | forecast:<subject>
+    source: str  # metric:<name> | health:<function>[.field] | events:<kind> | … (above)
     params: tuple[Param, ...] = ()
     placeholders: tuple[str, ...] = field(default=())  # extra ones this signal supplies
     # No value means the condition is over (nothing holds the GPU any more), not that the
@@ -476,7 +478,34 @@ def _unit(name: str) -> str:
     return next((u for s, u in suffixes.items() if name.endswith(s)), "")
 
 
-SIGNALS: tuple[Signal, ...] = (*_raw_signals(), *_DERIVED, *_FORECAST, *_FABRIC, *_SOURCE)
+# The health record's states (fleet/health/record.py, docs/gpu-health.md): 1 for a GPU in
+# that state, as the task fleet.health judged it this minute; no value otherwise, and no
+# value ends the condition. Summaries may name the first evidence (`evidence`).
+_HEALTH: tuple[Signal, ...] = tuple(
+    Signal(
+        name,
+        "gpu",
+        "flag",
+        f"1 while the GPU's health record says {state} (docs/gpu-health.md)",
+        f"health_record:{state}",
+        placeholders=("evidence",),
+        absent_clears=True,
+    )
+    for name, state in (
+        ("health_watch", record.WATCH),
+        ("health_reset_needed", record.RESET_NEEDED),
+        ("health_replace", record.REPLACE),
+    )
+)
+
+SIGNALS: tuple[Signal, ...] = (
+    *_raw_signals(),
+    *_DERIVED,
+    *_FORECAST,
+    *_FABRIC,
+    *_HEALTH,
+    *_SOURCE,
+)
 BY_KEY: dict[tuple[str, str], Signal] = {s.key: s for s in SIGNALS}
 NAMES: frozenset[str] = frozenset(s.name for s in SIGNALS)
 
