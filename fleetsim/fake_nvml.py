@@ -217,9 +217,10 @@ class FakeNvml:
         self.nvlink_errors = {"crc": 0, "replay": 0, "recovery": 0}
         # GPU index, or (GPU index, MIG slot) -> its processes; tests change it between reads.
         self.processes = dict(processes or {})
-        # GPU index -> {NVML field id: count, or None for NotSupported}: a GPU's memory-error
-        # facts (aggregate ECC, retired pages) where a test sets them; else the capture's.
-        self.memory_errors: dict[int, dict[int, int | None]] = {}
+        # GPU index -> {NVML field id: count, None for NotSupported, or "ret=N" for NVML's
+        # error N}: a GPU's memory-error facts (aggregate ECC, retired pages) where a test
+        # sets them; else the capture's.
+        self.memory_errors: dict[int, dict[int, int | str | None]] = {}
         # GPU index -> the energy (mJ) its counter started again from: `reset_gpu`.
         self._energy_zero: dict[int, int] = {}
         # call name -> hook run before answering (tests use it to hold a call open)
@@ -537,6 +538,8 @@ class FakeNvml:
             count = mine[fid]
             if count is None:
                 return _FieldAnswer(fid, pynvml.NVML_ERROR_NOT_SUPPORTED, 0, _Value())
+            if isinstance(count, str):
+                return _FieldAnswer(fid, int(count.removeprefix("ret=")), 0, _Value())
             return _FieldAnswer(fid, 0, 3, _Value(ullVal=count))
         energy = self.energy_mj(index)
         live = {

@@ -227,10 +227,13 @@ class GpuCollector:
         return {"energy_j": round(millijoules / 1000.0, 3)}
 
     def _read_memory_errors(self, index: int, handle: Any) -> dict[str, Any]:
-        """Lifetime ECC and retired pages: kept in gpu_info, sent again when they change."""
-        block = self._memory_errors(index, handle)
+        """Lifetime ECC and retired pages: kept in gpu_info, sent again when they change. A
+        field that failed this time keeps the value read before (a failure is no news)."""
         info = self.info.get(index)
-        if info is not None and block and block != info.get(MEMORY_ERRORS_KEY):
+        if info is None:
+            return {}
+        block = {**info.get(MEMORY_ERRORS_KEY, {}), **self._memory_errors(index, handle)}
+        if block and block != info.get(MEMORY_ERRORS_KEY):
             info[MEMORY_ERRORS_KEY] = block
             self._info_due = True
         return {}

@@ -85,6 +85,17 @@ def test_counts_are_sent_as_read_and_sent_again_only_when_one_changes() -> None:
     _valid(again)
 
 
+def test_a_field_that_fails_keeps_its_last_count_and_sends_nothing_new() -> None:
+    fake = fake_gpus(1)
+    fake.memory_errors[0] = {DBE_AGG: 2}
+    gpu = collector(fake)
+    assert gpu.collect(time.time()).gpu_info[0]["memory_errors"]["ecc_dbe_agg_total"] == 2
+    fake.memory_errors[0] = {DBE_AGG: f"ret={pynvml.NVML_ERROR_TIMEOUT}"}
+    _slow(gpu, "memory_errors")
+    assert gpu.collect(time.time()).gpu_info == []
+    assert gpu.info[0]["memory_errors"]["ecc_dbe_agg_total"] == 2
+
+
 def test_memory_errors_are_a_slow_read_staggered_across_gpus() -> None:
     gpu = collector(fake_gpus(4), memory_errors_every=60)
     reads = [r for r in gpu.slow_reads() if r.name.endswith(":memory_errors")]
