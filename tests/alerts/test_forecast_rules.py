@@ -8,20 +8,14 @@ fleet.forecasts stored: `tick` refreshes them at each minute's start, as the bea
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 
 import pytest
 
-from fleet.alerts.engine import evaluate
-from fleet.alerts.grouping import Places
-from fleet.alerts.messages import group_notice
 from fleet.alerts.models import AlertInstance, AlertRule
-from fleet.demo import DEMO_RACKS, seed_demo_site
 from fleet.models import CoolingLoop, PowerFeed, Rack
-from fleet.read import forecast_now
 from fleet.words import utc_minute
 from tests.support import forecast_rows
-from tests.support.alert_engine import T0
+from tests.support.forecast_engine import START, demo_racks, firing, tick, title
 from tests.support.forecast_rows import metered, seed_minutes
 from tests.support.latest import store_latest
 from tests.support.series import ramp
@@ -29,7 +23,6 @@ from tests.support.series import ramp
 pytestmark = pytest.mark.django_db
 
 RULES = ("rack-power-forecast", "loop-supply-forecast")
-START = T0 // 60 * 60  # a minute's start: the forecast's `now` is the minute's
 
 
 fresh_forecasts = forecast_rows.fresh_forecasts  # autouse
@@ -38,34 +31,14 @@ fresh_forecasts = forecast_rows.fresh_forecasts  # autouse
 @pytest.fixture
 def site() -> None:
     """Two liquid racks of 130 kW on CDU-1 (W32: 32 °C), only the forecast rules enabled."""
-    racks = tuple(replace(p, nodes=1, budget_kw=130) for p in DEMO_RACKS[:2])
-    seed_demo_site("demo", racks, gpus_per_node=1)
+    demo_racks(RULES)
     CoolingLoop.objects.filter(name="CDU-1").update(liquid_class="W32")
-    AlertRule.objects.exclude(key__in=RULES).update(enabled=False)
 
 
 def rack_draws(name: str, shape: Callable[[float], float]) -> Rack:
     rack = Rack.objects.get(name=name)
     seed_minutes("fw_rack_1m", "rack_id", rack.pk, "power_w_mean", shape, START)
     return rack
-
-
-def tick(k: int) -> None:
-    """The k-th 10 s evaluation after START, the forecasts refreshed first where a minute
-    starts (fleet.forecasts runs each minute)."""
-    at = START + 1 + 10 * k
-    if k % 6 == 0:
-        forecast_now.refresh_forecasts(at)
-    evaluate(at)
-
-
-def firing() -> dict[str, AlertInstance]:
-    return {i.rule.key: i for i in AlertInstance.objects.filter(state="firing")}
-
-
-def title(inst: AlertInstance) -> str:
-    assert inst.group is not None
-    return group_notice(inst.group, "firing", [inst], Places()).title
 
 
 def test_a_ramping_rack_fires_with_the_crossing_time_in_its_message(site: None) -> None:

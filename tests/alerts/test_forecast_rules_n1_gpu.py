@@ -8,21 +8,14 @@ minute's start, as the beat would."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 
-from fleet.alerts.engine import evaluate
-from fleet.alerts.grouping import Places
-from fleet.alerts.messages import group_notice
 from fleet.alerts.models import AlertInstance, AlertRule
-from fleet.demo import DEMO_RACKS, seed_demo_site
 from fleet.health.racks import n_plus_one_kw
 from fleet.models import GPU, PowerFeed, Rack
-from fleet.read import forecast_now
 from fleet.words import utc_minute
 from tests.support import forecast_rows
-from tests.support.alert_engine import T0
+from tests.support.forecast_engine import START, demo_racks, firing, tick, title
 from tests.support.forecast_rows import metered, seed_gpu_minutes, seed_minutes
 from tests.support.latest import store_latest
 from tests.support.series import ramp
@@ -30,7 +23,6 @@ from tests.support.series import ramp
 pytestmark = pytest.mark.django_db
 
 RULES = ("rack-feeds-n1-forecast", "gpu-headroom-forecast")
-START = T0 // 60 * 60  # a minute's start: the forecast's `now` is the minute's
 
 
 fresh_forecasts = forecast_rows.fresh_forecasts  # autouse
@@ -39,27 +31,8 @@ fresh_forecasts = forecast_rows.fresh_forecasts  # autouse
 @pytest.fixture
 def site() -> None:
     """Two racks of one node and one GPU each (slowdown 87 °C), only these rules enabled."""
-    racks = tuple(replace(p, nodes=1, budget_kw=130) for p in DEMO_RACKS[:2])
-    seed_demo_site("demo", racks, gpus_per_node=1)
+    demo_racks(RULES)
     GPU.objects.update(slowdown_c=87.0)
-    AlertRule.objects.exclude(key__in=RULES).update(enabled=False)
-
-
-def tick(k: int) -> None:
-    """The k-th 10 s evaluation after START, the forecasts refreshed where a minute starts."""
-    at = START + 1 + 10 * k
-    if k % 6 == 0:
-        forecast_now.refresh_forecasts(at)
-    evaluate(at)
-
-
-def firing() -> dict[str, AlertInstance]:
-    return {i.rule.key: i for i in AlertInstance.objects.filter(state="firing")}
-
-
-def title(inst: AlertInstance) -> str:
-    assert inst.group is not None
-    return group_notice(inst.group, "firing", [inst], Places()).title
 
 
 def a01_gpu() -> GPU:
