@@ -3,7 +3,8 @@ constraint and the margin left under each, from the figures the capacity page me
 
 The figures (over `fleet.read.capacity.WINDOW_S`, 30 days, read as that page reads them):
 
-- the rack's **p99 draw** (and p95, shown): `fleet.read.capacity.site_capacity`;
+- the rack's **p99 draw** (and p95, shown): `fleet.read.capacity_sql.rack_draws`, the
+  statement the capacity page's figures come from;
 - **per-server power** — the p95 of the hourly draw of the site's nodes of the same model
   (each node's draw as the rack rule has it: its meter, else its GPUs' sum;
   `fleet.read.capacity_sql.model_p95`), else the rated figure in `SERVER_MODELS`, else the

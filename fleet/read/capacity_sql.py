@@ -16,10 +16,12 @@ pure-Python oracle.
 
 from __future__ import annotations
 
+import math
+from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import connections
+from django.db import connections, transaction
 
 from fleet.storage.dialect import POSTGRESQL
 from fleet.storage.schema import TIER_SECONDS, latest_table, rollup_table
@@ -101,7 +103,7 @@ def rack_series_sql(tier: str) -> str:
     # row of a rack whose PDU reported in every whole bucket of the window (`covered`:
     # buckets are multiples of the step). At 10,000 GPUs summing every row was most of a
     # forecast pass (docs/forecast.md "Cost").
-    whole = f"(CAST(%s AS BIGINT) - {step}) / {step} - (CAST(%s AS BIGINT) + {step - 1}) / {step}"
+    whole = _whole_buckets(step)
     return f"""
 pdu AS (
   SELECT m.rack_id, m.bucket, m.power_w_mean AS w FROM {rollup_table("rack", tier)} m
@@ -174,7 +176,12 @@ def rack_draws(site_id: int, since: float, until: float, tier: str, using: str) 
     """Each rack of the site with a measured draw in [since, until): its p95 and p99 (W)
     over the tier's bucket means, how many buckets, and which source gave them."""
     vendor = connections[using].vendor
-    with connections[using].cursor() as cur:
+    with transaction.atomic(using=using), connections[using].cursor() as cur:
+        if vendor == POSTGRESQL:
+            # Its cost estimate triggers JIT, which compiled for ~1 s to run a 0.56 s
+            # statement (500 racks, 30 days of hours; docs/benchmarks.md "Headroom by rack").
+            # SET LOCAL: for this transaction only, as the rollups do (fleet/storage/dialect.py).
+            cur.execute("SET LOCAL jit = off")
         cur.execute(_percentiles_sql(tier, vendor), rack_series_params(site_id, since, until))
         rows = cur.fetchall()
     return [
@@ -189,39 +196,105 @@ def rack_draws(site_id: int, since: float, until: float, tier: str, using: str) 
     ]
 
 
-def _model_p95_sql(tier: str, vendor: str, one_model: bool) -> str:
-    """p95 of each node model's per-node hourly draw (`per_node`: the node's meter, else its
-    GPUs' sum), grouped by model; `one_model` adds a parameter naming the model."""
-    draws = (
-        "SELECT n.model, COALESCE(p.meter, p.gpus) AS w FROM per_node p"
-        " JOIN fleet_node n ON n.id = p.node_id"
-        " WHERE COALESCE(p.meter, p.gpus) IS NOT NULL" + (" AND n.model = %s" if one_model else "")
+def _whole_buckets(step: int) -> str:
+    """Whole buckets in [since, until) after the first: parameters (until, since)."""
+    return f"(CAST(%s AS BIGINT) - {step}) / {step} - (CAST(%s AS BIGINT) + {step - 1}) / {step}"
+
+
+def _site_nodes(one_model: bool) -> str:
+    """The site's nodes (or those of one model): parameters site[, model]."""
+    model = " AND n.model = %s" if one_model else ""
+    return f"SELECT n.id, n.model FROM fleet_node n WHERE n.rack_id IN ({_SITE_RACKS}){model}"
+
+
+def _partly_metered_sql(tier: str, one_model: bool) -> str:
+    """The site's nodes whose meter missed a whole bucket of the window: parameters site,
+    [model], since, until, until, since."""
+    step = TIER_SECONDS[tier]
+    return (
+        f"WITH site_nodes AS ({_site_nodes(one_model)})"
+        " SELECT s.id FROM site_nodes s LEFT JOIN ("
+        f"SELECT m.node_id, COUNT(*) AS c FROM {rollup_table('node', tier)} m"
+        " WHERE m.node_id IN (SELECT id FROM site_nodes)"
+        f" AND {_window('m', step)} AND m.power_w_mean IS NOT NULL GROUP BY m.node_id"
+        f") k ON k.node_id = s.id WHERE k.c IS NULL OR k.c < {_whole_buckets(step)} + 1"
     )
-    head = "WITH " + rack_series_sql(tier) + f", model_draws AS ({draws})"
+
+
+def _model_p95_sql(tier: str, vendor: str, one_model: bool, partly: int) -> str:
+    """p95 of each node model's per-node bucket draws, grouped by model (on SQLite the
+    draws, for `percentile_cont` here): every meter, and the GPU sums of the `partly`
+    metered nodes (their ids the last parameters) in the buckets their meter missed.
+    Parameters: site, [model], since, until, since, until, ids."""
+    step = TIER_SECONDS[tier]
+    gpus = ""
+    if partly:
+        ids = ", ".join(["%s"] * partly)
+        gpus = f""",
+gpus AS (
+  SELECT n.model, SUM(g.power_w_mean) AS w
+  FROM {rollup_table("gpu", tier)} g JOIN site_nodes n ON n.id = g.node_id
+  WHERE {_window("g", step)} AND g.node_id IN ({ids})
+    AND NOT EXISTS (SELECT 1 FROM meters m WHERE m.node_id = g.node_id AND m.bucket = g.bucket)
+  GROUP BY n.model, g.node_id, g.bucket
+)"""
+    union = " UNION ALL SELECT model, w FROM gpus WHERE w IS NOT NULL" if partly else ""
+    head = f"""WITH
+site_nodes AS ({_site_nodes(one_model)}),
+meters AS (
+  SELECT n.model, m.node_id, m.bucket, m.power_w_mean AS w
+  FROM {rollup_table("node", tier)} m JOIN site_nodes n ON n.id = m.node_id
+  WHERE {_window("m", step)} AND m.power_w_mean IS NOT NULL
+){gpus},
+model_draws AS (
+  SELECT model, w FROM meters{union}
+)"""
     if vendor == POSTGRESQL:
         return head + (
             " SELECT model, percentile_cont(0.95) WITHIN GROUP (ORDER BY w)"
             " FROM model_draws GROUP BY model"
         )
-    return head + (
-        ", ranked AS (SELECT model, w,"
-        " ROW_NUMBER() OVER (PARTITION BY model ORDER BY w) - 1 AS i,"
-        " COUNT(*) OVER (PARTITION BY model) AS n FROM model_draws)"
-        f" SELECT model, SUM({_interpolated(0.95)}) FROM ranked GROUP BY model"
-    )
+    # SQLite: the draws themselves, ranked here (`percentile_cont`). Ranking 1.5 M rows
+    # with window functions took 4.3 s at 500 racks, reading them and sorting here ~1 s.
+    return head + " SELECT model, w FROM model_draws"
+
+
+def percentile_cont(ordered: list[float], p: float) -> float:
+    """PostgreSQL's percentile_cont of sorted values: linear between the two nearest ranks."""
+    pos = p * (len(ordered) - 1)
+    low = math.floor(pos)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
 
 
 def model_p95(
     site_id: int, since: float, until: float, tier: str, using: str, model: str | None = None
 ) -> dict[str, float]:
     """Each node model of the site (or only `model`) with a measured draw in [since, until):
-    the p95 (W) of its nodes' bucket draws, all its nodes' buckets together. One statement:
-    the capacity answer's per-server power and the list of models the capacity form offers."""
+    the p95 (W) of its nodes' bucket draws, all its nodes' buckets together — the capacity
+    answer's per-server power and the list of models the capacity form offers.
+
+    A node's draw in a bucket is `per_node`'s rule (its meter, else its GPUs' sum), read in
+    two statements whatever the site's size: which nodes' meters missed a bucket, then every
+    meter and only those nodes' GPU rows in the buckets missed. At 500 racks reading every
+    GPU row (or letting the planner choose when) took seconds (docs/benchmarks.md)."""
     vendor = connections[using].vendor
-    params = rack_series_params(site_id, since, until) + ([] if model is None else [model])
+    window = [int(since), int(until)]
+    head: list[Any] = [site_id, *([] if model is None else [model])]
     with connections[using].cursor() as cur:
-        cur.execute(_model_p95_sql(tier, vendor, model is not None), params)
-        return {str(m): float(w) for m, w in cur.fetchall() if w is not None}
+        cur.execute(_partly_metered_sql(tier, model is not None), [*head, *window, *window[::-1]])
+        partly = [int(n) for (n,) in cur.fetchall()]
+        cur.execute(
+            _model_p95_sql(tier, vendor, model is not None, len(partly)),
+            [*head, *window, *(window if partly else []), *partly],
+        )
+        rows = cur.fetchall()
+    if vendor == POSTGRESQL:
+        return {str(m): float(w) for m, w in rows if w is not None}
+    draws: dict[str, list[float]] = defaultdict(list)
+    for m, w in rows:
+        draws[str(m)].append(float(w))
+    return {m: percentile_cont(sorted(ws), 0.95) for m, ws in draws.items()}
 
 
 def rack_utilisation(

@@ -3,8 +3,9 @@ the capacity answer (fleet/read/capacity_answer.py, one rack) and the site's hea
 rack (fleet/read/headroom.py, every rack) judge with.
 
 A site's facts are read set-based, in a fixed number of statements whatever its size
-(`site_room`): the racks' 30-day p95/p99 draw (`fleet.read.capacity.site_capacity`), every
-feed, every rack's cooling loop, every placed node's units. `constraints` then judges one
+(`site_room`): the racks' 30-day p95/p99 draw (`fleet.read.capacity_sql.rack_draws`, the
+statement and tier the capacity page's figures come from), every feed, every rack's cooling
+loop, every placed node's units. `constraints` then judges one
 rack from them in memory:
 
 - **power budget** — the rack's `power_budget_kw` against its p99 draw;
@@ -33,8 +34,8 @@ from django.db import DEFAULT_DB_ALIAS
 from fleet.demo import RACK_UNITS
 from fleet.health.racks import n_plus_one_kw
 from fleet.models import Node, PowerFeed, Rack
-from fleet.read.capacity import WINDOW_S, RackCapacity, site_capacity, tier_for
-from fleet.read.capacity_sql import model_p95
+from fleet.read.capacity import WINDOW_S, tier_for
+from fleet.read.capacity_sql import model_p95, rack_draws
 
 __all__ = (
     "CDU",
@@ -45,6 +46,7 @@ __all__ = (
     "CapacityQuestionError",
     "Constraint",
     "LoopFacts",
+    "RackDrawn",
     "ServerModel",
     "ServerPower",
     "SiteRoom",
@@ -114,6 +116,18 @@ def binding_of(judged: list[Constraint]) -> Constraint | None:
 
 
 @dataclass(frozen=True)
+class RackDrawn:
+    """A rack's budget and its draw over the window, as the capacity page has them."""
+
+    rack_id: int
+    rack: str
+    hall: str
+    budget_kw: float
+    p95_kw: float | None  # None: no measured draw in the window
+    p99_kw: float | None
+
+
+@dataclass(frozen=True)
 class LoopFacts:
     id: int
     name: str
@@ -124,7 +138,7 @@ class LoopFacts:
 class SiteRoom:
     """What the constraints are judged on, for every rack of one site."""
 
-    racks: dict[int, RackCapacity]  # by rack id, in the inventory's order
+    racks: dict[int, RackDrawn]  # by rack id, in the inventory's order
     feeds_kw: dict[int, list[float]] = field(default_factory=dict)  # each feed's available kW
     loops: dict[int, LoopFacts] = field(default_factory=dict)  # rack id → its cooling loop
     on_loop: dict[int, list[int]] = field(default_factory=dict)  # loop id → its racks
@@ -132,8 +146,23 @@ class SiteRoom:
 
 
 def site_room(site_id: int, now: float, using: str = DEFAULT_DB_ALIAS) -> SiteRoom:
-    """Every rack's facts for the constraints, in four reads besides `site_capacity`."""
-    racks = {r.rack_id: r for r in site_capacity(site_id, now, using=using)}
+    """Every rack's facts for the constraints, in five statements whatever the site's size."""
+    tier = tier_for(WINDOW_S)
+    draws = {d.rack_id: d for d in rack_draws(site_id, now - WINDOW_S, now, tier, using)}
+    racks: dict[int, RackDrawn] = {}
+    inventory = Rack.objects.using(using).filter(hall__site_id=site_id)
+    for rack_id, name, hall, budget in inventory.values_list(
+        "pk", "name", "hall__name", "power_budget_kw"
+    ):
+        draw = draws.get(rack_id)
+        racks[rack_id] = RackDrawn(
+            rack_id,
+            name,
+            hall,
+            float(budget),
+            None if draw is None else draw.p95_w / 1000.0,
+            None if draw is None else draw.p99_w / 1000.0,
+        )
     feeds: dict[int, list[float]] = defaultdict(list)
     for feed in PowerFeed.objects.using(using).filter(rack__hall__site_id=site_id):
         feeds[feed.rack_id].append(feed.available_kw)

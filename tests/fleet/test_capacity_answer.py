@@ -1,17 +1,18 @@
 """Capacity answers (fleet/read/capacity_answer.py): "can rack X take N more servers of
 model M?" on both database tiers — a rack bound by its power budget, one by its feeds less
 any one (N+1), one by its CDU's heat capacity with another rack on the loop, one by free
-rack units; the per-server power measured from the site's nodes of the model, else rated,
-else given; and questions that cannot be answered."""
+rack units; the per-server power measured from the site's nodes of the model (each node's
+meter, else its GPUs' sum), else rated, else given; and questions that cannot be answered."""
 
 from __future__ import annotations
 
 import pytest
 
-from fleet.models import Rack
+from fleet.models import Node, Rack
 from fleet.read.capacity_answer import CapacityQuestionError, can_take
+from fleet.read.rack_room import measured_server_ws
 from tests.support import databases
-from tests.support.capacity_rows import HGX
+from tests.support.capacity_rows import ANSWER_HOURS, HGX, HOUR, gpu_hours, node_hours
 from tests.support.capacity_rows import AnswerSite as Site1
 from tests.support.databases import T, TierDb
 
@@ -95,3 +96,34 @@ def test_questions_that_cannot_be_answered_say_which_input(
     with pytest.raises(CapacityQuestionError) as raised:
         can_take(rack.pk, servers, model, T, units=units, using=db.alias)
     assert raised.value.field == field
+
+
+def p95(values: list[float]) -> float:
+    """PostgreSQL's percentile_cont(0.95): linear between the two nearest ranks."""
+    ordered = sorted(values)
+    pos = 0.95 * (len(ordered) - 1)
+    low = int(pos)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
+
+
+def test_per_server_power_is_each_nodes_meter_else_its_gpus_sum(db: TierDb) -> None:
+    site = Site1(db)
+    rack = site.rack("X01", budget_kw=45, draw_kw=20)
+    hours = [T - (k + 1) * HOUR for k in range(ANSWER_HOURS)]
+    # x1: no meter, two GPUs; x2: a meter for its first 24 hours only, GPUs throughout
+    x1 = Node.objects.using(db.alias).create(name="x1", rack=rack, position=1, model="X box")
+    x2 = Node.objects.using(db.alias).create(name="x2", rack=rack, position=2, model="X box")
+    node_hours(db, x2, [(b, 1000.0 + 10 * k) for k, b in enumerate(hours[:24])])
+    for gpu, watts in ((0, 300.0), (1, 400.0)):
+        gpu_hours(db, x1, gpu, [(b, watts + k, 50.0) for k, b in enumerate(hours)])
+        gpu_hours(db, x2, gpu, [(b, watts / 2, 50.0) for b in hours])
+    # the measured HGX node's GPUs: never read, its meter reported every hour
+    m01 = Node.objects.using(db.alias).get(name="m01-n1")
+    gpu_hours(db, m01, 0, [(b, 1.0, 50.0) for b in hours])
+    drawn = [700.0 + 2 * k for k in range(ANSWER_HOURS)]  # x1: its GPUs' sum
+    drawn += [1000.0 + 10 * k for k in range(24)] + [350.0] * 24  # x2: meter, else GPUs
+    measured = measured_server_ws(site.site.pk, T, using=db.alias)
+    assert measured == {HGX: pytest.approx(10e3), "X box": pytest.approx(p95(drawn))}
+    answer = can_take(rack.pk, 1, "X box", T, units=1, using=db.alias)
+    assert answer.server_w == pytest.approx(p95(drawn)) and answer.server_w_from == "measured"
