@@ -1,0 +1,195 @@
+"""The Fleetwatch side of bench/peer.py, as bench/scale.py runs it: a fresh PostgreSQL
+database with bench/rules.py's inventory (a token per node), two uvicorn server processes
+(each with its ingest child, production intervals) behind nginx, the maintenance worker of
+docs/operations.md and a beat with only the storage's upkeep (bench/peer_beat.py), and
+every node on its own WebSocket at 1 Hz carrying the trace stream (bench/peer_agents.py).
+
+What it spent: CPU of the server processes, their ingest children, the database's
+backends, nginx, the worker and the beat over the window, over the GPU samples
+acknowledged in it; what it keeps: every fw_* table (raw and rollup tiers, their
+partitions, TOAST and indexes) at the end, over the GPU samples stored.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench import scale_history as history
+from bench import scale_procs as procs
+from bench.scale import (
+    MAINTENANCE_WORKER,
+    PRODUCTION_ENV,
+    Bench,
+    backend_pids,
+    celery,
+    pg_rows,
+    setup_inventory,
+)
+from bench.scale_agents import GPUS_PER_NODE
+from tests.support.server import FleetServer
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class FleetRun:
+    window_s: float
+    cpu: dict[str, float]  # CPU seconds over the window, per process group
+    agents: dict[str, Any]  # bench/scale_agents.py's summary
+    table_bytes: dict[str, int]  # fw_<kind>_<tier> → bytes, partitions and indexes included
+    empty_bytes: dict[str, int]  # the same before the first sample (empty partitions' pages)
+    gpu_rows: int  # raw GPU rows stored over the whole run
+    machine_busy_s: float
+    rollup_log: str
+
+    @property
+    def gpu_samples(self) -> int:
+        return int(self.agents["acked"]) * GPUS_PER_NODE
+
+    @property
+    def grown(self) -> dict[str, int]:
+        """What each table grew by over the run: the bytes its samples and rollups took."""
+        return {t: size - self.empty_bytes.get(t, 0) for t, size in self.table_bytes.items()}
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(self.grown.values())
+
+
+def fw_table_bytes(bench: Bench) -> dict[str, int]:
+    """pg_total_relation_size of every fw_* table that is not a partition, summed over its
+    partitions (what the database keeps for Fleetwatch's samples and rollups)."""
+    rows = pg_rows(
+        bench,
+        "SELECT c.relname, (SELECT coalesce(sum(pg_total_relation_size(p.relid)), 0)"
+        " FROM pg_partition_tree(c.oid) p)"
+        " FROM pg_class c WHERE c.relname LIKE 'fw\\_%' AND c.relkind IN ('r', 'p')"
+        " AND NOT c.relispartition",
+    )
+    return {str(name): int(size) for name, size in rows if int(size)}
+
+
+@dataclass(frozen=True)
+class Plan:
+    nodes: int
+    seconds: float  # the measured window
+    warmup_s: float
+    origin: int  # the stream's epoch second (bench/peer_stream.py)
+
+
+def run_fleetwatch(bench: Bench, plan: Plan, log: Callable[[str], None]) -> FleetRun:
+    # bench/rules.py's inventory rounds to whole racks: the first `nodes` of it report.
+    creds = setup_inventory(bench, plan.nodes * GPUS_PER_NODE)[: plan.nodes]
+    creds_path = bench.var_dir / "creds.json"
+    creds_path.write_text(json.dumps(creds))
+    now = time.time()
+    minute = int(now) // 60 * 60
+    made = history.ensure_partitions_if_any(bench.conninfo, history.History(minute, minute, 1), now)
+    log(f"  partitions: {made}")
+    empty = fw_table_bytes(bench)
+    log(f"  inventory: {len(creds)} nodes × {GPUS_PER_NODE} GPUs")
+    servers = [
+        FleetServer(
+            bench.var_dir,
+            database_url=bench.database_url,
+            redis_url=bench.redis_url,
+            extra_env=PRODUCTION_ENV,
+        )
+    ]
+    servers.append(servers[0].sibling())
+    try:
+        for server in servers:
+            server.start()
+        with procs.nginx(bench.var_dir, [s.port for s in servers]) as (port, _conf, nginx_pid):
+            run = _drive(bench, servers, port, nginx_pid, creds_path, plan, log)
+            run.empty_bytes = empty
+            return run
+    finally:
+        for server in servers:
+            server.stop()
+
+
+def _drive(
+    bench: Bench,
+    servers: list[FleetServer],
+    port: int,
+    nginx_pid: int,
+    creds_path: Path,
+    plan: Plan,
+    log: Callable[[str], None],
+) -> FleetRun:
+    window_start = time.time() + plan.warmup_s
+    window_end = window_start + plan.seconds
+    out = bench.var_dir / "agents.json"
+    beat_args = ["beat", "--loglevel", "INFO", "--schedule", str(bench.var_dir / "beat-schedule")]
+    beat_args += ["-S", "bench.peer_beat:StorageOnly"]
+    with (
+        celery(bench, "maintenance-worker", MAINTENANCE_WORKER, {}) as (worker_log, worker),
+        celery(bench, "beat", beat_args, {}) as (_beat_log, beat),
+    ):
+        agents = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "bench.peer_agents",
+                "--origin",
+                str(plan.origin),
+                "--url",
+                f"ws://127.0.0.1:{port}/ws/ingest/v1",
+                "--creds",
+                str(creds_path),
+                "--window-start",
+                f"{window_start:.3f}",
+                "--window-end",
+                f"{window_end:.3f}",
+                "--out",
+                str(out),
+            ],
+            cwd=ROOT,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        time.sleep(max(0.0, window_start - time.time()))
+        roots = [s.proc.pid for s in servers if s.proc is not None]
+
+        def groups() -> dict[str, list[int]]:
+            return {
+                "server loops": roots,
+                "ingest children": procs.children(roots),
+                "postgres backends": backend_pids(bench),
+                "nginx": procs.with_children([nginx_pid]),
+                "maintenance worker": procs.with_children([worker]),
+                "beat": procs.with_children([beat]),
+                "agents (load)": [agents.pid],
+            }
+
+        before = {k: procs.cpu_of(v) for k, v in groups().items()}
+        busy = procs.machine_busy_s()
+        while time.time() < window_end:
+            time.sleep(min(30.0, max(0.0, window_end - time.time())))
+            log(f"  fleetwatch: {time.time() - window_start:.0f} s, load {os.getloadavg()[0]:.1f}")
+        after = {k: procs.cpu_of(v) for k, v in groups().items()}
+        busy = procs.machine_busy_s() - busy
+        _, err = agents.communicate(timeout=600)
+        if agents.returncode:
+            raise RuntimeError(f"agent loop failed:\n{err[-3000:]}")
+    cpu = {k: procs.cpu_spent(before[k], after[k]) for k in before}
+    rows = pg_rows(bench, "SELECT count(*) FROM fw_gpu_raw")
+    return FleetRun(
+        window_s=plan.seconds,
+        cpu=cpu,
+        agents=json.loads(out.read_text()),
+        table_bytes=fw_table_bytes(bench),
+        empty_bytes={},
+        gpu_rows=int(rows[0][0]),
+        machine_busy_s=busy,
+        rollup_log=worker_log.read_text(errors="replace"),
+    )
