@@ -17,7 +17,10 @@ names silences match on. `assign_groups` puts each instance that fires into its 
   power incident: that incident (fleet/alerts/consequences.py);
 - a rack's, feed's or GPU's time-to-limit forecast while an incident of its rack is open:
   that incident (a loop's forecast joins its loop's incident by its own key; a GPU's, a
-  thermal signal, its loop's open incident when its rack has none).
+  thermal signal, its loop's open incident when its rack has none);
+- a GPU's health-state alert (`health_*`: the record says reset needed or replace) while an
+  incident of its loop or rack is open: that incident, the loop's first — a GPU that fell
+  off the bus when its water stopped is part of that story, not a story of its own.
 """
 
 from __future__ import annotations
@@ -209,6 +212,7 @@ def assign_groups(firing: Iterable[AlertInstance], at: dt.datetime) -> None:
         key = (
             causes.consequence_of(inst, open_loops)
             or forecast_joins(inst, groups)
+            or health_joins(inst, groups, open_loops)
             or group_key(inst, open_loops)
         )
         group = groups.get(key)
@@ -227,7 +231,28 @@ def forecast_joins(inst: AlertInstance, groups: dict[str, AlertGroup]) -> str | 
         return None
     if inst.rule.signal not in signals.FORECAST_SIGNALS:
         return None
-    prefix = f"rack:{inst.rack_id}:"
+    return _oldest_open_on_rack(inst, inst.rack_id, groups)
+
+
+def health_joins(
+    inst: AlertInstance, groups: dict[str, AlertGroup], open_loops: set[int]
+) -> str | None:
+    """A GPU's health-state alert, while an incident of its loop or its rack is open: the
+    loop's, else the rack's oldest."""
+    if inst.scope != "gpu" or inst.rule.signal not in signals.HEALTH_SIGNALS:
+        return None
+    if inst.loop_id is not None and inst.loop_id in open_loops:
+        return f"loop:{inst.loop_id}"
+    if inst.rack_id is None:
+        return None
+    return _oldest_open_on_rack(inst, inst.rack_id, groups)
+
+
+def _oldest_open_on_rack(
+    inst: AlertInstance, rack_id: int, groups: dict[str, AlertGroup]
+) -> str | None:
+    """The oldest open incident of the rack other than the one the instance would open."""
+    prefix = f"rack:{rack_id}:"
     own = group_key(inst, set())
     open_here = sorted(
         (g.opened_at, key) for key, g in groups.items() if key.startswith(prefix) and key != own

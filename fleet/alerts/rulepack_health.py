@@ -59,6 +59,11 @@ HEALTH_RULES: tuple[RuleSpec, ...] = (
         _GPU + f" is on {record.WATCH}: {{evidence}}",
         f"The GPU's health record puts it on {record.WATCH} (docs/gpu-health.md): "
         + record.STATE_ACTIONS[record.WATCH],
+        # Off unless an operator turns it on: nothing to do yet, and the record keeps a GPU
+        # on watch for up to 30 days after what put it there (a thermal excursion during a
+        # CDU failure, long resolved) — an alert that long after its cause is noise. The
+        # GPU health page lists every GPU on watch.
+        enabled=False,
     ),
     RuleSpec(
         "gpu-health-reset-needed",

@@ -498,6 +498,8 @@ _HEALTH: tuple[Signal, ...] = tuple(
     )
 )
 
+HEALTH_SIGNALS = frozenset(s.name for s in _HEALTH)
+
 SIGNALS: tuple[Signal, ...] = (
     *_raw_signals(),
     *_DERIVED,

@@ -1,8 +1,9 @@
 """The health record's states as alert rules (docs/rules.md, "GPU health"): the task
 fleet.health judges every GPU once a minute and the rules read what it stored. A GPU with a
 remap failure fires `gpu-health-replace`, one with a pending remap `gpu-health-reset-needed`,
-one with a memory XID `gpu-health-watch` — each naming its evidence — and a healthy GPU
-fires nothing; a GPU reset resolves its alert at the next minute's judgement."""
+one with a memory XID `gpu-health-watch` (off unless turned on) — each naming its evidence —
+and a healthy GPU fires nothing; a GPU reset resolves its alert at the next minute's
+judgement."""
 
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ def place() -> Place:
     92 (a memory error NVIDIA says to watch), one healthy; only the health rules enabled."""
     place = site_with_gpus(per_node=4)
     AlertRule.objects.exclude(key__in=RULES).update(enabled=False)
+    AlertRule.objects.filter(key__in=RULES).update(enabled=True)  # watch is off by default
     failed, pending, watched, healthy = place.gpus
     latest(failed, T + 50, remap_pending=0, remap_failure=1)
     latest(pending, T + 50, remap_pending=1, remap_failure=0)
@@ -94,3 +96,11 @@ def test_a_reset_resolves_the_reset_needed_alert_at_the_next_judgement(place: Pl
     evaluate(T + 121)
     assert ("gpu-health-reset-needed", entity(place, 1)) not in firing()
     assert ("gpu-health-replace", entity(place, 0)) in firing()
+
+
+def test_the_watch_rule_is_off_until_an_operator_turns_it_on(place: Place) -> None:
+    AlertRule.objects.filter(key="gpu-health-watch").update(enabled=False)  # as installed
+    assert not AlertRule.objects.get(key="gpu-health-watch").pack_values["enabled"]
+    tasks.gpu_health(T + 60)
+    evaluate(T + 61)
+    assert {rule for rule, _ in firing()} == {"gpu-health-replace", "gpu-health-reset-needed"}
