@@ -129,6 +129,13 @@ def report_fleetwatch(run: FleetRun) -> dict[str, float]:
         f" {sum(run.empty_bytes.values()) / 1e6:.2f} MB not counted),"
         f" {run.gpu_rows:,} raw GPU rows = {per_hour / 1e3:,.1f} kB per GPU-hour"
     )
+    if run.wal_bytes:
+        wal_kb = per_gpu_hour(run.wal_bytes, samples) / 1e3
+        log(
+            f"  PostgreSQL WAL written in the window: {run.wal_bytes / 1e6:.1f} MB ="
+            f" {wal_kb:,.1f} kB per GPU-hour (the server's, recycled at checkpoints: not counted;"
+            " its WAL is shared with other databases, Prometheus's is its own and counted)"
+        )
     rollups = run.rollup_log.count("task fleet.rollup done in")
     log(f"  rollup ticks done: {rollups}")
     return {"us": us, "bytes": per_hour, "ack_p99_s": float(a["ack_p99_s"] or "nan")}

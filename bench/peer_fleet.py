@@ -49,6 +49,7 @@ class FleetRun:
     gpu_rows: int  # raw GPU rows stored over the whole run
     machine_busy_s: float
     rollup_log: str
+    wal_bytes: float = 0.0  # PostgreSQL WAL written over the window (recycled, not kept)
 
     @property
     def gpu_samples(self) -> int:
@@ -172,11 +173,13 @@ def _drive(
             }
 
         before = {k: procs.cpu_of(v) for k, v in groups().items()}
+        wal_at = pg_rows(bench, "SELECT pg_current_wal_lsn()::text")[0][0]
         busy = procs.machine_busy_s()
         while time.time() < window_end:
             time.sleep(min(30.0, max(0.0, window_end - time.time())))
             log(f"  fleetwatch: {time.time() - window_start:.0f} s, load {os.getloadavg()[0]:.1f}")
         after = {k: procs.cpu_of(v) for k, v in groups().items()}
+        wal = pg_rows(bench, f"SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '{wal_at}')")[0][0]
         busy = procs.machine_busy_s() - busy
         _, err = agents.communicate(timeout=600)
         if agents.returncode:
@@ -192,4 +195,5 @@ def _drive(
         gpu_rows=int(rows[0][0]),
         machine_busy_s=busy,
         rollup_log=worker_log.read_text(errors="replace"),
+        wal_bytes=float(wal),
     )
