@@ -22,15 +22,41 @@ states (fleet/alerts/evaluate_health.py).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Literal
-
 from agents.protocol.metrics import METRICS, SampleKind
-from fleet.health import fabric as health_fabric
-from fleet.health import record
+from fleet.alerts.signal_model import WINDOW, Param, ParamType, Signal
+from fleet.alerts.signals_foresight import (
+    FABRIC,
+    FORECAST,
+    FORECAST_PLACEHOLDERS,
+    FORECAST_SIGNALS,
+    HEALTH,
+    HEALTH_SIGNALS,
+)
 from fleet.health.cadence import LAG_INTERVALS
 
-ParamType = Literal["float", "int_list", "metric_list", "site_map"]
+__all__ = (
+    "BY_KEY",
+    "COMMON_PLACEHOLDERS",
+    "CONTAINED_XIDS",
+    "FATAL_XIDS",
+    "FORECAST_PLACEHOLDERS",
+    "FORECAST_SIGNALS",
+    "HEALTH_SIGNALS",
+    "INTERVAL",
+    "LAG_METRICS",
+    "NAMES",
+    "SCOPE_PLACEHOLDERS",
+    "SCOPE_SAMPLE_KIND",
+    "SIGNALS",
+    "WINDOW",
+    "Param",
+    "ParamType",
+    "Signal",
+    "get",
+    "is_cooling_symptom",
+    "placeholders",
+    "scopes_of",
+)
 
 # Rule scope -> the sample kind its raw metrics come from.
 SCOPE_SAMPLE_KIND: dict[str, SampleKind] = {
@@ -74,43 +100,7 @@ SCOPE_PLACEHOLDERS: dict[str, tuple[str, ...]] = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class Param:
-    """A parameter a rule passes to its signal (`AlertRule.params`)."""
-
-    name: str
-    type: ParamType
-    default: float | tuple[int, ...] | tuple[str, ...] | None
-    help: str
-
-
-@dataclass(frozen=True, slots=True)
-class Signal:
-    name: str
-    scope: str
-    unit: str  # "" for counts and ratios without a unit; "flag" for 0/1
-    description: str
-    source: str  # metric:<name> | health:<function>[.field] | events:<kind> | … (above)
-    params: tuple[Param, ...] = ()
-    placeholders: tuple[str, ...] = field(default=())  # extra ones this signal supplies
-    # No value means the condition is over (nothing holds the GPU any more), not that the
-    # data is missing: a firing instance resolves instead of firing on no data.
-    absent_clears: bool = False
-
-    @property
-    def key(self) -> tuple[str, str]:
-        return (self.scope, self.name)
-
-    @property
-    def raw_metric(self) -> str | None:
-        return self.source.removeprefix("metric:") if self.source.startswith("metric:") else None
-
-    def param(self, name: str) -> Param | None:
-        return next((p for p in self.params if p.name == name), None)
-
-
 # Parameters shared by several signals.
-WINDOW = Param("window_s", "float", 600.0, "seconds of events counted (the rule clears after)")
 # Unset (the default): each source is judged by its own batch interval, as it declared it
 # (fleet/health/cadence.py). Set, it judges every source of the rule by this one instead.
 INTERVAL = Param(
@@ -293,102 +283,6 @@ _DERIVED: tuple[Signal, ...] = (
     ),
 )
 
-# Time to limit (fleet/read/forecast_sources.py): minutes until the subject's forecast
-# reaches its limit, no value without a forecast (flat, noisy, falling, already over, too
-# far ahead: docs/forecast.md) — and no forecast is the end of the condition. Summaries
-# may name the crossing (`crossing`: "14:42 UTC") and the page's sentence (`forecast`),
-# both fixed when the instance starts (fleet/alerts/evaluate_forecast.py).
-FORECAST_PLACEHOLDERS = ("crossing", "forecast", "limit")
-_FORECAST: tuple[Signal, ...] = tuple(
-    Signal(
-        name,
-        scope,
-        "min",
-        f"minutes until {what} is forecast to reach {limit} at its trend (docs/forecast.md)",
-        f"forecast:{subject}",
-        placeholders=FORECAST_PLACEHOLDERS,
-        absent_clears=True,
-    )
-    for name, scope, subject, what, limit in (
-        ("power_minutes_to_limit", "rack", "rack", "the rack's power", "its budget"),
-        ("power_minutes_to_limit", "feed", "feed", "the feed's power", "its rating"),
-        ("supply_minutes_to_limit", "loop", "loop_supply", "the supply", "the loop's limit"),
-        ("heat_minutes_to_limit", "loop", "loop_heat", "heat removed", "the loop's rating"),
-        (
-            "feeds_n1_minutes_to_limit",
-            "rack",
-            "feed_n1",
-            "the rack's feeds' summed power",
-            "what they carry with the largest lost (N+1)",
-        ),
-        (
-            "headroom_minutes_to_limit",
-            "gpu",
-            "gpu",
-            "the GPU's temperature",
-            "its slowdown limit less the critical headroom",
-        ),
-        (
-            "disk_minutes_to_limit",
-            "site",
-            "disk",
-            "the database's size",
-            "the disk it lives on (the same for every site)",
-        ),
-    )
-)
-FORECAST_SIGNALS = frozenset(s.name for s in _FORECAST)
-
-# A node's InfiniBand/RoCE ports (fleet/health/fabric.py): the worst port's figure; no value
-# for a node without ports read in the last minute. Summaries may name the port (`port`).
-_FABRIC: tuple[Signal, ...] = (
-    Signal(
-        "fabric_port_flaps",
-        "node",
-        "",
-        "link flaps (rises in `link_downed`) of the node's most-flapping port, in the window",
-        "fabric:flaps",
-        params=(Param("window_s", "float", health_fabric.FLAP_WINDOW_S, WINDOW.help),),
-        placeholders=("port",),
-    ),
-    Signal(
-        "fabric_ports_down",
-        "node",
-        "",
-        "ports that were ACTIVE and are not now (a port never ACTIVE is not counted)",
-        "fabric:down",
-        placeholders=("port",),
-    ),
-    *(
-        Signal(
-            limit.signal,
-            "node",
-            "/h",
-            f"`{limit.counter}` rise per hour of the node's fastest-rising port, "
-            f"over its last {health_fabric.RATE_WINDOW_S / 60:g}–"
-            f"{2 * health_fabric.RATE_WINDOW_S / 60:g} minutes of reads",
-            f"fabric:rate:{limit.counter}",
-            placeholders=("port",),
-        )
-        for limit in health_fabric.RATE_LIMITS
-    ),
-    # A GPU's NVLink error totals (fleet/alerts/evaluate_nvlink.py), against DCGM's limits.
-    Signal(
-        "nvlink_crc_errors_per_s",
-        "gpu",
-        "/s",
-        "NVLink CRC errors per second, all links, over the GPU's last 5–10 minutes",
-        "nvlink:crc_rate",
-    ),
-    Signal(
-        "nvlink_link_errors",
-        "gpu",
-        "",
-        "NVLink replay and recovery errors, all links, in the GPU's last 5–10 minutes",
-        "nvlink:link_errors",
-    ),
-)
-
 # The source itself: silent, or sending while one of its fields stopped.
 _SILENT_SCOPES = {
     "node": "node agent",
@@ -478,34 +372,12 @@ def _unit(name: str) -> str:
     return next((u for s, u in suffixes.items() if name.endswith(s)), "")
 
 
-# The health record's states (fleet/health/record.py, docs/gpu-health.md): 1 for a GPU in
-# that state, as the task fleet.health judged it this minute; no value otherwise, and no
-# value ends the condition. Summaries may name the first evidence (`evidence`).
-_HEALTH: tuple[Signal, ...] = tuple(
-    Signal(
-        name,
-        "gpu",
-        "flag",
-        f"1 while the GPU's health record says {state} (docs/gpu-health.md)",
-        f"health_record:{state}",
-        placeholders=("evidence",),
-        absent_clears=True,
-    )
-    for name, state in (
-        ("health_watch", record.WATCH),
-        ("health_reset_needed", record.RESET_NEEDED),
-        ("health_replace", record.REPLACE),
-    )
-)
-
-HEALTH_SIGNALS = frozenset(s.name for s in _HEALTH)
-
 SIGNALS: tuple[Signal, ...] = (
     *_raw_signals(),
     *_DERIVED,
-    *_FORECAST,
-    *_FABRIC,
-    *_HEALTH,
+    *FORECAST,
+    *FABRIC,
+    *HEALTH,
     *_SOURCE,
 )
 BY_KEY: dict[tuple[str, str], Signal] = {s.key: s for s in SIGNALS}
