@@ -24,21 +24,7 @@ def forwards(apps: Any, schema_editor: Any) -> None:
     with schema_editor.connection.cursor() as cur:
         cur.execute("SELECT done_until FROM fw_rollup_state WHERE tier = '1h' AND kind = 'gpu'")
         row = cur.fetchone()
-        done = int(row[0]) if row and row[0] else 0
-        if done <= 0:
-            return
-        cur.execute("SELECT MIN(bucket) FROM fw_gpu_1m")
-        oldest = cur.fetchone()
-        lo = done - RECORD_WINDOW_S
-        # The first whole hour the 1-minute tier holds (its oldest may be part of one).
-        minutes_from = (
-            done if not oldest or oldest[0] is None else (int(oldest[0]) // 3600 + 1) * 3600
-        )
-        minutes_from = min(max(minutes_from, lo), done)
-        if lo < minutes_from:
-            cur.execute(health_hours.hours_sql(lo, minutes_from, reset_tier="1h"))
-        if minutes_from < done:
-            cur.execute(health_hours.hours_sql(minutes_from, done))
+        health_hours.fill_history(cur, int(row[0]) if row and row[0] else 0, RECORD_WINDOW_S)
 
 
 def backwards(apps: Any, schema_editor: Any) -> None:

@@ -64,6 +64,25 @@ def hours_sql(
     )
 
 
+def fill_history(cur: Any, done: int, window_s: int) -> None:
+    """Write the health hours of the `window_s` before `done` (the hourly GPU tier's
+    progress), as migration 0028 does for an installation that had none: resets from the
+    1-minute tier for the whole hours it still keeps, from the hourly tier before them."""
+    if done <= 0:
+        return
+    lo = done - window_s
+    cur.execute("SELECT MIN(bucket) FROM fw_gpu_1m")
+    oldest = cur.fetchone()
+    # The first whole hour the 1-minute tier holds (its oldest minute may be inside one).
+    first = done if not oldest or oldest[0] is None else -(-int(oldest[0]) // HOUR_S) * HOUR_S
+    minutes_from = min(max(first, lo), done)
+    cur.execute(f"DELETE FROM {TABLE} WHERE bucket >= %s AND bucket < %s", [lo, done])
+    if lo < minutes_from:
+        cur.execute(hours_sql(lo, minutes_from, reset_tier="1h"))
+    if minutes_from < done:
+        cur.execute(hours_sql(minutes_from, done))
+
+
 def write_hours(cur: Any, lo: int, hi: int) -> None:
     """Replace every GPU's health hours in [lo, hi), as the hourly rollup just wrote them."""
     cur.execute(f"DELETE FROM {TABLE} WHERE bucket >= %s AND bucket < %s", [lo, hi])

@@ -104,3 +104,20 @@ def test_the_watch_rule_is_off_until_an_operator_turns_it_on(place: Place) -> No
     tasks.gpu_health(T + 60)
     evaluate(T + 61)
     assert {rule for rule, _ in firing()} == {"gpu-health-replace", "gpu-health-reset-needed"}
+
+
+def test_a_cache_that_cannot_be_reached_fires_nothing_and_fails_no_evaluation(
+    place: Place, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    class Down:
+        def get(self, key: str) -> None:
+            raise ConnectionError("Redis is restarting")
+
+        def delete_many(self, keys: list[str]) -> None:
+            raise ConnectionError("Redis is restarting")
+
+    tasks.gpu_health(T + 60)  # stored while the cache answered
+    monkeypatch.setattr(computed, "caches", {computed.CACHE: Down()})
+    evaluate(T + 61)
+    assert firing() == {}
+    monkeypatch.undo()

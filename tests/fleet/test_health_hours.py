@@ -13,7 +13,7 @@ from django.db import connection
 
 from fleet.health.record import GpuFacts
 from fleet.read.health_record import site_records
-from fleet.storage.health_hours import TABLE
+from fleet.storage.health_hours import TABLE, fill_history
 from fleet.storage.rollups import rollup
 from tests.support.databases import T
 from tests.support.health_seed import Place, event, latest, minutes, site_with_gpus
@@ -132,3 +132,33 @@ def test_a_late_minute_that_shows_a_reset_rewrites_its_hour() -> None:
     assert stored[1].resets == 1 and stored[1].last_reset_ts == minute + 60
     from_tiers_alone()
     assert facts(place) == stored
+
+
+def fill_as_the_migration_does() -> None:
+    """Migration 0028 on an installation that kept no health hours: the 30 days before the
+    hourly tier's progress, from the tiers."""
+    sql(f"DELETE FROM {TABLE}")
+    with connection.cursor() as cur:
+        fill_history(cur, T + HOURS * HOUR, 30 * 86_400)
+
+
+def test_the_migration_fills_the_hours_the_rollup_would_have_kept() -> None:
+    place = seed_six_hours()
+    roll_up_hours()
+    kept = sql(f"SELECT * FROM {TABLE} ORDER BY node_id, gpu, bucket")
+    stored = facts(place)
+    fill_as_the_migration_does()
+    assert sql(f"SELECT * FROM {TABLE} ORDER BY node_id, gpu, bucket") == kept
+    assert facts(place) == stored
+
+
+def test_hours_past_the_minute_tier_are_filled_from_the_hourly_tier() -> None:
+    """Retention took the minutes of hours 0-2: the reset at 02:20 is known to its hour."""
+    place = seed_six_hours()
+    roll_up_hours()
+    sql("DELETE FROM fw_gpu_1m WHERE bucket < %s", [T + 3 * HOUR])
+    fill_as_the_migration_does()
+    busy = facts(place)[0]
+    assert busy.resets == 1 and busy.last_reset_ts == T + 3 * HOUR
+    assert busy.thermal_excursions == 2
+    assert [x.code for x in busy.xids] == [94]
