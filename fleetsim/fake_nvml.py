@@ -30,144 +30,32 @@ import json
 import queue
 import threading
 import time
-from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pynvml
 
-_POWER_CALLS = frozenset(
-    {
-        "nvmlDeviceGetPowerUsage",
-        "nvmlDeviceGetTotalEnergyConsumption",
-        "nvmlDeviceGetEnforcedPowerLimit",
-        "nvmlDeviceGetPowerManagementDefaultLimit",
-        "nvmlDeviceGetPowerManagementLimitConstraints",
-    }
+from fleetsim.nvml_answers import (
+    BARE_DEVICE,
+    BARE_ROW,
+    CALL_COST,
+    DEFAULT_COST,
+    POWER_CALLS,
+    POWER_FIELDS,
+    THROTTLE_FIELDS,
+    CallStats,
+    FakeHandle,
+    FakeMigHandle,
+    FakeProcess,
+    FieldAnswer,
+    MigInstance,
+    Obj,
+    Value,
+    not_supported_in,
+    nvml_error,
+    parse_row,
 )
-_POWER_FIELDS = frozenset(
-    {
-        pynvml.NVML_FI_DEV_POWER_INSTANT,
-        pynvml.NVML_FI_DEV_POWER_AVERAGE,
-        pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION,
-        pynvml.NVML_FI_DEV_ENERGY,
-    }
-)
-# Which measured cost each call spends (keys of nvml_call_costs.json).
-_CALL_COST = {
-    "nvmlDeviceGetUtilizationRates": "utilization",
-    "nvmlDeviceGetMemoryInfo": "memory_info",
-    "nvmlDeviceGetTemperature": "temperature",
-    "nvmlDeviceGetPowerUsage": "power_usage",
-    "nvmlDeviceGetTotalEnergyConsumption": "total_energy",
-    "nvmlDeviceGetClockInfo": "clock_sm",
-    "nvmlDeviceGetCurrentClocksEventReasons": "clocks_event_reasons",
-    "nvmlDeviceGetPerformanceState": "pstate",
-    "nvmlDeviceGetViolationStatus": "violation_power",
-    "nvmlDeviceGetTotalEccErrors": "ecc_dbe_volatile",
-    "nvmlDeviceGetRemappedRows": "remapped_rows",
-    "nvmlDeviceGetPcieThroughput": "pcie_tx",
-    "nvmlDeviceGetComputeRunningProcesses": "compute_processes",
-    # Not in the capture: a cost table may add them (bench/attribution.py does).
-    "nvmlDeviceGetGraphicsRunningProcesses": "graphics_processes",
-    "nvmlDeviceGetProcessUtilization": "process_utilization",
-}
-_THROTTLE_FIELDS = frozenset({74, 75, 269, 270, 271})
-_DEFAULT_COST = (3.0, 2.4)  # µs wall, µs CPU: "most getters take 2–10 µs"
-
-
-@dataclass(frozen=True, slots=True)
-class FakeHandle:
-    index: int
-
-
-@dataclass(frozen=True, slots=True)
-class FakeMigHandle:
-    parent: int
-    slot: int
-
-
-@dataclass(slots=True)
-class _Value:
-    dVal: float = 0.0
-    uiVal: int = 0
-    ulVal: int = 0
-    ullVal: int = 0
-    sllVal: int = 0
-    siVal: int = 0
-    usVal: int = 0
-
-
-@dataclass(slots=True)
-class _FieldAnswer:
-    fieldId: int
-    nvmlReturn: int
-    valueType: int
-    value: _Value
-
-
-@dataclass(slots=True)
-class _Obj:
-    """Attribute bag for the structs NVML returns (utilisation, memory, PCI info…)."""
-
-    values: dict[str, Any]
-
-    def __getattr__(self, name: str) -> Any:
-        try:
-            return self.values[name]
-        except KeyError:
-            raise AttributeError(name) from None
-
-
-@dataclass(slots=True)
-class MigInstance:
-    profile: str
-    gi: int
-    ci: int
-    mem_mib: int
-
-
-@dataclass(slots=True)
-class FakeProcess:
-    """A process on a GPU (or a MIG slot): host PID, memory held, SM use (0: idle)."""
-
-    pid: int
-    used_mib: int
-    sm_pct: int = 0
-    graphics: bool = False
-
-
-@dataclass(slots=True)
-class CallStats:
-    calls: int = 0
-    wall_s: float = 0.0
-    by_call: dict[str, int] = field(default_factory=dict)
-    threads: dict[str, set[str]] = field(default_factory=dict)  # call -> thread names
-    field_threads: dict[int, set[str]] = field(default_factory=dict)  # field id -> threads
-
-
-def _error(code: int) -> pynvml.NVMLError:
-    return pynvml.NVMLError(code)
-
-
-def _not_supported_in(value: Any) -> bool:
-    return isinstance(value, str) and "NotSupported" in value
-
-
-# A bare device's facts.
-_BARE_DEVICE: dict[str, Any] = {
-    "name": "NVIDIA H200",
-    "uuid": "GPU-00000000-0000-4000-8000-000000000000",
-    "serial": "0",
-    "memory_info": {"total": 143771 * 1024 * 1024},
-    "mig_mode": [0, 0],
-    "remapped_rows": [0, 0, 0, 0],
-    "supported_event_types": 0,
-}
-# Every reading of the bare device is 0 (its trace is one idle row that answers any key).
-_BARE_ROW: dict[str, Any] = defaultdict(float, t=0.0, phase="idle")
 
 
 class FakeNvml:
@@ -185,10 +73,10 @@ class FakeNvml:
         uuids: Sequence[str] = (),
     ) -> None:
         self.capture_dir = capture_dir
-        self.device: dict[str, Any] = dict(_BARE_DEVICE)
+        self.device: dict[str, Any] = dict(BARE_DEVICE)
         self.driver = "580.159.04"
         self.idle_fields: dict[str, Any] = {}
-        self.trace: list[dict[str, Any]] = [_BARE_ROW]
+        self.trace: list[dict[str, Any]] = [BARE_ROW]
         self.costs: dict[str, dict[str, Any]] = {"idle": {}, "under_load": {}}
         if capture_dir is not None:
             inventory = json.loads((capture_dir / "nvml_inventory.json").read_text())
@@ -196,7 +84,7 @@ class FakeNvml:
             self.driver = inventory["driver"]
             self.idle_fields = inventory["field_values_idle"]
             with (capture_dir / "nvml_trace.csv").open() as handle:
-                self.trace = [_parse_row(row) for row in csv.DictReader(handle)]
+                self.trace = [parse_row(row) for row in csv.DictReader(handle)]
             costs = json.loads((capture_dir / "nvml_call_costs.json").read_text())["costs"]
             self.costs = costs
         self._field_names = {
@@ -298,15 +186,15 @@ class FakeNvml:
         if name in ("nvmlInit", "nvmlShutdown", "nvmlSystemGetDriverVersion", "nvmlEventSetCreate"):
             return
         if not self.initialised:
-            raise _error(pynvml.NVML_ERROR_UNINITIALIZED)
+            raise nvml_error(pynvml.NVML_ERROR_UNINITIALIZED)
         handle = args[0] if args else None
         index = handle.index if isinstance(handle, FakeHandle) else None
         if isinstance(handle, FakeMigHandle):
             index = handle.parent
         if index is not None and index in self.lost_at and self.clock() >= self.lost_at[index]:
-            raise _error(pynvml.NVML_ERROR_GPU_IS_LOST)
-        if index is not None and index in self.no_power and name in _POWER_CALLS:
-            raise _error(pynvml.NVML_ERROR_NOT_SUPPORTED)
+            raise nvml_error(pynvml.NVML_ERROR_GPU_IS_LOST)
+        if index is not None and index in self.no_power and name in POWER_CALLS:
+            raise nvml_error(pynvml.NVML_ERROR_NOT_SUPPORTED)
 
     def _spend(self, name: str, args: tuple[Any, ...]) -> None:
         phase = "under_load" if self.now_row()["phase"] == "load" else "idle"
@@ -324,7 +212,7 @@ class FakeNvml:
         if name == "nvmlDeviceGetFieldValues":
             ids = set(args[1])
             keys = []
-            if ids & _THROTTLE_FIELDS:
+            if ids & THROTTLE_FIELDS:
                 keys.append("fv_throttle_ns")
             if ids & {pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION, pynvml.NVML_FI_DEV_ENERGY}:
                 keys.append("fv_energy_only")
@@ -336,9 +224,9 @@ class FakeNvml:
                 sum(table[k]["wall_us_median"] for k in keys),
                 sum(table[k]["cpu_us_median"] for k in keys),
             )
-        key = _CALL_COST.get(name)
+        key = CALL_COST.get(name)
         if key is None or key not in table:
-            return _DEFAULT_COST
+            return DEFAULT_COST
         return table[key]["wall_us_median"], table[key]["cpu_us_median"]
 
     # Each `_nvml…` below implements the pynvml function of the same name.
@@ -357,7 +245,7 @@ class FakeNvml:
 
     def _nvmlDeviceGetHandleByIndex(self, index: int) -> FakeHandle:
         if not 0 <= index < self.gpus:
-            raise _error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+            raise nvml_error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
         return FakeHandle(index)
 
     def _nvmlDeviceGetName(self, handle: Any) -> str:
@@ -385,21 +273,21 @@ class FakeNvml:
     def _nvmlDeviceGetSerial(self, handle: FakeHandle) -> str:
         return str(int(self.device["serial"]) + handle.index)
 
-    def _nvmlDeviceGetPciInfo(self, handle: FakeHandle) -> _Obj:
+    def _nvmlDeviceGetPciInfo(self, handle: FakeHandle) -> Obj:
         bus_id = f"00000000:{handle.index:02X}:06.0"
-        return _Obj({"busId": bus_id})
+        return Obj({"busId": bus_id})
 
-    def _nvmlDeviceGetUtilizationRates(self, handle: FakeHandle) -> _Obj:
+    def _nvmlDeviceGetUtilizationRates(self, handle: FakeHandle) -> Obj:
         row = self.now_row()
-        return _Obj({"gpu": row["util_gpu"], "memory": row["util_mem"]})
+        return Obj({"gpu": row["util_gpu"], "memory": row["util_mem"]})
 
-    def _nvmlDeviceGetMemoryInfo(self, handle: Any) -> _Obj:
+    def _nvmlDeviceGetMemoryInfo(self, handle: Any) -> Obj:
         if isinstance(handle, FakeMigHandle):
             total = self._mig_instance(handle).mem_mib * 1024 * 1024
-            return _Obj({"total": total, "used": 0, "free": total})
+            return Obj({"total": total, "used": 0, "free": total})
         total = int(self.device["memory_info"]["total"])
         used = int(self.now_row()["mem_used_mib"] * 1024 * 1024)
-        return _Obj({"total": total, "used": used, "free": total - used})
+        return Obj({"total": total, "used": used, "free": total - used})
 
     def _nvmlDeviceGetTemperature(self, handle: FakeHandle, sensor: int) -> int:
         return int(self.now_row()["temp_gpu_c"])
@@ -415,8 +303,8 @@ class FakeNvml:
             pynvml.NVML_TEMPERATURE_THRESHOLD_GPU_MAX: "temp_threshold_gpu_max",
         }
         value = self.device.get(names.get(kind, "temp_threshold_acoustic_min"))
-        if value is None or _not_supported_in(value):
-            raise _error(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        if value is None or not_supported_in(value):
+            raise nvml_error(pynvml.NVML_ERROR_NOT_SUPPORTED)
         return int(value)
 
     def _nvmlDeviceGetPowerUsage(self, handle: FakeHandle) -> int:
@@ -445,13 +333,13 @@ class FakeNvml:
         return int(self.now_row()["clocks_event_reasons"])
 
     def _nvmlDeviceGetFanSpeed(self, handle: FakeHandle) -> int:
-        raise _error(pynvml.NVML_ERROR_NOT_SUPPORTED)  # no fans on the SXM board
+        raise nvml_error(pynvml.NVML_ERROR_NOT_SUPPORTED)  # no fans on the SXM board
 
     def _nvmlDeviceGetNvLinkState(self, handle: FakeHandle, link: int) -> int:
         if not self.nvlinks:
-            raise _error(pynvml.NVML_ERROR_NOT_SUPPORTED)  # the capture: no NVLink peers
+            raise nvml_error(pynvml.NVML_ERROR_NOT_SUPPORTED)  # the capture: no NVLink peers
         if link >= self.nvlinks:
-            raise _error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+            raise nvml_error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
         return int(pynvml.NVML_FEATURE_ENABLED)
 
     def _nvmlDeviceGetRemappedRows(self, handle: FakeHandle) -> list[int]:
@@ -468,7 +356,7 @@ class FakeNvml:
 
     def _nvmlDeviceGetMigDeviceHandleByIndex(self, handle: FakeHandle, slot: int) -> FakeMigHandle:
         if slot >= len(self.mig.get(handle.index, [])):
-            raise _error(pynvml.NVML_ERROR_NOT_FOUND)
+            raise nvml_error(pynvml.NVML_ERROR_NOT_FOUND)
         return FakeMigHandle(handle.index, slot)
 
     def _nvmlDeviceGetGpuInstanceId(self, handle: FakeMigHandle) -> int:
@@ -477,20 +365,20 @@ class FakeNvml:
     def _nvmlDeviceGetComputeInstanceId(self, handle: FakeMigHandle) -> int:
         return self._mig_instance(handle).ci
 
-    def _nvmlDeviceGetComputeRunningProcesses(self, handle: Any) -> list[_Obj]:
+    def _nvmlDeviceGetComputeRunningProcesses(self, handle: Any) -> list[Obj]:
         return self._process_infos(handle, graphics=False)
 
-    def _nvmlDeviceGetGraphicsRunningProcesses(self, handle: Any) -> list[_Obj]:
+    def _nvmlDeviceGetGraphicsRunningProcesses(self, handle: Any) -> list[Obj]:
         return self._process_infos(handle, graphics=True)
 
-    def _nvmlDeviceGetProcessUtilization(self, handle: Any, since_us: int) -> list[_Obj]:
+    def _nvmlDeviceGetProcessUtilization(self, handle: Any, since_us: int) -> list[Obj]:
         if isinstance(handle, FakeMigHandle):  # nvml.h: not supported on MIG devices
-            raise _error(pynvml.NVML_ERROR_NOT_SUPPORTED)
+            raise nvml_error(pynvml.NVML_ERROR_NOT_SUPPORTED)
         now_us = int(self.clock() * 1e6) + 1
         busy = [p for p in self.processes.get(handle.index, []) if p.sm_pct > 0]
         if not busy or since_us >= now_us:
-            raise _error(pynvml.NVML_ERROR_NOT_FOUND)  # nothing newer: idle
-        return [_Obj({"pid": p.pid, "timeStamp": now_us, "smUtil": p.sm_pct}) for p in busy]
+            raise nvml_error(pynvml.NVML_ERROR_NOT_FOUND)  # nothing newer: idle
+        return [Obj({"pid": p.pid, "timeStamp": now_us, "smUtil": p.sm_pct}) for p in busy]
 
     def _nvmlDeviceGetMinorNumber(self, handle: FakeHandle) -> int:
         return handle.index
@@ -507,12 +395,12 @@ class FakeNvml:
     def _nvmlEventSetFree(self, event_set: object) -> None:
         return None
 
-    def _nvmlEventSetWait_v2(self, event_set: object, timeout_ms: int) -> _Obj:
+    def _nvmlEventSetWait_v2(self, event_set: object, timeout_ms: int) -> Obj:
         try:
             index, kind, data = self._events.get(timeout=timeout_ms / 1000.0)
         except queue.Empty:
-            raise _error(pynvml.NVML_ERROR_TIMEOUT) from None
-        return _Obj(
+            raise nvml_error(pynvml.NVML_ERROR_TIMEOUT) from None
+        return Obj(
             {
                 "device": FakeHandle(index),
                 "eventType": kind,
@@ -524,23 +412,23 @@ class FakeNvml:
 
     def _nvmlDeviceGetFieldValues(
         self, handle: FakeHandle, field_ids: list[int]
-    ) -> list[_FieldAnswer]:
+    ) -> list[FieldAnswer]:
         row = self.now_row()
         return [self._field(handle.index, fid, row) for fid in field_ids]
 
     # -- helpers -----------------------------------------------------------------------------
 
-    def _field(self, index: int, fid: int, row: dict[str, Any]) -> _FieldAnswer:
-        if index in self.no_power and fid in _POWER_FIELDS:
-            return _FieldAnswer(fid, pynvml.NVML_ERROR_NOT_SUPPORTED, 0, _Value())
+    def _field(self, index: int, fid: int, row: dict[str, Any]) -> FieldAnswer:
+        if index in self.no_power and fid in POWER_FIELDS:
+            return FieldAnswer(fid, pynvml.NVML_ERROR_NOT_SUPPORTED, 0, Value())
         mine = self.memory_errors.get(index, {})
         if fid in mine:
             count = mine[fid]
             if count is None:
-                return _FieldAnswer(fid, pynvml.NVML_ERROR_NOT_SUPPORTED, 0, _Value())
+                return FieldAnswer(fid, pynvml.NVML_ERROR_NOT_SUPPORTED, 0, Value())
             if isinstance(count, str):
-                return _FieldAnswer(fid, int(count.removeprefix("ret=")), 0, _Value())
-            return _FieldAnswer(fid, 0, 3, _Value(ullVal=count))
+                return FieldAnswer(fid, int(count.removeprefix("ret=")), 0, Value())
+            return FieldAnswer(fid, 0, 3, Value(ullVal=count))
         energy = self.energy_mj(index)
         live = {
             pynvml.NVML_FI_DEV_MEMORY_TEMP: row["temp_mem_c"],
@@ -561,22 +449,22 @@ class FakeNvml:
                 "recovery"
             ]
         if fid in live:
-            return _FieldAnswer(fid, 0, 3, _Value(ullVal=int(live[fid])))
+            return FieldAnswer(fid, 0, 3, Value(ullVal=int(live[fid])))
         name = self._field_names.get(fid)
         value = self.idle_fields.get(name) if name else None
         if value is None:
-            return _FieldAnswer(fid, pynvml.NVML_ERROR_NOT_SUPPORTED, 0, _Value())
+            return FieldAnswer(fid, pynvml.NVML_ERROR_NOT_SUPPORTED, 0, Value())
         if isinstance(value, str) and value.startswith("ret="):
-            return _FieldAnswer(fid, int(value[4:]), 0, _Value())
+            return FieldAnswer(fid, int(value[4:]), 0, Value())
         if isinstance(value, float):
-            return _FieldAnswer(fid, 0, 0, _Value(dVal=value))
-        return _FieldAnswer(fid, 0, 4, _Value(sllVal=int(value)))
+            return FieldAnswer(fid, 0, 0, Value(dVal=value))
+        return FieldAnswer(fid, 0, 4, Value(sllVal=int(value)))
 
-    def _process_infos(self, handle: Any, graphics: bool) -> list[_Obj]:
+    def _process_infos(self, handle: Any, graphics: bool) -> list[Obj]:
         key = (handle.parent, handle.slot) if isinstance(handle, FakeMigHandle) else handle.index
         mig = isinstance(handle, FakeMigHandle)
         return [
-            _Obj(
+            Obj(
                 {
                     "pid": p.pid,
                     "usedGpuMemory": p.used_mib * 1024 * 1024,
@@ -590,15 +478,6 @@ class FakeNvml:
 
     def _mig_instance(self, handle: FakeMigHandle) -> MigInstance:
         return self.mig[handle.parent][handle.slot]
-
-
-def _parse_row(row: dict[str, str]) -> dict[str, Any]:
-    parsed: dict[str, Any] = {"phase": row["phase"]}
-    for key, value in row.items():
-        if key == "phase":
-            continue
-        parsed[key] = float(value) if value else 0.0
-    return parsed
 
 
 def from_spec(spec: str) -> FakeNvml:
