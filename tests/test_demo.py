@@ -34,9 +34,10 @@ from fleet.ingest.enrollment import inventory_for_site
 from fleet.models import GPU, Node, PowerFeed, Rack, Site
 from fleetsim.collectors import VirtualCduCollector
 from fleetsim.faults import FaultPlan, parse_fault
-from fleetsim.fleet import LIQUID_SHARE, SiteModel
+from fleetsim.fleet import SiteModel
 from fleetsim.inventory import parse_inventory
 from fleetsim.physics import server_for, spec_for
+from fleetsim.plant import LIQUID_SHARE
 from fleetsim.runner import SimSettings, Simulator
 from tests.support.server import ROOT, free_port
 from tests.support.stub_server import ENROLL_TOKEN, StubBackend

@@ -14,9 +14,10 @@ from agents.nvml.events import XID_MEANING
 from agents.nvml.wrapper import GpuLost
 from agents.protocol import reasons
 from fleetsim.faults import FaultPlan, parse_fault
-from fleetsim.fleet import THERMAL_RESET_AFTER_S, SiteModel
+from fleetsim.fleet import SiteModel
 from fleetsim.inventory import parse_inventory
 from fleetsim.physics import H100, H200, MAX_SM_MHZ, GpuModel, GpuSpec, spec_for
+from fleetsim.plant import THERMAL_RESET_AFTER_S
 from tests.support.sim_scenarios import pump_failure_site
 from tests.support.stub_server import SMALL_SITE
 
