@@ -29,8 +29,9 @@ from fleet.read.ledger import (
     price,
     tier_for,
 )
+from fleet.read.ledger_idle_sql import idle_now_sql
 from fleet.read.ledger_rules import DEFAULT_RULES, LedgerRules
-from fleet.read.ledger_sql import Window, idle_now_sql
+from fleet.read.ledger_sql import Window
 from fleet.read.ledger_store import progress, stored_ledger
 
 DAY_S = 86_400
