@@ -13,11 +13,14 @@ from collections.abc import Callable
 from typing import ParamSpec, TypedDict, TypeVar
 
 from celery import Task, shared_task
+from django.conf import settings
 from django.db import InterfaceError, OperationalError
 
 from fleet.read.forecast_now import refresh_forecasts
 from fleet.read.health_now import refresh_health
+from fleet.remote_write.ship import ship_pass
 from fleet.storage import ledger as ledger_keeper
+from fleet.storage.packed import pack_sealed
 from fleet.storage.partitions import ensure_partitions
 from fleet.storage.retention import apply_retention
 from fleet.storage.rollups import rollup_all
@@ -67,6 +70,12 @@ TIME_LIMITS: dict[str, tuple[int, int]] = {
     # once a minute; stale after 3 minutes as the forecasts are (computed.STALE_S).
     "fleet.health": (120, 150),
     "fleet.partitions": (120, 180),
+    # Packs the sealed raw spans (seconds per span at 10,000 GPUs); each span commits on
+    # its own, so a pass cut short leaves the rest to the next.
+    "fleet.pack": (600, 660),
+    # One shipper pass stops taking rows after PASS_BUDGET_S (20 s); its last request may
+    # take its timeout (FLEETWATCH_REMOTE_WRITE_TIMEOUT_S, 30 s) more. The next tick goes on.
+    "fleet.remote_write": (60, 75),
 }
 
 
@@ -156,8 +165,29 @@ def retention(now: float | None = None) -> dict[str, int]:
     return {table: rows for table, rows in deleted.items() if rows}
 
 
+@instrumented_task("fleet.pack")
+def pack() -> dict[str, int]:
+    """Pack every sealed raw span into its packed rows and free the raw rows' disk
+    (fleet/storage/packed.py; nothing when FLEETWATCH_RAW_PACK_MINUTES=0); rows per kind."""
+    return {kind: rows for kind, rows in pack_sealed().items() if rows}
+
+
 @instrumented_task("fleet.partitions")
 def partitions(now: float | None = None) -> list[str]:
     """PostgreSQL: make the time partitions each table needs from its retention horizon to
     a day (raw), three days (1m) or two months (1h) ahead; the names made. SQLite: none."""
     return ensure_partitions(time.time() if now is None else now)
+
+
+@instrumented_task("fleet.remote_write", max_retries=1, retry_backoff_max=5)
+def remote_write(now: float | None = None) -> dict[str, object]:
+    """One remote-write pass (fleet/remote_write/ship.py): each kind's settled raw rows past
+    its cursor to the receiver. A receiver that is down is backed off, not raised."""
+    result = ship_pass(time.time() if now is None else now, settings.REMOTE_WRITE)
+    return {
+        "shipped": result.shipped,
+        "dropped": result.dropped,
+        "requests": result.requests,
+        "failed": result.failed,
+        "backing_off": result.backing_off,
+    }

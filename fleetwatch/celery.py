@@ -13,10 +13,10 @@ Slack message (workers and their commands: docs/operations.md, "Alerting"):
   against a Prometheus that stalls), so it must never sit in front of an evaluation;
 - `notifications`: Slack deliveries (their retries and follow-ups stay on the queue they
   came from) and notifications.sweep;
-- `maintenance`: fleet.rollup, fleet.ledger, fleet.retention, fleet.partitions — bulk
+- `maintenance`: fleet.rollup, fleet.ledger, fleet.retention, fleet.partitions, fleet.pack — bulk
   storage work that may take minutes on a backlog — fleet.forecasts (every site's forecasts,
-  seconds each, kept off the pages and the rules worker) and notifications.weekly_report
-  (a week's ledger);
+  seconds each, kept off the pages and the rules worker), notifications.weekly_report
+  (a week's ledger) and fleet.remote_write (raw samples to a TSDB, when configured);
 - `celery` (the default): everything else, alerts.watchdog among them. It is not
   `rules`, so a rules worker that is stuck or dead does not silence the watchdog.
 
@@ -60,8 +60,10 @@ TASK_QUEUES = {
     "fleet.ledger": MAINTENANCE,
     "fleet.retention": MAINTENANCE,
     "fleet.partitions": MAINTENANCE,
+    "fleet.pack": MAINTENANCE,
     "fleet.forecasts": MAINTENANCE,
     "fleet.health": MAINTENANCE,
+    "fleet.remote_write": MAINTENANCE,
     "alerts.watchdog": DEFAULT,
 }
 
@@ -84,6 +86,9 @@ app.conf.beat_schedule = {
     "retention": {"task": "fleet.retention", "schedule": 600.0, "options": {"expires": 550}},
     # Partitions ahead of the data (fleet/tasks.py); a missed tick is redone by the next.
     "partitions": {"task": "fleet.partitions", "schedule": 600.0, "options": {"expires": 540}},
+    # Sealed raw spans packed (fleet/storage/packed.py) within a minute of the 1-minute
+    # rollup passing them; passes at once are safe (each span is checked and locked).
+    "pack": {"task": "fleet.pack", "schedule": 60.0, "options": {"expires": 55}},
     # Re-queues Slack deliveries whose task was lost (a broker restart): nothing is dropped.
     "notifications-sweep": {
         "task": "notifications.sweep",
@@ -132,6 +137,21 @@ def schedule_alert_evaluation(sender: Celery, **kwargs: Any) -> None:
         "task": "prometheus.pull",
         "schedule": pull,
         "options": {"expires": pull * 0.9},
+    }
+
+
+@app.on_after_configure.connect
+def schedule_remote_write(sender: Celery, **kwargs: Any) -> None:
+    """Remote write (fleet/remote_write/ship.py) every FLEETWATCH_REMOTE_WRITE_S (5 s), only
+    when FLEETWATCH_REMOTE_WRITE_URL is set. Each tick expires before the next: behind a long
+    rollup on the maintenance worker, the queue holds one pass, not a pile of them."""
+    config = settings.REMOTE_WRITE
+    if not config.enabled:
+        return
+    sender.conf.beat_schedule["remote-write"] = {
+        "task": "fleet.remote_write",
+        "schedule": config.every_s,
+        "options": {"expires": config.every_s * 0.9},
     }
 
 

@@ -278,6 +278,12 @@ METRICS_PUBLIC = env_bool("FLEETWATCH_METRICS_PUBLIC", False)
 METRICS_GPU_SITES = env_str("FLEETWATCH_METRICS_GPU_SITES", "all")
 # How often the enabled Prometheus sources are pulled (s) (fleet/ingest/prometheus/pull.py).
 PROMETHEUS_PULL_S = env_float("FLEETWATCH_PROMETHEUS_PULL_S", 15, minimum=1)
+# Remote write of raw samples to a Prometheus-compatible TSDB, and PromQL reads of ranges older
+# than raw retention (fleet/remote_write/; docs/configuration.md, "Remote write"). Off unless
+# FLEETWATCH_REMOTE_WRITE_URL is set.
+from fleetwatch.remote_write_settings import remote_write_from_env  # noqa: E402
+
+REMOTE_WRITE = remote_write_from_env()
 
 # Whom a signed-in person with no role is told to ask for access (dashboard/no_role.py),
 # e.g. "the NOC, #dc-ops on Slack"; unset: the admins' names and e-mail addresses.

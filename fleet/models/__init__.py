@@ -13,6 +13,7 @@ from fleet.models.nodes import GPU, Node
 from fleet.models.prometheus import PrometheusSource, PulledGPU, UnmatchedSeries
 from fleet.models.racks import PowerFeed, Rack
 from fleet.models.rejections import RejectionTally
+from fleet.models.remote_write import RemoteWriteCursor
 from fleet.models.sites import Hall, Site
 from fleet.models.system import DatabaseSize
 from fleet.models.workloads import GpuAllocation, Workload, WorkloadSnapshot
@@ -34,6 +35,7 @@ __all__ = (
     "PulledGPU",
     "Rack",
     "RejectionTally",
+    "RemoteWriteCursor",
     "Site",
     "SiteRole",
     "SiteRoleChoices",
