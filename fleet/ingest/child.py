@@ -5,13 +5,18 @@ write path so that parsing, validation and the database commit run on their own
 core and GIL, while the server's event loop only moves bytes (the design that met
 the throughput bar in docs/reference/ingest-feasibility.md).
 
-Natural group commit: it takes everything readable, commits once, answers every
-batch in one RESULTS frame, and repeats; no linger timer. After a commit, and on a tick
-every `FLEETWATCH_LIVE_INTERVAL_S` when none came, it merges the pending latest state once
-`FLEETWATCH_LATEST_SAVE_S` has passed since the last save, and follows every save at once
-with a CHANGED frame naming the entities whose latest state moved, for the server's live
-publisher. It does not start Django: the server passes the database
-settings in `FLEETWATCH_CHILD_CONFIG`. It answers READY before touching the
+Group commit: it takes everything readable, and while that is fewer than `ROUND_BATCHES`
+batches waits up to `ROUND_LINGER_S` for more, commits once, answers every batch in one
+RESULTS frame, and repeats. The wait is what makes the rounds large at a fleet's steady
+1 Hz: without it a round was the one or two batches that came during the last commit, and
+each round's fixed cost (the COPY, the seal read, the commit and its WAL flush, the answer
+frame) was paid for every batch or two (docs/benchmarks.md, "Less CPU per GPU sample").
+
+After a commit, and on a tick every `FLEETWATCH_LIVE_INTERVAL_S` when none came, it
+merges the pending latest state once `FLEETWATCH_LATEST_SAVE_S` has passed since the last
+save, and follows every save at once with a CHANGED frame naming the entities whose latest
+state moved, for the server's live publisher. It does not start Django: the server passes
+the database settings in `FLEETWATCH_CHILD_CONFIG`. It answers READY before touching the
 database, so a database that is down at start makes batches 503, not the server fail.
 """
 
@@ -36,6 +41,10 @@ from fleet.storage.partitions import ensure_raw_ahead
 log = logging.getLogger("fleet.ingest.child")
 
 MAX_READ = 4 << 20  # bytes taken per round: bounds one commit's size and latency
+# A round of fewer batches than this waits for more, up to ROUND_LINGER_S after its first
+# read: a few milliseconds on every ack, against the ~0.5 s the ack is allowed.
+ROUND_BATCHES = 32
+ROUND_LINGER_S = 0.02
 COUNTERS_EVERY_S = 10.0  # how often a writer saves its counters (fleet.models.IngestWriter)
 COUNTER_FIELDS = (
     "batches",
@@ -128,7 +137,25 @@ class ChildLoop:
             self.send(frames.RESULTS, _encode(revoked))
 
     def _read_round(self) -> bool:
-        """Read what is there, process it; False when the server has gone."""
+        """Read what is there, and more while the round is small and young (up to
+        `ROUND_LINGER_S`); process it. False when the server has gone."""
+        deadline = time.monotonic() + ROUND_LINGER_S
+        items: list[tuple[int, int, bytes]] = []
+        while True:
+            if not self._read_available():
+                return False
+            items += frames.split_frames(self.buf)
+            batches = [payload for kind, _, payload in items if kind == frames.BATCH]
+            if len(batches) >= ROUND_BATCHES or sum(map(len, batches)) >= MAX_READ:
+                break
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not select.select([self.sock], [], [], remaining)[0]:
+                break
+        self._process(items)
+        return True
+
+    def _read_available(self) -> bool:
+        """Append what the socket holds now to the buffer; False when the server has gone."""
         self.sock.setblocking(False)
         try:
             while len(self.buf) < MAX_READ:
@@ -141,7 +168,6 @@ class ChildLoop:
                 self.buf += chunk
         finally:
             self.sock.setblocking(True)
-        self._process(frames.split_frames(self.buf))
         return True
 
     def _process(self, items: list[tuple[int, int, bytes]]) -> None:

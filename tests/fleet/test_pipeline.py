@@ -389,3 +389,86 @@ def test_a_writer_saves_its_counters_for_the_metrics(db_path: Path) -> None:
     pipeline.db.close()
     server_end.close()
     child_end.close()
+
+
+def read_frames(sock: Any, count: int) -> list[tuple[int, int, bytes]]:
+    """The first `count` frames the child sends (waits for them, up to the socket's time-out)."""
+    from fleet.ingest import frames
+
+    received = bytearray()
+    got: list[tuple[int, int, bytes]] = []
+    while len(got) < count:
+        received += sock.recv(1 << 16)
+        got += frames.split_frames(received)
+    return got
+
+
+def test_a_batch_arriving_while_a_round_is_young_is_committed_with_it(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Group commit waits a little for more batches: two agents' batches that arrive apart
+    are stored by one commit and answered in one RESULTS frame (fewer rounds, less CPU)."""
+    import socket as socketlib
+    import threading
+
+    from fleet.ingest import child, frames
+
+    monkeypatch.setattr(child, "ROUND_BATCHES", 2)
+    monkeypatch.setattr(child, "ROUND_LINGER_S", 30.0)  # ends when full, long before this
+    server_end, child_end = socketlib.socketpair()
+    server_end.settimeout(10)
+    pipeline = IngestPipeline(PickyDb(str(db_path)), save_interval_s=3600.0)
+    loop = child.ChildLoop(child_end, pipeline, live_s=3600.0, revalidate_s=3600.0)
+    for conn_id in (1, 2):
+        hello = {"source": f"node:{NODES[conn_id - 1]}", "site_id": 1}
+        server_end.sendall(frames.frame(frames.HELLO, conn_id, json.dumps(hello).encode()))
+    first_read = threading.Event()
+    read_available = loop._read_available
+
+    def reading() -> bool:
+        try:
+            return read_available()
+        finally:
+            first_read.set()
+
+    monkeypatch.setattr(loop, "_read_available", reading)
+    server_end.sendall(frames.frame(frames.BATCH, 1, frame(gpu_batch(NODES[0], 1200))))
+    reader = threading.Thread(target=loop._read_round)
+    reader.start()
+    assert first_read.wait(10)  # the round has taken the first batch: the second comes later
+    server_end.sendall(frames.frame(frames.BATCH, 2, frame(gpu_batch(NODES[1], 1200))))
+    kind, _, payload = read_frames(server_end, 1)[0]
+    reader.join(10)
+    assert kind == frames.RESULTS
+    assert sorted((conn, seq, code) for conn, seq, code, _ in json.loads(payload)) == [
+        (1, 1200, 0),
+        (2, 1200, 0),
+    ]
+    pipeline.db.close()
+    server_end.close()
+    child_end.close()
+
+
+def test_a_lone_batch_is_answered_once_the_round_has_waited_its_while(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A quiet writer does not hold a batch for more company than the linger allows."""
+    import socket as socketlib
+
+    from fleet.ingest import child, frames
+
+    monkeypatch.setattr(child, "ROUND_LINGER_S", 0.01)
+    server_end, child_end = socketlib.socketpair()
+    server_end.settimeout(10)
+    pipeline = IngestPipeline(PickyDb(str(db_path)), save_interval_s=3600.0)
+    loop = child.ChildLoop(child_end, pipeline, live_s=3600.0, revalidate_s=3600.0)
+    hello = {"source": f"node:{NODES[2]}", "site_id": 1}
+    server_end.sendall(frames.frame(frames.HELLO, 3, json.dumps(hello).encode()))
+    server_end.sendall(frames.frame(frames.BATCH, 3, frame(gpu_batch(NODES[2], 1300))))
+    assert loop._read_round()
+    kind, _, payload = read_frames(server_end, 1)[0]
+    assert kind == frames.RESULTS
+    assert [(conn, seq, code) for conn, seq, code, _ in json.loads(payload)] == [(3, 1300, 0)]
+    pipeline.db.close()
+    server_end.close()
+    child_end.close()
