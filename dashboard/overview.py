@@ -26,6 +26,7 @@ from fleet.read.forecast_now import disk_now, forecasts_now
 from fleet.read.forecast_sources import interval_words, sentence
 from fleet.read.site_summary import agent_counts, site_payloads
 from fleet.read.state import RackState, rack_payload, rack_summaries
+from fleet.remote_write.lag import lag_words
 from fleet.words import level_word, say, throttling_words
 
 COOLING_LABELS = dict(Rack._meta.get_field("cooling").choices or [])
@@ -137,6 +138,12 @@ def database_disk(now: float) -> tuple[str, str] | None:
     interval (a title); None before the task fleet.forecasts has measured it."""
     state = disk_now(now)
     return None if state is None else disk_words(state)
+
+
+def remote_write(now: float) -> tuple[str, str] | None:
+    """How far remote write to the site's TSDB is behind, in words, with the last failure
+    (a title); None while it is off."""
+    return lag_words(now)
 
 
 def rack_forecasts(site_ids: Iterable[int], now: float) -> dict[int, tuple[str, str]]:

@@ -15,7 +15,7 @@ from django.views.decorators.http import require_GET, require_POST
 from dashboard.alerts import alerts_page, can_acknowledge
 from dashboard.cooling import cooling_page
 from dashboard.muting import operated_site_names
-from dashboard.overview import database_disk
+from dashboard.overview import database_disk, remote_write
 from dashboard.overview import fleet_overview as build_overview
 from dashboard.rack import rack_page
 from fleet.access import can_view_site, operated_site_ids, visible_site_ids
@@ -33,6 +33,7 @@ def fleet_overview(request: HttpRequest) -> HttpResponse:
         "payload": payload,
         "rack_count": sum(len(racks) for racks in halls.values()),
         "database": database_disk(now),
+        "remote_write": remote_write(now),
     }
     return render(request, "dashboard/fleet.html", context)
 

@@ -21,6 +21,7 @@ from fleet.alerts.evaluate_events import event_count
 from fleet.alerts.evaluate_fabric import FABRIC_DERIVED, FABRIC_PARAMETRIC
 from fleet.alerts.evaluate_forecast import minutes_to_limit
 from fleet.alerts.evaluate_health import in_state
+from fleet.alerts.evaluate_remote_write import remote_write_lag
 from fleet.alerts.evaluate_source import gpu_missing, metric_lag, silent_intervals
 from fleet.alerts.holders import allocated_idle
 from fleet.alerts.models import AlertRule
@@ -241,6 +242,7 @@ DERIVED: dict[tuple[str, str], Callable[[Snapshot], Values]] = {
     ("gpu", "health_watch"): in_state(record.WATCH),
     ("gpu", "health_reset_needed"): in_state(record.RESET_NEEDED),
     ("gpu", "health_replace"): in_state(record.REPLACE),
+    ("site", "remote_write_lag_s"): remote_write_lag,
 }
 
 # Derived signals whose value depends on the rule's params (each param resolved against

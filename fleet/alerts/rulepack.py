@@ -13,6 +13,7 @@ from fleet.alerts import signals
 from fleet.alerts.rulepack_fabric import FABRIC_RULES
 from fleet.alerts.rulepack_forecast import FORECAST_RULES
 from fleet.alerts.rulepack_health import HEALTH_RULES
+from fleet.alerts.rulepack_remote_write import REMOTE_WRITE_RULES
 from fleet.alerts.rulepack_sources import SOURCE_RULES, USAGE_RULES
 from fleet.alerts.rulespec import FACILITY, GPU_NAME, RuleSpec
 from fleet.health import thresholds
@@ -463,4 +464,5 @@ BUILTIN_RULES: tuple[RuleSpec, ...] = (
     *HEALTH_RULES,
     *SOURCE_RULES,
     *USAGE_RULES,
+    *REMOTE_WRITE_RULES,
 )

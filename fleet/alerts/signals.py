@@ -17,7 +17,8 @@ stored events (fleet.models.Event) of that kind over the rule's `window_s`;
 (fleet/alerts/evaluate_forecast.py); `fabric:<what>` judges each node's InfiniBand/RoCE
 ports (fleet/alerts/evaluate_fabric.py), `nvlink:<what>` each GPU's NVLink error totals
 (fleet/alerts/evaluate_nvlink.py); `health_record:<state>` reads this minute's GPU health
-states (fleet/alerts/evaluate_health.py).
+states (fleet/alerts/evaluate_health.py); `remote_write:lag` how far remote write is behind
+(fleet/alerts/evaluate_remote_write.py).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from fleet.alerts.signals_foresight import (
     HEALTH,
     HEALTH_SIGNALS,
 )
+from fleet.alerts.signals_remote_write import REMOTE_WRITE
 from fleet.health.cadence import LAG_INTERVALS
 
 __all__ = (
@@ -379,6 +381,7 @@ SIGNALS: tuple[Signal, ...] = (
     *FABRIC,
     *HEALTH,
     *_SOURCE,
+    *REMOTE_WRITE,
 )
 BY_KEY: dict[tuple[str, str], Signal] = {s.key: s for s in SIGNALS}
 NAMES: frozenset[str] = frozenset(s.name for s in SIGNALS)

@@ -15,8 +15,9 @@ from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS
 
 from fleet.models import RemoteWriteCursor
+from fleet.words import age_words
 
-__all__ = ("LAG_ALERT_S", "KindLag", "kind_lags", "worst_lag_s")
+__all__ = ("LAG_ALERT_S", "NEVER_SHIPPED", "KindLag", "kind_lags", "lag_words", "worst_lag_s")
 
 # The lag at which the rule `remote-write-lag` fires: ten minutes, five to ten times what a
 # shipper that keeps up shows, and well inside raw retention (3 h by default), so the
@@ -58,3 +59,25 @@ def worst_lag_s(now: float, using: str = DEFAULT_DB_ALIAS) -> float | None:
     """The largest lag of any kind; None when remote write is off or never ran."""
     lags = kind_lags(now, using)
     return max((k.lag_s for k in lags), default=None)
+
+
+NEVER_SHIPPED = "on, never shipped yet"
+
+
+def lag_words(now: float, using: str = DEFAULT_DB_ALIAS) -> tuple[str, str] | None:
+    """What the fleet overview says of remote write, with a title (the last refusal or
+    failure, or ""); None while it is off. The one owner of these words."""
+    if not settings.REMOTE_WRITE.enabled:
+        return None
+    lags = kind_lags(now, using)
+    if not lags:
+        return NEVER_SHIPPED, ""
+    worst = max(lags, key=lambda k: k.lag_s)
+    shipped = sum(k.shipped_samples for k in lags)
+    dropped = sum(k.dropped_samples for k in lags)
+    text = f"{age_words(worst.lag_s)} behind; {shipped:,} samples shipped, {dropped:,} refused"
+    failing = [k for k in lags if k.failures]
+    if failing:
+        text += f"; receiver failing ({max(k.failures for k in failing)} passes in a row)"
+    errors = [k.last_error for k in lags if k.last_error]
+    return text, errors[0] if errors else ""

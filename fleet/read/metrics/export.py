@@ -22,6 +22,7 @@ from django.db.models import Count, Sum
 
 from fleet import health
 from fleet.read.metrics.agent_series import agent_series
+from fleet.read.metrics.remote_write_series import remote_write_series
 from fleet.read.payloads import rack_feeds
 from fleet.read.site_summary import open_incidents, site_payloads
 from fleet.read.state import (
@@ -150,6 +151,7 @@ def collect(now: float) -> list[Family]:
     _deliveries(families)
     _rejections(families)
     _ingest(families)
+    remote_write_series(families, now)
     return list(families.items.values())
 
 
