@@ -3,7 +3,9 @@
 `history(kind, key, metrics, start, end, max_points)` picks the storage tier that fits the
 range (docs/storage.md): raw samples for short ranges still inside raw retention (up to an
 hour on PostgreSQL, 15 minutes on SQLite: `RAW_MAX_RANGE_S`), 1-minute rollups inside
-theirs, 1-hour rollups beyond; it says which tier answered. What the rollup has not reached
+theirs, 1-hour rollups beyond; it says which tier answered. With a TSDB configured
+(`FLEETWATCH_REMOTE_READ_URL`), a range older than raw retention is read from there
+(fleet/read/history_remote.py: tier "tsdb"). What the rollup has not reached
 yet (the last minute or two) is read from the next finer tier, so a chart ends at the last
 sample. Every metric comes from one statement per tier read, grouped in the database into
 at most `max_points` buckets (a bucket's mean, with its min and max), so a long range never
@@ -93,6 +95,7 @@ class History:
     end: float
     series: dict[str, Series] = field(default_factory=dict)
     parts: list[Segment] = field(default_factory=list)  # which tier answered which stretch
+    note: str = ""  # a source that should have answered and did not (history_remote.py)
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -107,6 +110,7 @@ class History:
                 for name, s in self.series.items()
             },
             "parts": [{"tier": t, "start": a, "end": b} for t, a, b in self.parts],
+            "note": self.note,
         }
 
 
@@ -275,6 +279,14 @@ def history(
     entity = _check_key(kind, key)
     _check_range(start, end, max_points, kind)
     names = list(dict.fromkeys(metrics))
+    # Older than raw retention, with a TSDB configured: its raw samples (history_remote).
+    from fleet.read import history_remote  # builds on this module's types
+
+    remote = history_remote.from_tsdb(
+        kind, entity, names, start, end, max_points, now=now, using=using
+    )
+    if remote.history is not None:
+        return remote.history
     vendor = connections[using].vendor
     tier = choose_tier(start, end, now, vendor, kind)
     step = bucket_step(tier, start, end, max_points)
@@ -292,7 +304,7 @@ def history(
             min=[_number(r[col + 1]) for r in rows],
             max=[_number(r[col + 2]) for r in rows],
         )
-    return History(kind, entity, tier, step, start, end, series, parts)
+    return History(kind, entity, tier, step, start, end, series, parts, remote.note)
 
 
 def _mask_sql(tier: str) -> str:

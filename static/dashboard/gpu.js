@@ -9,7 +9,10 @@
   const status = document.getElementById("chart-status");
   const LIVE_EVERY_MS = 2000; // history points: appended at most every 2 s (figures: every push)
   const QUIET_REFRESH_MS = 10000;
-  const TIER_WORDS = { raw: "raw samples", "1m": "1-minute rollups", "1h": "1-hour rollups" };
+  const TIER_WORDS = {
+    raw: "raw samples", "1m": "1-minute rollups", "1h": "1-hour rollups",
+    tsdb: "the TSDB's raw samples",
+  };
 
   const memPct = (v) => (v === null || !config.mem_total_mib ? null : (100 * v) / config.mem_total_mib);
   // Per chart: its element, y-axis title, [metric, legend name, transform] traces, and the
@@ -134,7 +137,8 @@
     if (body.reasons) drawReasons(body.reasons.spans);
     const perBucket = body.tier === "raw" && body.step_s === 1 ? "each sample" : `${body.step_s} s buckets`;
     const sources = [...new Set(body.parts.map((p) => TIER_WORDS[p.tier]))].join(", then ");
-    status.textContent = `Last ${config.range}: ${perBucket} (mean per bucket) from ${sources || "no stored data"}.`;
+    const note = body.note ? ` (${body.note})` : "";
+    status.textContent = `Last ${config.range}: ${perBucket} (mean per bucket) from ${sources || "no stored data"}${note}.`;
     document.body.dataset.charts = "drawn";
   }
 
