@@ -36,7 +36,14 @@ from fleet.remote_write import client, rows, series
 from fleet.remote_write.wire import compress, encode_write_request
 from fleetwatch.remote_write_settings import RemoteWrite
 
-__all__ = ("PassResult", "backoff_s", "settled_until", "ship_pass")
+__all__ = (
+    "PassResult",
+    "backoff_s",
+    "request_body",
+    "settled_until",
+    "ship_pass",
+    "split_requests",
+)
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +86,7 @@ def _position(cursor: RemoteWriteCursor) -> rows.Position:
     return rows.Position(cursor.ts, tuple(int(k) for k in cursor.entity))
 
 
-def _requests(
+def split_requests(
     batch: Sequence[rows.RawRow], per_request: int
 ) -> Iterator[tuple[Sequence[rows.RawRow], int]]:
     """Whole rows per request, `per_request` samples or a row's worth more: (rows, samples)."""
@@ -93,7 +100,7 @@ def _requests(
         yield batch[start:], samples
 
 
-def _body(
+def request_body(
     kind: str,
     chunk: Sequence[rows.RawRow],
     known: series.EntityLabels,
@@ -205,8 +212,8 @@ def _ship_kind(
     encoded: dict[tuple[tuple[int, ...], int], bytes] = {}
     while time.monotonic() < deadline:
         batch = rows.read_after(kind, _position(cursor), settled, ROWS_PER_READ, using)
-        for chunk, _ in _requests(batch, config.batch_samples):
-            body, sent, unplaced = _body(kind, chunk, known, encoded)
+        for chunk, _ in split_requests(batch, config.batch_samples):
+            body, sent, unplaced = request_body(kind, chunk, known, encoded)
             answer = client.post(config, body) if sent else None
             result.requests += answer is not None
             if answer is not None and answer.outcome is client.Outcome.RETRY:
