@@ -21,13 +21,15 @@ identical masks become spans.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, connections
 
 from agents.protocol.metrics import METRICS
+from fleet.storage import packed_read
 from fleet.storage.dialect import POSTGRESQL, SQLITE, bucket_expr
 from fleet.storage.retention import kept_s
 from fleet.storage.schema import ENTITY_COLUMNS, TIER_SECONDS, raw_table, rollup_table
@@ -221,9 +223,13 @@ def plan(kind: str, tier: str, start: float, end: float, step: int, using: str) 
     return segments
 
 
-def _series_sql(kind: str, tier: str, metrics: Sequence[str], step: int, vendor: str) -> str:
+def _series_sql(
+    kind: str, tier: str, metrics: Sequence[str], step: int, vendor: str, raw: str = ""
+) -> str:
+    """`raw`: what raw rows are read from (the raw table, or it and packed spans as one:
+    fleet.storage.packed_read)."""
     if tier == "raw":
-        table, bucket = raw_table(kind), bucket_expr(vendor, step)
+        table, bucket = raw or raw_table(kind), bucket_expr(vendor, step)
         time_col = "ts"
         stats = [f"AVG({m}), MIN({m}), MAX({m})" for m in metrics]
     else:
@@ -293,8 +299,14 @@ def history(
     rows: list[tuple[Any, ...]] = []
     parts = plan(kind, tier, start, end, step, using)
     for part, since, until in parts:
+        bounds = _time_bounds(part, since, until)
+        if part == "raw":
+            rows += _select_raw(
+                kind, entity, bounds, partial(_series_sql, kind, part, names, step, vendor), using
+            )
+            continue
         sql = _series_sql(kind, part, names, step, vendor)
-        rows += _select(sql, [*entity, *_time_bounds(part, since, until)], using)
+        rows += _select(sql, [*entity, *bounds], using)
     series = {}
     for i, name in enumerate(names):
         col = 1 + 3 * i
@@ -307,11 +319,23 @@ def history(
     return History(kind, entity, tier, step, start, end, series, parts, remote.note)
 
 
-def _mask_sql(tier: str) -> str:
+def _select_raw(
+    kind: str,
+    entity: tuple[int, ...],
+    bounds: tuple[float, float],
+    sql: Callable[[str], str],
+    using: str,
+) -> list[tuple[Any, ...]]:
+    """Raw rows of one entity in [bounds), from the raw table and any packed spans."""
+    with connections[using].cursor() as cur:
+        return packed_read.read_entity(cur, kind, entity, *bounds, sql, [*entity, *bounds])
+
+
+def _mask_sql(tier: str, raw: str = "") -> str:
     key = _key_clause("gpu")
     if tier == "raw":
         return (
-            f"SELECT ts, {MASK_METRIC} FROM {raw_table('gpu')} WHERE {key}"
+            f"SELECT ts, {MASK_METRIC} FROM {raw or raw_table('gpu')} WHERE {key}"
             f" AND ts >= %s AND ts < %s AND {MASK_METRIC} IS NOT NULL ORDER BY ts"
         )
     m = MASK_METRIC
@@ -328,7 +352,12 @@ def _mask_rows(
     """(bucket start, OR of the masks seen in it), oldest first."""
     buckets: dict[int, int] = {}
     for part, since, until in plan("gpu", tier, start, end, step, using):
-        for row in _select(_mask_sql(part), [*key, *_time_bounds(part, since, until)], using):
+        bounds = _time_bounds(part, since, until)
+        if part == "raw":
+            found = _select_raw("gpu", key, bounds, partial(_mask_sql, part), using)
+        else:
+            found = _select(_mask_sql(part), [*key, *bounds], using)
+        for row in found:
             b = int(row[0] // step) * step
             for mask in row[1:]:
                 if mask is not None:

@@ -1,9 +1,10 @@
 """Time partitions of the raw and rollup tables on PostgreSQL (SQLite: none, every call a no-op).
 
-Each `fw_<kind>_raw` is range-partitioned on `ts` by the hour, each `fw_<kind>_1m` on `bucket`
-by the day and each `fw_<kind>_1h` by the calendar month (UTC); widths and their sizes are in
-docs/storage.md. Retention (`fleet.storage.retention`) then drops whole partitions instead of
-deleting rows.
+Each `fw_<kind>_raw` is range-partitioned on `ts` by the hour (or by the packed span's
+width, `fleet.storage.raw_span`: a sealed raw partition is packed as a whole), each
+`fw_<kind>_1m` on `bucket` by the day and each `fw_<kind>_1h` by the calendar month (UTC);
+widths and their sizes are in docs/storage.md. Retention (`fleet.storage.retention`) then
+drops whole partitions instead of deleting rows.
 
 A row whose time has no partition is refused by the database ("no partition of relation …
 found for row"), which ingest answers 503 (`dialect.failure_kind`) so the agent resends. So
@@ -33,6 +34,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol, TypeVar
 
+from fleet.storage import raw_span
 from fleet.storage.schema import ENTITY_COLUMNS, raw_table, rollup_table
 
 T = TypeVar("T")
@@ -42,14 +44,28 @@ Execute = Callable[..., list[Row]]  # (sql, params=()) -> rows, inside one trans
 KINDS = tuple(ENTITY_COLUMNS)
 PARTITIONED_TIERS = ("raw", "1m", "1h")
 
-# Width of one partition per tier (1h: a calendar month, handled apart). Sized in
-# docs/storage.md: at 10,000 GPUs a raw hour is 36 M rows (~9 GB on PostgreSQL).
+# Width of one partition per tier (1h: a calendar month, handled apart; raw: the packed
+# span, `raw_span.span_s()`, an hour by default). Sized in docs/storage.md: at 10,000 GPUs
+# a raw hour is 36 M rows (~9 GB on PostgreSQL).
 WIDTH_S = {"raw": 3600, "1m": 86400}
 
-# Partitions made past the one holding `now`: raw a day (so a beat outage of hours never
-# stops ingest), 1m three days, 1h two months. Rollups write only complete buckets
-# (in the past), so their tiers need little.
+# Partitions made past the one holding `now`: raw a day's worth (so a beat outage of hours
+# never stops ingest; counted in hours whatever the raw width), 1m three days, 1h two
+# months. Rollups write only complete buckets (in the past), so their tiers need little.
 AHEAD = {"raw": 24, "1m": 3, "1h": 2}
+
+
+def width_s(tier: str) -> int:
+    """Seconds per partition of `tier` (not 1h: calendar months)."""
+    return raw_span.span_s() if tier == "raw" else WIDTH_S[tier]
+
+
+def ahead_count(tier: str) -> int:
+    """How many partitions of `tier` are made past the one holding now."""
+    if tier == "raw":
+        return AHEAD["raw"] * 3600 // width_s("raw")
+    return AHEAD[tier]
+
 
 # Serialises concurrent ensures (beat task, an ingest child starting, the command):
 # each re-checks inside it, so two never try to attach the same slot.
@@ -106,7 +122,7 @@ def slot(tier: str, t: float) -> tuple[int, int]:
         day = datetime.fromtimestamp(t, UTC)
         nxt = (day.year + 1, 1) if day.month == 12 else (day.year, day.month + 1)
         return _month_start(day.year, day.month), _month_start(*nxt)
-    width = WIDTH_S[tier]
+    width = width_s(tier)
     lo = int(t // width) * width
     return lo, lo + width
 
@@ -122,8 +138,11 @@ def slots(tier: str, start: float, end: float) -> list[tuple[int, int]]:
 
 
 def partition_name(family: Family, lo: int) -> str:
-    """e.g. fw_gpu_raw_p20261201t14, fw_gpu_1m_p20261201, fw_gpu_1h_p202612."""
+    """e.g. fw_gpu_raw_p20261201t14 (fw_gpu_raw_p20261201t1405 when raw partitions are
+    narrower than an hour), fw_gpu_1m_p20261201, fw_gpu_1h_p202612."""
     fmt = {"raw": "%Y%m%dt%H", "1m": "%Y%m%d", "1h": "%Y%m"}[family.tier]
+    if family.tier == "raw" and width_s("raw") < 3600:
+        fmt += "%M"
     return f"{family.table}_p{datetime.fromtimestamp(lo, UTC).strftime(fmt)}"
 
 
@@ -276,7 +295,7 @@ def ahead_spans(
     spans: dict[Family, tuple[float, float]] = {}
     for family in families(tiers):
         _, end = slot(family.tier, now)
-        for _ in range(AHEAD[family.tier]):
+        for _ in range(ahead_count(family.tier)):
             _, end = slot(family.tier, end)
         spans[family] = (now - behind_s.get(family, 0.0), end)
     return spans

@@ -13,6 +13,9 @@ pending late mark of that tier (`fw_<kind>_late`) still asks for a recompute.
   Nothing an ingest commit needs is held, and no row is rewritten.
 - SQLite: short DELETE slices, oldest first, each its own transaction, so a large backlog
   never holds the single write lock for long; rows a pending mark covers are left (anti-join).
+- Packed raw spans (`fw_<kind>_packed`, fleet.storage.packed): a span goes with the raw
+  rows it replaced, once all of it is past the raw horizon and no pending 1m mark covers
+  its entity inside it; DELETE on both engines (a few rows per entity and span).
 - Events (`fleet_event`, not partitioned): DELETE slices on both engines; so are the
   stored ledger's hours and days, and shared GPUs' SM activity per minute
   (`fw_gpu_share_1m`, kept as long as the 1-minute GPU tier), and GPUs' health hours
@@ -43,7 +46,7 @@ from fleet.storage.partitions import (
     families,
     list_partitions,
 )
-from fleet.storage.schema import ENTITY_COLUMNS
+from fleet.storage.schema import ENTITY_COLUMNS, packed_table
 from fleet.storage.workloads import SHARE_TABLE
 
 log = logging.getLogger(__name__)
@@ -260,6 +263,23 @@ def _oldest(
     return None if row is None or row[0] is None else float(row[0])
 
 
+def delete_expired_packed(kind: str, now: float, using: str = DEFAULT_DB_ALIAS) -> int:
+    """Packed spans of `kind` wholly past the raw horizon, sparing any a pending 1m mark
+    covers (its entity and a minute inside the span): the raw contract, per span."""
+    keys = " AND ".join(f"l.{k} = t.{k}" for k in ENTITY_COLUMNS[kind])
+    with transaction.atomic(using=using), connections[using].cursor() as cur:
+        limit = removable_before(cur, Family(kind, "raw"), now)
+        if limit is None:
+            return 0
+        cur.execute(
+            f"DELETE FROM {packed_table(kind)} AS t WHERE t.span_end <= %s AND NOT EXISTS"
+            f" (SELECT 1 FROM {late_table(kind)} l WHERE l.tier = '1m' AND {keys}"
+            " AND l.bucket >= t.span_start AND l.bucket < t.span_end)",
+            [limit],
+        )
+        return max(int(cur.rowcount), 0)
+
+
 def delete_expired_events(now: float, using: str = DEFAULT_DB_ALIAS) -> int:
     cutoff = now - float(settings.RETENTION_1H_HOURS) * HOUR_S
     return _delete_slices("fleet_event", "ts", SLICE_S["event"], using, lambda: cutoff)
@@ -304,6 +324,8 @@ def apply_retention(now: float, using: str = DEFAULT_DB_ALIAS) -> dict[str, int]
         for family in families():
             if family.kind in METRICS:
                 removed[family.table] = delete_expired_rows(family, now, using)
+    for kind in METRICS:
+        removed[packed_table(kind)] = delete_expired_packed(kind, now, using)
     removed["fleet_event"] = delete_expired_events(now, using)
     removed.update(delete_expired_ledger(now, using))
     removed[SHARE_TABLE] = delete_expired_shares(now, using)

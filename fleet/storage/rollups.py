@@ -35,7 +35,7 @@ from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections, transaction
 from django.db.backends.utils import CursorWrapper
 
 from agents.protocol.metrics import METRICS
-from fleet.storage import health_hours, late, partitions
+from fleet.storage import health_hours, late, packed_read, partitions
 from fleet.storage.dialect import (
     POSTGRESQL,
     WriterTurns,
@@ -163,10 +163,20 @@ def _end(cur: CursorWrapper, tier: str, kind: str, now: float) -> int:
     return min(_floor(below.done_until, 3600), _floor(now - GRACE_S, 3600))
 
 
+def _read_source(tier: str, kind: str, packed: bool) -> str:
+    """What the tier's rows are read from: with `packed` (1m recomputing minutes inside
+    packed spans) the raw table and the staged packed samples as one
+    (`packed_read.source`)."""
+    return packed_read.source(kind) if packed else _source(tier, kind)[0]
+
+
 @cache
-def aggregate_sql(tier: str, kind: str, vendor: str, picked: bool = False) -> str:
+def aggregate_sql(
+    tier: str, kind: str, vendor: str, picked: bool = False, packed: bool = False
+) -> str:
     """INSERT … SELECT that upserts every (entity, bucket) of `tier` in [%s, %s), or,
-    with `picked`, every (entity, bucket) in the temp table `late.pick_table(kind)`.
+    with `picked`, every (entity, bucket) in the temp table `late.pick_table(kind)`
+    (with `packed`, read from the raw table and the staged packed samples as one).
 
     Groups by entity and bucket: min/avg/max/count and the time of each metric's
     `_last` (`_last_columns`). A recomputed row replaces the old one unless it would count
@@ -191,7 +201,7 @@ def aggregate_sql(tier: str, kind: str, vendor: str, picked: bool = False) -> st
                 f"sum({m}_mean * n) / sum(CASE WHEN {m}_mean IS NOT NULL THEN n END) AS {m}_mean",
                 f"max({m}_max) AS {m}_max",
             ]
-    last_inner, last_outer = _last_columns(tier, kind)
+    last_inner, last_outer = _last_columns(tier, kind, packed)
     inner += last_inner
     outer: list[str] = [*(f"g.{k}" for k in keys), "g.b", "g.n"]
     for m, last in zip(metrics, last_outer, strict=True):
@@ -202,7 +212,7 @@ def aggregate_sql(tier: str, kind: str, vendor: str, picked: bool = False) -> st
     updates = ", ".join(f"{c} = excluded.{c}" for c in columns[len(keys) + 1 :])
     group = ", ".join((*keys, "b"))
     if picked:
-        rows = f"{_picked_rows(tier, kind, vendor)} src"
+        rows = f"{_picked_rows(tier, kind, vendor, packed)} src"
     else:
         rows = f"{source} WHERE {time_col} >= %s AND {time_col} < %s"
     # "WHERE true" lets SQLite parse ON CONFLICT after INSERT … SELECT.
@@ -210,13 +220,13 @@ def aggregate_sql(tier: str, kind: str, vendor: str, picked: bool = False) -> st
         f"INSERT INTO {target} ({', '.join(columns)})"
         f" SELECT {', '.join(outer)} FROM ("
         f"SELECT {', '.join(inner)} FROM {rows} GROUP BY {group}) g"
-        f"{_newest_row_join(tier, kind)} WHERE true"
+        f"{_newest_row_join(tier, kind, packed)} WHERE true"
         f" ON CONFLICT ({', '.join((*keys, 'bucket'))}) DO UPDATE SET {updates}"
         f" WHERE excluded.n >= {target}.n"
     )
 
 
-def _last_columns(tier: str, kind: str) -> tuple[list[str], list[str]]:
+def _last_columns(tier: str, kind: str, packed: bool = False) -> tuple[list[str], list[str]]:
     """Each metric's `_last`, the value of the newest source row that carries it.
 
     The grouping finds the group's newest row (`at_max`) and, per metric, the time of the
@@ -234,7 +244,8 @@ def _last_columns(tier: str, kind: str) -> tuple[list[str], list[str]]:
     1.78 s for five): they build an array per row and metric, where the join is per group.
     """
     keys = ENTITY_COLUMNS[kind]
-    source, at_col = _source(tier, kind)
+    at_col = _source(tier, kind)[1]
+    source = _read_source(tier, kind, packed)
     match = " AND ".join(f"s.{k} = g.{k}" for k in keys)
     inner: list[str] = [f"max({at_col}) AS at_max"]
     outer: list[str] = []
@@ -248,14 +259,15 @@ def _last_columns(tier: str, kind: str) -> tuple[list[str], list[str]]:
     return inner, outer
 
 
-def _newest_row_join(tier: str, kind: str) -> str:
+def _newest_row_join(tier: str, kind: str, packed: bool = False) -> str:
     """Each group's newest source row, joined by the source's primary key."""
-    source, at_col = _source(tier, kind)
+    at_col = _source(tier, kind)[1]
+    source = _read_source(tier, kind, packed)
     same = " AND ".join(f"nr.{k} = g.{k}" for k in ENTITY_COLUMNS[kind])
     return f" JOIN {source} nr ON {same} AND nr.{at_col} = g.at_max"
 
 
-def _picked_rows(tier: str, kind: str, vendor: str) -> str:
+def _picked_rows(tier: str, kind: str, vendor: str, packed: bool = False) -> str:
     """The source rows of the (entity, bucket) pairs in the pick table, as a subquery.
 
     CROSS JOIN makes SQLite keep the left side outer (PostgreSQL plans it freely). The
@@ -263,7 +275,8 @@ def _picked_rows(tier: str, kind: str, vendor: str) -> str:
     raw table, keyed time first, which is scanned once per distinct minute instead.
     """
     keys = ENTITY_COLUMNS[kind]
-    source, col = _source(tier, kind)
+    col = _source(tier, kind)[1]
+    source = _read_source(tier, kind, packed)
     pick = late.pick_table(kind)
     step = TIER_SECONDS[tier]
     same = " AND ".join(f"p.{k} = s.{k}" for k in keys)
@@ -400,8 +413,7 @@ def _recompute_marked(cur: CursorWrapper, tier: str, kind: str, done: int) -> tu
         return 0, 0
     vendor = cur.db.vendor
     late.stage_marks(cur, kind, marks, vendor)
-    cur.execute(aggregate_sql(tier, kind, vendor, picked=True))
-    written = max(cur.rowcount, 0)
+    written = _aggregate_picked(cur, tier, kind, vendor)
     if tier == "1m":
         hours_done = _hours_done(cur, kind)
         if hours_done is not None:
@@ -411,6 +423,23 @@ def _recompute_marked(cur: CursorWrapper, tier: str, kind: str, done: int) -> tu
         if kind == "gpu":
             health_hours.rewrite_hours(cur, before=done)
     return len(marks), written
+
+
+def _aggregate_picked(cur: CursorWrapper, tier: str, kind: str, vendor: str) -> int:
+    """Recompute the picked (entity, bucket) pairs; rows written. A 1m minute inside a
+    packed span reads its packed samples too (staged first), and is computed again if a
+    packer pass moved rows under the read (`packed_read`)."""
+    if tier != "1m":
+        cur.execute(aggregate_sql(tier, kind, vendor, picked=True))
+        return max(int(cur.rowcount), 0)
+    written = 0
+    for _ in range(packed_read.READ_ATTEMPTS):
+        staged = packed_read.stage_picked(cur, kind, TIER_SECONDS[tier])
+        cur.execute(aggregate_sql(tier, kind, vendor, picked=True, packed=staged.any))
+        written = max(int(cur.rowcount), 0)
+        if packed_read.picked_version(cur, kind) == staged.version:
+            break
+    return written
 
 
 def _hours_done(cur: CursorWrapper, kind: str) -> int | None:

@@ -56,6 +56,32 @@ def create_raw(kind: str, columns: Columns, vendor: str) -> list[str]:
     return [f"CREATE TABLE {raw_table(kind)} ({', '.join(cols)}, PRIMARY KEY ({pk})) WITHOUT ROWID"]
 
 
+def packed_table(kind: str) -> str:
+    """Sealed spans of raw rows, one row per entity and span (fleet.storage.packed)."""
+    return f"fw_{kind}_packed"
+
+
+def create_packed(kind: str, vendor: str) -> list[str]:
+    """One row per entity and sealed span [span_start, span_end): `n` samples, `data` their
+    ts and metric columns as fleet.storage.packed_codec encodes them. PostgreSQL keeps
+    `data` out of line uncompressed (STORAGE EXTERNAL): it is compressed already, and
+    TOAST's own attempt would only cost CPU."""
+    keys = ENTITY_COLUMNS[kind]
+    table = packed_table(kind)
+    blob = "BYTEA" if vendor == POSTGRESQL else "BLOB"
+    cols = [f"{k} INTEGER NOT NULL" for k in keys]
+    cols += ["span_start BIGINT NOT NULL", "span_end BIGINT NOT NULL", "n INTEGER NOT NULL"]
+    cols.append(f"data {blob} NOT NULL")
+    pk = ", ".join((*keys, "span_start"))
+    statements = [
+        f"CREATE TABLE {table} ({', '.join(cols)}, PRIMARY KEY ({pk}))",
+        f"CREATE INDEX {table}_span ON {table} (span_start)",
+    ]
+    if vendor == POSTGRESQL:
+        statements.append(f"ALTER TABLE {table} ALTER COLUMN data SET STORAGE EXTERNAL")
+    return statements
+
+
 def create_latest_v1(kind: str, columns: Columns, vendor: str) -> list[str]:
     """The first latest-state shape (one `ts` per row), kept for migration 0002."""
     keys = ENTITY_COLUMNS[kind]

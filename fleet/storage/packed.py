@@ -1,0 +1,332 @@
+"""The packer: sealed spans of raw rows become one packed row per entity (issue 23).
+
+A span [lo, hi) is sealed once it has ended and the 1-minute rollup has summarised it
+(`hi` <= the 1m tier's `done_until`): nothing but late data can still land in it, and the
+rollup's range reads never look there again. Each such span of each kind is packed in
+two steps:
+
+1. Read (no lock that ingest waits for): the span's raw rows, streamed entity by entity,
+   and any packed rows already overlapping it (a previous pass, before late data arrived);
+   merge them per entity (a packed sample wins over a raw one with the same time: a resend
+   is the same sample, and the first stored is what ingest's `ON CONFLICT DO NOTHING`
+   keeps) and encode each entity's span (fleet.storage.packed_codec).
+2. Write, in one transaction: lock the packed table against other packers and the raw
+   span against inserts (PostgreSQL: the span's partition, ACCESS EXCLUSIVE, with a short
+   lock_timeout; SQLite: the write lock), check that neither changed since step 1 (else the
+   span is left for the next pass), replace the packed rows, then free the raw rows:
+   PostgreSQL TRUNCATEs the partition (its files are replaced by empty ones, so the disk is
+   freed at commit, no VACUUM needed), SQLite DELETEs them.
+
+The lock in step 2 is on one old partition only: ingest's inserts into any other partition
+go on (INSERT and COPY into the parent lock only the partitions they route rows to), and a
+late row for the locked span waits at most ingest's lock_timeout, is answered 503 and
+resent. Readers never lock: they check afterwards that no pass replaced what they read
+(fleet.storage.packed_read).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from itertools import groupby
+from operator import itemgetter
+from typing import Any
+
+from django.conf import settings
+from django.db import DEFAULT_DB_ALIAS, OperationalError, connections, transaction
+
+from agents.protocol.metrics import METRICS
+from fleet.storage import packed_codec, raw_span
+from fleet.storage.dialect import POSTGRESQL
+from fleet.storage.partitions import MINVALUE, list_partitions, partitioned_parents
+from fleet.storage.schema import ENTITY_COLUMNS, packed_table, raw_table
+
+log = logging.getLogger(__name__)
+
+# How long a pass waits for a lock (the packed table, a raw partition) before leaving
+# the span to the next pass: ingest and readers must never queue behind the packer.
+LOCK_TIMEOUT_MS = 2000
+
+# Raw rows fetched per round trip while streaming a span.
+FETCH_ROWS = 20_000
+
+Entity = tuple[int, ...]
+Sample = tuple[Any, ...]  # ts, then each metric of the kind
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    lo: int
+    hi: int
+    partition: str | None  # PostgreSQL: the raw partition that is exactly this span
+
+
+@dataclass(frozen=True, slots=True)
+class PackedRow:
+    entity: Entity
+    span_start: int
+    span_end: int
+    n: int
+    data: bytes
+
+
+def metric_names(kind: str) -> tuple[str, ...]:
+    return tuple(m.name for m in METRICS[kind])
+
+
+def sample_columns(kind: str) -> tuple[str, ...]:
+    """The columns a packed span holds, in codec order: ts, then the kind's metrics."""
+    return ("ts", *metric_names(kind))
+
+
+def integer_flags(kind: str) -> tuple[bool, ...]:
+    return (False, *(m.integer for m in METRICS[kind]))
+
+
+def encode(kind: str, samples: Sequence[Sample]) -> bytes:
+    return packed_codec.pack([list(c) for c in zip(*samples, strict=True)], integer_flags(kind))
+
+
+def decode(kind: str, data: bytes) -> list[Sample]:
+    """The samples of a packed span, oldest first, as raw rows' (ts, metrics…)."""
+    columns = packed_codec.unpack(bytes(data), integer_flags(kind))
+    return list(zip(*columns, strict=True))
+
+
+def merge(packed: Sequence[Sample], raw: Sequence[Sample]) -> list[Sample]:
+    """One entity's samples of both sources by time, a packed one winning a tie."""
+    by_ts = {row[0]: row for row in raw}
+    by_ts.update((row[0], row) for row in packed)
+    return [by_ts[ts] for ts in sorted(by_ts)]
+
+
+# -- which spans are sealed ----------------------------------------------------------------
+
+
+def rolled_up_until(cur: Any, kind: str) -> int | None:
+    cur.execute("SELECT done_until FROM fw_rollup_state WHERE tier = '1m' AND kind = %s", [kind])
+    row = cur.fetchone()
+    return None if row is None else int(row[0])
+
+
+def shipped_until(cur: Any, kind: str) -> float | None:
+    """With remote write on (fleet/remote_write/), how far it has shipped `kind`'s raw rows:
+    it reads them from the raw table, so the packer leaves them there until shipped."""
+    cur.execute("SELECT complete_until FROM fleet_remotewritecursor WHERE kind = %s", [kind])
+    row = cur.fetchone()
+    return None if row is None else float(row[0])
+
+
+def sealed_spans(kind: str, using: str = DEFAULT_DB_ALIAS) -> list[Span]:
+    """Spans of `kind` that hold raw rows and are sealed, oldest first: the 1-minute
+    rollup has passed them and, with remote write on, so has its shipper."""
+    conn = connections[using]
+    with conn.cursor() as cur:
+        sealed = rolled_up_until(cur, kind)
+        if sealed is not None and settings.REMOTE_WRITE.enabled:
+            shipped = shipped_until(cur, kind)
+            sealed = None if shipped is None else min(sealed, int(shipped))
+    if sealed is None:
+        return []
+    table = raw_table(kind)
+    if conn.vendor == POSTGRESQL:
+        with conn.cursor() as cur:
+            execute = _executor(cur)
+            if table in partitioned_parents(execute, [table]):
+                return _sealed_partitions(execute, table, sealed)
+    return _sealed_ranges(kind, sealed, using)
+
+
+def _executor(cur: Any) -> Any:
+    def execute(sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        cur.execute(sql, params)
+        return list(cur.fetchall()) if cur.description else []
+
+    return execute
+
+
+def _sealed_partitions(execute: Any, table: str, sealed: int) -> list[Span]:
+    """PostgreSQL: each raw partition ended by `sealed` that has rows is a span."""
+    spans: list[Span] = []
+    for part in list_partitions(execute, [table])[table]:
+        if part.lo == MINVALUE or part.detach_pending or part.hi > sealed:
+            continue
+        if execute(f"SELECT EXISTS (SELECT 1 FROM {part.name})")[0][0]:
+            spans.append(Span(int(part.lo), int(part.hi), part.name))
+    return spans
+
+
+def _sealed_ranges(kind: str, sealed: int, using: str) -> list[Span]:
+    """SQLite (or an unpartitioned table): spans of `raw_span.span_s()` that have rows."""
+    width = raw_span.span_s()
+    limit = sealed // width * width
+    spans: list[Span] = []
+    since: int | None = None
+    with connections[using].cursor() as cur:
+        while True:
+            where = "ts < %s" + ("" if since is None else " AND ts >= %s")
+            params = [limit] if since is None else [limit, since]
+            cur.execute(f"SELECT min(ts) FROM {raw_table(kind)} WHERE {where}", params)
+            first = cur.fetchone()[0]
+            if first is None:
+                return spans
+            lo = int(first // width * width)
+            spans.append(Span(lo, lo + width, None))
+            since = lo + width
+
+
+# -- packing one span ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Packed:
+    """What step 1 read and built, and what step 2 checks is still so."""
+
+    rows: list[PackedRow]
+    raw_count: int
+    seen: frozenset[tuple[Entity, int, int]]  # (entity, span_start, n) of packed rows read
+    replaced: list[tuple[Entity, int]]  # (entity, span_start) of those merged into `rows`
+
+
+def pack_span(kind: str, span: Span, using: str = DEFAULT_DB_ALIAS) -> int:
+    """Pack one sealed span; the packed rows written (0: it changed meanwhile, or a lock
+    was not had in time: the next pass tries again)."""
+    built = _build(kind, span, using)
+    try:
+        return _write(kind, span, built, using)
+    except OperationalError as exc:  # lock_timeout: someone held the span
+        log.info("pack %s [%s, %s): left for the next pass: %s", kind, span.lo, span.hi, exc)
+        return 0
+
+
+def _build(kind: str, span: Span, using: str) -> Packed:
+    keys = ENTITY_COLUMNS[kind]
+    width = len(keys)
+    existing = _overlapping(kind, span, using)
+    by_entity: dict[Entity, list[PackedRow]] = {}
+    for row in existing:
+        by_entity.setdefault(row.entity, []).append(row)
+    out: list[PackedRow] = []
+    count = 0
+    for entity, rows in _stream_raw(kind, span, using):
+        raw = [row[width:] for row in rows]
+        count += len(raw)
+        olds = by_entity.pop(entity, [])
+        packed = [s for old in olds for s in decode(kind, old.data)]
+        samples = merge(packed, raw) if packed else raw
+        start = min([span.lo, *(o.span_start for o in olds)])
+        end = max([span.hi, *(o.span_end for o in olds)])
+        out.append(PackedRow(entity, start, end, len(samples), encode(kind, samples)))
+    seen = frozenset((r.entity, r.span_start, r.n) for r in existing)
+    replaced = [(r.entity, r.span_start) for r in existing if r.entity not in by_entity]
+    return Packed(out, count, seen, replaced)
+
+
+def _overlapping(kind: str, span: Span, using: str) -> list[PackedRow]:
+    keys = ENTITY_COLUMNS[kind]
+    with connections[using].cursor() as cur:
+        cur.execute(
+            f"SELECT {', '.join(keys)}, span_start, span_end, n, data FROM {packed_table(kind)}"
+            " WHERE span_start < %s AND span_end > %s",
+            [span.hi, span.lo],
+        )
+        rows = cur.fetchall()
+    w = len(keys)
+    return [
+        PackedRow(tuple(r[:w]), int(r[w]), int(r[w + 1]), int(r[w + 2]), r[w + 3]) for r in rows
+    ]
+
+
+def _stream_raw(kind: str, span: Span, using: str) -> Iterator[tuple[Entity, list[Sample]]]:
+    """The span's raw rows (entity…, ts, metrics…) grouped by entity, streamed."""
+    keys = ENTITY_COLUMNS[kind]
+    table = span.partition or raw_table(kind)
+    columns = ", ".join((*keys, *sample_columns(kind)))
+    sql = f"SELECT {columns} FROM {table} WHERE ts >= %s AND ts < %s ORDER BY {', '.join(keys)}, ts"
+    entity_of = itemgetter(*range(len(keys)))
+    for entity, rows in groupby(_fetch(sql, [span.lo, span.hi], using), key=entity_of):
+        yield (entity if isinstance(entity, tuple) else (entity,)), list(rows)
+
+
+def _fetch(sql: str, params: list[Any], using: str) -> Iterator[tuple[Any, ...]]:
+    conn = connections[using]
+    if conn.vendor == POSTGRESQL:
+        # A server-side cursor: a 10,000-GPU span is millions of rows.
+        with transaction.atomic(using=using):
+            conn.ensure_connection()
+            with conn.connection.cursor(name="fw_pack_read") as cur:
+                cur.execute(sql, params)
+                while batch := cur.fetchmany(FETCH_ROWS):
+                    yield from batch
+        return
+    with conn.cursor() as cur:
+        cur.execute(sql, params)
+        while batch := cur.fetchmany(FETCH_ROWS):
+            yield from batch
+
+
+def _write(kind: str, span: Span, built: Packed, using: str) -> int:
+    conn = connections[using]
+    keys = ENTITY_COLUMNS[kind]
+    table = packed_table(kind)
+    raw = span.partition or raw_table(kind)
+    with transaction.atomic(using=using), conn.cursor() as cur:
+        if conn.vendor == POSTGRESQL:
+            cur.execute(f"SET LOCAL lock_timeout = {LOCK_TIMEOUT_MS}")
+            cur.execute(f"LOCK TABLE {table} IN SHARE ROW EXCLUSIVE MODE")
+            if span.partition is not None:
+                cur.execute(f"LOCK TABLE {span.partition} IN ACCESS EXCLUSIVE MODE")
+        if not _unchanged(cur, kind, span, built, raw):
+            log.info("pack %s [%s, %s): changed while packing; next pass", kind, span.lo, span.hi)
+            return 0
+        match = " AND ".join(f"{k} = %s" for k in keys)
+        cur.executemany(
+            f"DELETE FROM {table} WHERE {match} AND span_start = %s",
+            [[*entity, start] for entity, start in built.replaced],
+        )
+        columns = (*keys, "span_start", "span_end", "n", "data")
+        marks = ", ".join(["%s"] * len(columns))
+        cur.executemany(
+            f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({marks})",
+            [[*r.entity, r.span_start, r.span_end, r.n, r.data] for r in built.rows],
+        )
+        _free_raw(cur, span, raw)
+    return len(built.rows)
+
+
+def _free_raw(cur: Any, span: Span, raw: str) -> None:
+    """Remove the span's raw rows, in the packing transaction. PostgreSQL: TRUNCATE gives
+    the partition new, empty files and unlinks the old ones at commit."""
+    if span.partition is not None:
+        cur.execute(f"TRUNCATE {span.partition}")
+    else:
+        cur.execute(f"DELETE FROM {raw} WHERE ts >= %s AND ts < %s", [span.lo, span.hi])
+
+
+def _unchanged(cur: Any, kind: str, span: Span, built: Packed, raw: str) -> bool:
+    """Still the raw rows and packed rows step 1 read? Rows are only ever added to a
+    sealed raw span (late data; a resend of a stored sample is refused by the key), so
+    the same count is the same rows."""
+    cur.execute(f"SELECT count(*) FROM {raw} WHERE ts >= %s AND ts < %s", [span.lo, span.hi])
+    if int(cur.fetchone()[0]) != built.raw_count:
+        return False
+    keys = ENTITY_COLUMNS[kind]
+    cur.execute(
+        f"SELECT {', '.join(keys)}, span_start, n FROM {packed_table(kind)}"
+        " WHERE span_start < %s AND span_end > %s",
+        [span.hi, span.lo],
+    )
+    w = len(keys)
+    return {(tuple(r[:w]), int(r[w]), int(r[w + 1])) for r in cur.fetchall()} == built.seen
+
+
+def pack_sealed(using: str = DEFAULT_DB_ALIAS) -> dict[str, int]:
+    """Pack every sealed span of every kind (nothing when packing is off); packed rows
+    written per kind."""
+    if not raw_span.packing_enabled():
+        return {}
+    written: dict[str, int] = {}
+    for kind in METRICS:
+        written[kind] = sum(pack_span(kind, span, using) for span in sealed_spans(kind, using))
+    return written

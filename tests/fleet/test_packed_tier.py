@@ -1,0 +1,294 @@
+"""Sealed raw spans packed (fleet/storage/packed.py) read exactly as the raw rows did.
+
+An oracle: a known series goes into the raw tables and is rolled up; history and rollups
+read from it left raw are the reference; after the packer has moved the sealed spans into
+packed rows (and freed the raw rows), every reader must give the same answers. Late data
+and resends landing in the raw table for a packed span are read once, and merged into
+the span by the next pass. Both tiers (SQLite, PostgreSQL)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+from django.db import connections
+
+from fleet.read.history import History, history
+from fleet.storage import packed, packed_read
+from fleet.storage.late import late_table
+from fleet.storage.retention import apply_retention
+from fleet.storage.schema import packed_table, raw_table
+from tests.support import databases
+from tests.support.databases import T, TierDb
+from tests.support.rollup_oracle import (
+    GPU_METRICS,
+    expected,
+    gpu_row,
+    roll,
+    series,
+    store_raw,
+    stored,
+)
+
+db = databases.fresh_db_at_test_clock  # each test's own database, both tiers
+
+NOW = T + 30  # the 1-minute rollup is done to T: the two hours before it are sealed
+GPU = (1, 0)
+# Within SQLite's raw-tier reach (15 minutes), across the edge of two sealed hours.
+ACROSS_SPANS = (T - 3600 - 450, T - 3600 + 450)
+
+
+def seeded(db: TierDb) -> dict[str, list[tuple[Any, ...]]]:
+    raw = series(T - 7200, T + 30)
+    store_raw(db, raw)
+    roll(db, NOW)
+    return raw
+
+
+def read(db: TierDb, start: float, end: float) -> History:
+    return history("gpu", GPU, GPU_METRICS, start, end, now=NOW, using=db.alias)
+
+
+def rounded(h: History) -> dict[str, Any]:
+    """The points a chart draws, to 12 significant digits (a mean summed in another
+    order may differ in its last bit)."""
+
+    def r(v: float | None) -> float | None:
+        return None if v is None else float(f"{v:.12g}")
+
+    return {
+        "tier": h.tier,
+        "series": {
+            name: ([(t, r(v)) for t, v in s.points], list(map(r, s.min)), list(map(r, s.max)))
+            for name, s in h.series.items()
+        },
+    }
+
+
+def count(db: TierDb, table: str, where: str = "", params: list[Any] | None = None) -> int:
+    return int(db.execute(f"SELECT count(*) FROM {table} {where}", params or [])[0][0])
+
+
+def pack_all(db: TierDb) -> dict[str, int]:
+    return packed.pack_sealed(using=db.alias)
+
+
+def mark(db: TierDb, ts: float, entity: tuple[int, int] = GPU) -> None:
+    db.insert(
+        late_table("gpu"),
+        ("node_id", "gpu", "tier", "bucket"),
+        [(*entity, "1m", int(ts) // 60 * 60)],
+    )
+
+
+# ---------------------------------------------------------------------------
+
+
+def test_packing_moves_sealed_spans_out_of_the_raw_table(db: TierDb) -> None:
+    raw = seeded(db)
+    written = pack_all(db)
+    assert written["gpu"] == 2 * 3  # two sealed hours, three GPUs
+    assert count(db, raw_table("gpu"), "WHERE ts < %s", [T]) == 0
+    assert count(db, raw_table("gpu"), "WHERE ts >= %s", [T]) > 0  # the open hour stays
+    stored_n = db.execute(f"SELECT sum(n) FROM {packed_table('gpu')}")[0][0]
+    assert stored_n == sum(1 for r in raw["gpu"] if r[0] < T)
+    assert pack_all(db) == {k: 0 for k in written}  # nothing left to pack
+
+
+def test_history_reads_packed_spans_as_it_read_the_raw_rows(db: TierDb) -> None:
+    seeded(db)
+    ranges = [ACROSS_SPANS, (T - 900 - 300, T - 300), (T - 450, T + 30)]
+    before = [rounded(read(db, *r)) for r in ranges]
+    assert all(b["tier"] == "raw" for b in before)
+    assert any(p[1] is not None for p in before[0]["series"]["util_gpu_pct"][0])
+    pack_all(db)
+    assert [rounded(read(db, *r)) for r in ranges] == before
+
+
+def test_a_late_sample_inside_a_packed_span_is_rolled_up_with_the_packed_ones(
+    db: TierDb,
+) -> None:
+    raw = seeded(db)
+    pack_all(db)
+    late = gpu_row(T - 1800 + 2, *GPU)  # between two stored samples (every 5 s)
+    store_raw(db, {"gpu": [late]})
+    mark(db, late[0])
+    roll(db, NOW)
+    minute = (*GPU, T - 1800)
+    want = expected("gpu", [*raw["gpu"], late], 60, before=T)
+    assert stored(db, "gpu", "1m")[minute] == want[minute]
+    assert stored(db, "gpu", "1m")[minute][0] == 13  # 12 packed samples and the late one
+
+
+def test_a_resent_sample_of_a_packed_span_is_counted_once(db: TierDb) -> None:
+    raw = seeded(db)
+    chart = rounded(read(db, *ACROSS_SPANS))
+    pack_all(db)
+    original = gpu_row(T - 3600 + 100, *GPU)
+    resent = (original[0], *GPU, 999.0, None, 1.0, 2)  # other values: must not be read
+    store_raw(db, {"gpu": [resent]})
+    mark(db, resent[0])
+    roll(db, NOW)
+    minute = (*GPU, T - 3600 + 60)
+    assert stored(db, "gpu", "1m")[minute] == expected("gpu", raw["gpu"], 60, before=T)[minute]
+    assert rounded(read(db, *ACROSS_SPANS)) == chart
+
+
+def test_the_next_pass_merges_late_data_and_drops_resends(db: TierDb) -> None:
+    raw = seeded(db)
+    pack_all(db)
+    late = gpu_row(T - 1800 + 2, *GPU)
+    resent = (float(T - 1800), *GPU, 999.0, None, 1.0, 2)
+    store_raw(db, {"gpu": [late, resent]})
+    chart = rounded(read(db, T - 1800 - 450, T - 1800 + 450))
+    assert pack_all(db)["gpu"] == 1  # only the span (and GPU) that got rows
+    assert count(db, raw_table("gpu"), "WHERE ts < %s", [T]) == 0
+    rows = db.execute(
+        f"SELECT n FROM {packed_table('gpu')} WHERE node_id = 1 AND gpu = 0 AND span_start = %s",
+        [T - 3600],
+    )
+    assert rows == [(sum(1 for r in raw["gpu"] if T - 3600 <= r[0] < T and r[1:3] == GPU) + 1,)]
+    assert rounded(read(db, T - 1800 - 450, T - 1800 + 450)) == chart
+
+
+def test_a_pass_that_dies_before_commit_leaves_every_sample_readable_once(
+    db: TierDb, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seeded(db)
+    chart = rounded(read(db, *ACROSS_SPANS))
+    raw_rows = count(db, raw_table("gpu"))
+
+    def dies(*args: Any) -> None:
+        raise RuntimeError("worker killed")
+
+    monkeypatch.setattr(packed, "_free_raw", dies)
+    with pytest.raises(RuntimeError):
+        pack_all(db)
+    assert count(db, packed_table("gpu")) == 0
+    assert count(db, raw_table("gpu")) == raw_rows
+    assert rounded(read(db, *ACROSS_SPANS)) == chart
+
+
+def test_a_read_redone_when_a_pass_moved_its_rows_under_it(
+    db: TierDb, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pass that commits between a reader's staging and its read: the reader sees the
+    packed rows changed and reads again, so it does not miss the span."""
+    seeded(db)
+    chart = rounded(read(db, *ACROSS_SPANS))
+    stage = packed_read.stage_entity
+    passes: list[dict[str, int]] = []
+
+    def stage_then_pack(*args: Any) -> packed_read.Staged:
+        staged = stage(*args)
+        if not passes:
+            passes.append(pack_all(db))
+        return staged
+
+    monkeypatch.setattr(packed_read, "stage_entity", stage_then_pack)
+    assert rounded(read(db, *ACROSS_SPANS)) == chart
+    assert passes and passes[0]["gpu"] > 0
+
+
+def test_retention_removes_packed_spans_with_the_raw_horizon_unless_marked(
+    db: TierDb,
+) -> None:
+    seeded(db)
+    pack_all(db)
+    mark(db, T - 3600 + 60, (2, 0))  # a pending recompute inside the second hour
+    later = T + 3 * 3600 + 60  # raw kept 3 h: the first hour's spans are past it
+    apply_retention(later + 3600, using=db.alias)
+    left = db.execute(f"SELECT node_id, gpu, span_start FROM {packed_table('gpu')}")
+    assert sorted(left) == [(2, 0, T - 3600)]
+
+
+def test_nothing_is_packed_when_packing_is_off(db: TierDb, monkeypatch: pytest.MonkeyPatch) -> None:
+    seeded(db)
+    monkeypatch.setenv("FLEETWATCH_RAW_PACK_MINUTES", "0")
+    assert pack_all(db) == {}
+    assert count(db, packed_table("gpu")) == 0
+
+
+def test_only_spans_the_minute_rollup_has_passed_are_packed(db: TierDb) -> None:
+    seeded(db)
+    db.execute("UPDATE fw_rollup_state SET done_until = %s WHERE tier = '1m'", [T - 60])
+    assert pack_all(db)["gpu"] == 3  # the first hour only: the second is not summarised
+    assert count(db, raw_table("gpu"), "WHERE ts >= %s AND ts < %s", [T - 3600, T]) > 0
+
+
+def test_the_disk_of_packed_raw_rows_is_freed(db: TierDb) -> None:
+    if db.vendor != "postgresql":
+        pytest.skip("SQLite deletes the rows: its file keeps its pages for reuse")
+    seeded(db)
+    part = f"{raw_table('gpu')}_p" + _hour_suffix(T - 3600)
+    size = "SELECT pg_total_relation_size(%s)"
+    before = int(db.execute(size, [part])[0][0])
+    pack_all(db)
+    after = int(db.execute(size, [part])[0][0])
+    never_written = f"{raw_table('gpu')}_p" + _hour_suffix(T - 5 * 3600)
+    assert after < before / 4
+    assert after == int(db.execute(size, [never_written])[0][0])  # as small as an empty one
+
+
+def test_ingest_into_the_open_span_goes_on_while_a_pass_holds_a_sealed_one(db: TierDb) -> None:
+    """The packer's ACCESS EXCLUSIVE lock on a sealed partition does not stop ingest's
+    insert (INSERT … SELECT … ON CONFLICT into the parent) of current rows."""
+    if db.vendor != "postgresql":
+        pytest.skip("SQLite has one write lock: the packer's write step takes it briefly")
+    seeded(db)
+    part = f"{raw_table('gpu')}_p" + _hour_suffix(T - 3600)
+    holder = connections[db.alias]
+    with holder.cursor() as cur:
+        cur.execute("BEGIN")
+        cur.execute(f"LOCK TABLE {part} IN ACCESS EXCLUSIVE MODE")
+        try:
+            import psycopg
+
+            assert db.url is not None
+            with psycopg.connect(db.url.replace("postgresql://", "postgresql://", 1)) as other:
+                other.execute("SET lock_timeout = '2s'")
+                other.execute(
+                    f"INSERT INTO {raw_table('gpu')} (ts, node_id, gpu, util_gpu_pct)"
+                    " SELECT * FROM (VALUES (%s::float8, 1, 0, 1.0)) v ON CONFLICT DO NOTHING",
+                    [float(T + 40)],
+                )
+                other.commit()
+        finally:
+            cur.execute("ROLLBACK")
+    assert count(db, raw_table("gpu"), "WHERE ts = %s", [float(T + 40)]) == 1
+
+
+def _hour_suffix(t: float) -> str:
+    from datetime import UTC, datetime
+
+    return datetime.fromtimestamp(t, UTC).strftime("%Y%m%dt%H")
+
+
+def test_history_answers_are_not_empty(db: TierDb) -> None:
+    """Guard on the oracle itself: the compared charts hold numbers."""
+    seeded(db)
+    pack_all(db)
+    points = read(db, *ACROSS_SPANS).series["energy_j"].points
+    assert points and all(v is not None and math.isfinite(v) for _, v in points)
+
+
+def test_with_remote_write_on_only_shipped_spans_are_packed(
+    db: TierDb, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The shipper reads raw rows: a span it has not shipped stays raw."""
+    from django.conf import settings
+
+    from fleetwatch.remote_write_settings import RemoteWrite
+
+    seeded(db)
+    monkeypatch.setattr(settings, "REMOTE_WRITE", RemoteWrite(url="http://127.0.0.1:9/write"))
+    assert pack_all(db)["gpu"] == 0  # no cursor yet: nothing shipped
+    db.insert(
+        "fleet_remotewritecursor",
+        ("kind", "entity", "complete_until", "shipped_samples", "dropped_samples", "failures",
+         "last_error"),
+        [("gpu", "[]", float(T - 3600 + 30), 0, 0, 0, "")],
+    )  # fmt: skip
+    assert pack_all(db)["gpu"] == 3  # the first hour only
+    assert count(db, raw_table("gpu"), "WHERE ts >= %s AND ts < %s", [T - 3600, T]) > 0
