@@ -37,31 +37,33 @@ def fields(kind: str) -> tuple[str, ...]:
 
 
 def read_after(
-    kind: str, after: Position, before: float, limit: int, using: str = DEFAULT_DB_ALIAS
+    kind: str,
+    after: Position,
+    lo: float,
+    hi: float,
+    limit: int,
+    using: str = DEFAULT_DB_ALIAS,
 ) -> list[RawRow]:
-    """Up to `limit` raw rows of `kind` past `after` and before `before` (epoch s), in
+    """Up to `limit` raw rows of `kind` past `after`, with `lo` <= ts < `hi` (epoch s), in
     (ts, entity) order."""
     keys = ENTITY_COLUMNS[kind]
     names = fields(kind)
     order = ", ".join(("ts", *keys))
-    params: list[Any]
-    if after.entity:
-        tuple_sql = "(" + order + ") > (" + ", ".join(["%s"] * (1 + len(keys))) + ")"
-        # The plain ts bound lets either engine use its ts index before the row comparison.
-        where = f"ts >= %s AND {tuple_sql}"
-        params = [after.ts, after.ts, *after.entity]
-    else:
-        where, params = "ts >= %s", [after.ts]
+    where, params = "ts >= %s AND ts < %s", [lo, hi]
+    if after.entity and after.ts >= lo:
+        marks = ", ".join(["%s"] * (1 + len(keys)))
+        where += f" AND ({order}) > ({marks})"
+        params += [after.ts, *after.entity]
     sql = (
         f"SELECT {order}, {', '.join(names)} FROM {raw_table(kind)}"
-        f" WHERE {where} AND ts < %s ORDER BY {order} LIMIT %s"
+        f" WHERE {where} ORDER BY {order} LIMIT %s"
     )
     with connections[using].cursor() as cur:
-        cur.execute(sql, [*params, before, limit])
-        rows: Sequence[tuple[Any, ...]] = cur.fetchall()
+        cur.execute(sql, [*params, limit])
+        found: Sequence[tuple[Any, ...]] = cur.fetchall()
     n = len(keys)
     return [
-        RawRow(float(r[0]), tuple(int(k) for k in r[1 : 1 + n]), tuple(r[1 + n :])) for r in rows
+        RawRow(float(r[0]), tuple(int(k) for k in r[1 : 1 + n]), tuple(r[1 + n :])) for r in found
     ]
 
 

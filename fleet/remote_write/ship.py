@@ -49,6 +49,12 @@ log = logging.getLogger(__name__)
 
 # Raw rows read per query: 34 GPU fields each, so a read fills about 17 requests of 2,000.
 ROWS_PER_READ = 1000
+# Each read covers a window of time from the cursor, adapted to hold about ROWS_PER_READ rows
+# (`_next_window`): 1,000 rows are a tenth of a second of 10,000 GPUs, or minutes of a site's
+# facility meters.
+FIRST_WINDOW_S = 1.0
+MIN_WINDOW_S = 0.01
+MAX_WINDOW_S = 600.0
 # A pass stops taking new rows after this long (the task's soft limit is well above it);
 # the next tick goes on from the cursor.
 PASS_BUDGET_S = 20.0
@@ -208,53 +214,89 @@ def _ship_kind(
     deadline: float,
     result: PassResult,
 ) -> str | None:
+    """Ship `kind` up to `settled`, a window of time per read; a failure's reason, or None."""
     known = series.entity_labels(kind, using)
     encoded: dict[tuple[tuple[int, ...], int], bytes] = {}
+    window = FIRST_WINDOW_S
     while time.monotonic() < deadline:
-        batch = rows.read_after(kind, _position(cursor), settled, ROWS_PER_READ, using)
-        for chunk, _ in split_requests(batch, config.batch_samples):
-            body, sent, unplaced = request_body(kind, chunk, known, encoded)
-            answer = client.post(config, body) if sent else None
-            result.requests += answer is not None
-            if answer is not None and answer.outcome is client.Outcome.RETRY:
-                return _fail(now, config, answer, using)
-            dropped, stored = unplaced, 0
-            changes: dict[str, object] = {}
-            if answer is not None and answer.outcome is client.Outcome.REFUSED:
-                log.error(
-                    "remote write: %s refused %d %s samples for good (%s): %s",
-                    config.url,
-                    sent,
-                    kind,
-                    answer.status,
-                    answer.detail,
-                )
-                dropped += sent
-                changes["last_error"] = f"{answer.status}: {answer.detail}"
-            else:
-                stored = sent
-                result.shipped[kind] = result.shipped.get(kind, 0) + sent
-                changes |= {"last_success_at": now, "last_error": ""}
-            if dropped:
-                result.dropped[kind] = result.dropped.get(kind, 0) + dropped
-            last = chunk[-1]
-            seen = (cursor.ts, cursor.complete_until)
-            if not _save(
-                cursor,
-                seen,
-                using,
-                ts=last.ts,
-                entity=list(last.entity),
-                complete_until=max(cursor.complete_until, last.ts),
-                shipped_samples=cursor.shipped_samples + stored,
-                dropped_samples=cursor.dropped_samples + dropped,
-                failures=0,
-                retry_at=None,
-                **changes,
-            ):
-                return None  # another pass moved it: leave the kind to it
-        if len(batch) < ROWS_PER_READ:
-            if settled > cursor.complete_until:
-                _save(cursor, (cursor.ts, cursor.complete_until), using, complete_until=settled)
+        position = _position(cursor)
+        lo = max(position.ts, cursor.complete_until)
+        if lo >= settled:
             return None
+        hi = min(settled, lo + window)
+        batch = rows.read_after(kind, position, lo, hi, ROWS_PER_READ, using)
+        for chunk, _ in split_requests(batch, config.batch_samples):
+            outcome = _ship_chunk(kind, chunk, cursor, known, encoded, now, config, using, result)
+            if outcome is not None:
+                return outcome or None  # "": another pass moved the cursor
+        if len(batch) < ROWS_PER_READ:  # the window is done
+            seen = (cursor.ts, cursor.complete_until)
+            if not _save(cursor, seen, using, complete_until=max(hi, cursor.complete_until)):
+                return None
+        window = _next_window(window, len(batch))
     return None
+
+
+def _next_window(window: float, read: int) -> float:
+    """Keep a read near `ROWS_PER_READ` rows: on PostgreSQL (raw key entity first) a read
+    sorts every row of its window, so the window, not the limit, bounds its cost."""
+    if read >= ROWS_PER_READ:
+        return max(MIN_WINDOW_S, window / 2)
+    if read < ROWS_PER_READ // 4:
+        return min(MAX_WINDOW_S, window * 2)
+    return window
+
+
+def _ship_chunk(
+    kind: str,
+    chunk: Sequence[rows.RawRow],
+    cursor: RemoteWriteCursor,
+    known: series.EntityLabels,
+    encoded: dict[tuple[tuple[int, ...], int], bytes],
+    now: float,
+    config: RemoteWrite,
+    using: str,
+    result: PassResult,
+) -> str | None:
+    """One request and the cursor after it: None when it moved; the failure's reason when
+    the pass must stop; "" when another pass moved the cursor first."""
+    body, sent, unplaced = request_body(kind, chunk, known, encoded)
+    answer = client.post(config, body) if sent else None
+    result.requests += answer is not None
+    if answer is not None and answer.outcome is client.Outcome.RETRY:
+        return _fail(now, config, answer, using)
+    dropped, stored = unplaced, 0
+    changes: dict[str, object] = {}
+    if answer is not None and answer.outcome is client.Outcome.REFUSED:
+        log.error(
+            "remote write: %s refused %d %s samples for good (%s): %s",
+            config.url,
+            sent,
+            kind,
+            answer.status,
+            answer.detail,
+        )
+        dropped += sent
+        changes["last_error"] = f"{answer.status}: {answer.detail}"
+    else:
+        stored = sent
+        result.shipped[kind] = result.shipped.get(kind, 0) + sent
+        changes |= {"last_success_at": now, "last_error": ""}
+    if dropped:
+        result.dropped[kind] = result.dropped.get(kind, 0) + dropped
+    last = chunk[-1]
+    seen = (cursor.ts, cursor.complete_until)
+    moved = _save(
+        cursor,
+        seen,
+        using,
+        ts=last.ts,
+        entity=list(last.entity),
+        complete_until=max(cursor.complete_until, last.ts),
+        shipped_samples=cursor.shipped_samples + stored,
+        dropped_samples=cursor.dropped_samples + dropped,
+        failures=0,
+        retry_at=None,
+        **changes,
+    )
+    return None if moved else ""

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 from fleet.models import RemoteWriteCursor
-from fleet.remote_write import series
+from fleet.remote_write import series, ship
 from fleet.remote_write.ship import backoff_s, ship_pass
 from fleet.storage.rollups import rollup_all
 from fleetwatch.remote_write_settings import RemoteWrite
@@ -58,9 +58,12 @@ def cursor(db: TierDb, kind: str) -> RemoteWriteCursor:
     return RemoteWriteCursor.objects.using(db.alias).get(kind=kind)
 
 
+# Reads of a thousand rows (whole windows), and of seven (each window cut by the limit).
+@pytest.mark.parametrize("rows_per_read", [1000, 7])
 def test_every_settled_sample_is_shipped_once_with_its_value_in_series_order(
-    db: TierDb, receiver: StatusReceiver
+    db: TierDb, receiver: StatusReceiver, rows_per_read: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(ship, "ROWS_PER_READ", rows_per_read)
     rows = seeded(db)
 
     result = ship_pass(NOW, config(receiver, batch=50), using=db.alias)
