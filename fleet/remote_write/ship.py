@@ -201,6 +201,11 @@ def ship_pass(
             return result
         if time.monotonic() >= deadline:
             break
+    # A pass that did not fail ends the run of failures for every kind, those that had
+    # nothing to send included (their cursors kept the failure a pass wrote to all).
+    RemoteWriteCursor.objects.using(using).filter(failures__gt=0).update(
+        failures=0, retry_at=None, last_error=""
+    )
     return result
 
 

@@ -7,17 +7,19 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
-from fleet.models import RemoteWriteCursor
+from fleet.models import Node, RemoteWriteCursor
 from fleet.remote_write import series, ship
+from fleet.remote_write.lag import lag_words
 from fleet.remote_write.ship import backoff_s, ship_pass
 from fleet.storage.rollups import rollup_all
 from fleetwatch.remote_write_settings import RemoteWrite
 from tests.support import databases, prompb
 from tests.support.databases import TierDb
-from tests.support.remote_write import StatusReceiver, small_site, store_gpu_seconds
+from tests.support.remote_write import StatusReceiver, small_site, store, store_gpu_seconds
 
 db = databases.fresh_tier_db  # each test's own database, both tiers
 
@@ -166,6 +168,27 @@ def test_a_retriable_answer_keeps_the_cursor_and_backs_off_then_resumes(
     assert cursor(db, "gpu").failures == 0
     temps = [s for labels, s in received(receiver) if labels["__name__"].endswith("temp_gpu_c")]
     assert sum(len(s) for s in temps) == rows  # each once
+
+
+def test_a_receiver_back_clears_the_failure_of_kinds_with_nothing_new(
+    db: TierDb, receiver: StatusReceiver, settings: Any
+) -> None:
+    settings.REMOTE_WRITE = config(receiver)
+    seeded(db)
+    ship_pass(NOW, config(receiver), using=db.alias)  # everything so far shipped
+    node_id = Node.objects.using(db.alias).get().pk
+    store(db.alias, "gpu", [((node_id, 0), {"ts": float(BASE + 300), "power_w": 1.0})])
+    rollup_all(NOW + 60, using=db.alias)
+    receiver.status = 503
+    ship_pass(NOW + 60, config(receiver), using=db.alias)
+    assert cursor(db, "node").failures == 1  # every kind's cursor holds the failure
+
+    receiver.status = 204
+    ship_pass(NOW + 120, config(receiver), using=db.alias)
+
+    assert cursor(db, "node").failures == 0 and cursor(db, "node").last_error == ""
+    text, _ = lag_words(NOW + 120, using=db.alias) or ("", "")
+    assert "failing" not in text
 
 
 def test_backoff_doubles_from_the_beat_interval_to_a_minute() -> None:
