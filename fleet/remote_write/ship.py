@@ -18,22 +18,25 @@ a 429 or no connection ends the pass with the cursor where it was, and passes ba
 (`backoff_s`) until one succeeds. A resend of what a receiver had stored before it failed
 is harmless: Prometheus accepts an exact duplicate (same time, same value) without error.
 
-Two passes at once (a redelivered task) each move a cursor only from where they read it
-(a conditional UPDATE); the one that loses stops.
+One pass at a time: on PostgreSQL a pass holds an advisory lock, and a second one started
+meanwhile (a redelivered task) returns at once. Each pass also moves a cursor only from where
+it read it (a conditional UPDATE), and stops when that fails.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
-from django.db import DEFAULT_DB_ALIAS, connections
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections
 
 from fleet.models import RemoteWriteCursor
 from fleet.remote_write import client, rows, series
 from fleet.remote_write.wire import compress, encode_write_request
+from fleet.storage.dialect import POSTGRESQL
 from fleetwatch.remote_write_settings import RemoteWrite
 
 __all__ = (
@@ -69,6 +72,7 @@ class PassResult:
     requests: int = 0
     failed: str | None = None  # why the pass stopped early; None when it did not
     backing_off: bool = False  # skipped: a failure's backoff has not passed
+    overlapped: bool = False  # skipped: another pass is running (PostgreSQL)
 
 
 def backoff_s(failures: int, every_s: float) -> float:
@@ -189,6 +193,44 @@ def ship_pass(
     if RemoteWriteCursor.objects.using(using).filter(retry_at__gt=now).exists():
         result.backing_off = True
         return result
+    with _single_flight(using) as alone:
+        if not alone:
+            result.overlapped = True
+            return result
+        return _pass(now, config, using, budget_s, result)
+
+
+# PostgreSQL advisory lock key of the shipper ("flrw"): one pass at a time, whichever worker.
+_LOCK_KEY = 0x666C7277
+
+
+@contextlib.contextmanager
+def _single_flight(using: str) -> Iterator[bool]:
+    """PostgreSQL: hold the shipper's session advisory lock for the pass (released at the
+    end, or by the server if the worker dies); False when another pass holds it. A
+    redelivered or doubled tick would otherwise send the same rows twice at once. SQLite
+    (the embedded tier, one maintenance worker process): always True."""
+    conn = connections[using]
+    if conn.vendor != POSTGRESQL:
+        yield True
+        return
+    with conn.cursor() as cur:
+        cur.execute("SELECT pg_try_advisory_lock(%s)", [_LOCK_KEY])
+        got = bool(cur.fetchone()[0])
+    try:
+        yield got
+    finally:
+        if got:
+            try:
+                with conn.cursor() as cur:
+                    cur.execute("SELECT pg_advisory_unlock(%s)", [_LOCK_KEY])
+            except DatabaseError:
+                pass  # the connection is gone, and the server released its locks with it
+
+
+def _pass(
+    now: float, config: RemoteWrite, using: str, budget_s: float, result: PassResult
+) -> PassResult:
     deadline = time.monotonic() + budget_s
     for kind in series.KINDS:
         settled = settled_until(kind, using)

@@ -191,6 +191,22 @@ def test_a_receiver_back_clears_the_failure_of_kinds_with_nothing_new(
     assert "failing" not in text
 
 
+def test_a_second_pass_while_one_runs_sends_nothing(db: TierDb, receiver: StatusReceiver) -> None:
+    if db.vendor != "postgresql":
+        pytest.skip("the embedded tier runs one maintenance worker process: no lock to take")
+    import psycopg
+
+    seeded(db)
+    assert db.url is not None
+    with psycopg.connect(db.url.replace("postgres://", "postgresql://", 1)) as other:
+        other.execute("SELECT pg_advisory_lock(%s)", [ship._LOCK_KEY])  # a pass running
+
+        second = ship_pass(NOW, config(receiver), using=db.alias)
+
+    assert second.overlapped and second.requests == 0 and receiver.received == []
+    assert ship_pass(NOW, config(receiver), using=db.alias).requests > 0  # once it ended
+
+
 def test_backoff_doubles_from_the_beat_interval_to_a_minute() -> None:
     assert [backoff_s(n, 5.0) for n in range(1, 7)] == [5.0, 10.0, 20.0, 40.0, 60.0, 60.0]
 
