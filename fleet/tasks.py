@@ -190,4 +190,5 @@ def remote_write(now: float | None = None) -> dict[str, object]:
         "requests": result.requests,
         "failed": result.failed,
         "backing_off": result.backing_off,
+        "overlapped": result.overlapped,
     }

@@ -36,4 +36,5 @@ def test_the_task_does_nothing_while_remote_write_is_off(settings: Any) -> None:
         "requests": 0,
         "failed": None,
         "backing_off": False,
+        "overlapped": False,
     }
