@@ -7,6 +7,7 @@ for people and other tools, and a test keeps the two in step.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import itertools
 import json
@@ -77,7 +78,7 @@ class Batch:
 _SPECS: dict[str, dict[str, tuple[float, float, bool]]] = {
     kind: {m.name: (m.lo, m.hi, m.integer) for m in metrics} for kind, metrics in METRICS.items()
 }
-_TOP_KEYS = frozenset(
+TOP_LEVEL_KEYS = frozenset(
     {
         "protocol",
         "source",
@@ -98,12 +99,18 @@ _EVENT_KINDS = frozenset(
 )
 
 
-def validate_batch(obj: Any, now: float) -> Batch:
-    """Check a decoded batch and return it as rows; raise ProtocolError on the first fault."""
+def validate_batch(obj: Any, now: float, typed: frozenset[str] = frozenset()) -> Batch:
+    """Check a decoded batch and return it as rows; raise ProtocolError on the first fault.
+
+    `typed`: sample kinds whose lists a typed decoder built (the server's, in
+    fleet/ingest/fast_decode.py): every sample an object of known fields with its entity
+    keys and `ts`, each value of its field's type and within its catalogue range. What
+    is left to check of them here is what that decoder cannot know: the time window, which
+    moves with `now`, and DCGM's blank sentinels inside a wide range."""
     if type(obj) is not dict:
         raise ProtocolError(400, "$", "a batch must be a JSON object")
     for key in obj:
-        if key not in _TOP_KEYS:
+        if key not in TOP_LEVEL_KEYS:
             raise ProtocolError(400, key, "unknown top-level field")
     protocol = obj.get("protocol")
     if type(protocol) is not int or protocol != PROTOCOL_VERSION:  # not True, not 1.0
@@ -134,7 +141,9 @@ def validate_batch(obj: Any, now: float) -> Batch:
             continue
         if type(samples) is not list:
             raise ProtocolError(400, kind, "must be a list of samples")
-        if _one_shape_all_valid(kind, samples, oldest, newest):
+        if kind in typed and _typed_block_valid(kind, samples, oldest, newest):
+            batch.samples[kind] = samples
+        elif _one_shape_all_valid(kind, samples, oldest, newest):
             batch.samples[kind] = samples  # the agent's tick: checked as one block
         else:
             batch.samples[kind] = [
@@ -173,6 +182,13 @@ _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _INT32_BLANK = 0x7FFFFFF0
 _INT64_BLANK = 0x7FFFFFFFFFFFFFF0
 _FP64_BLANK = 140737488355328.0
+
+
+_BLANK_WINDOWS = (
+    (_INT32_BLANK, _INT32_BLANK + 3),
+    (_INT64_BLANK, _INT64_BLANK + 15),
+    (_FP64_BLANK, _FP64_BLANK + 3),
+)
 
 
 def is_dcgm_blank(value: float) -> bool:
@@ -278,6 +294,31 @@ def _one_shape_all_valid(kind: str, samples: list[Any], oldest: float, newest: f
         and float not in itertools.compress(types, int_mask)
         and not any(map(is_dcgm_blank, itertools.compress(values, big_mask)))
     )
+
+
+# Per kind, the fields whose range admits one of DCGM's blank sentinels.
+_BLANK_PRONE: dict[str, tuple[str, ...]] = {
+    kind: tuple(m.name for m in metrics if m.hi >= _INT32_BLANK)
+    for kind, metrics in METRICS.items()
+}
+
+
+def _typed_block_valid(kind: str, samples: list[Any], oldest: float, newest: float) -> bool:
+    """The checks left for samples a typed decoder built (see `validate_batch`); False
+    sends them through `_sample`, which names the fault."""
+    if not samples:
+        return True
+    stamps = [s["ts"] for s in samples]
+    if not (oldest <= min(stamps) and max(stamps) <= newest):
+        return False
+    prone = _BLANK_PRONE[kind]
+    values = sorted([s[name] for s in samples for name in prone if name in s])
+    # Sorted once, each sentinel window is one bisection (no call per value).
+    for lo, hi in _BLANK_WINDOWS:
+        at = bisect.bisect_left(values, lo)
+        if at < len(values) and values[at] <= hi:
+            return False
+    return True
 
 
 def _sample(kind: SampleKind, i: int, sample: Any, oldest: float, newest: float) -> dict[str, Any]:
