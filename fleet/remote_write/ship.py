@@ -6,8 +6,8 @@ commit that may have read the old seal (fleet/storage/rollups.py, fleet/storage/
 no commit can still add a row the cursor has passed without leaving a late-data mark. Rows
 are read in (ts, entity) order, so each series goes out in time order, as the spec requires.
 
-**Late data.** A row committed after its minute was settled (an agent replaying its spool
-after an outage) lies behind the cursor and is not shipped: the receiver would refuse most
+**Late data.** A row committed after the cursor has passed its time (an agent replaying its
+spool after an outage) lies behind the cursor and is not shipped: the receiver would refuse most
 of it anyway (Prometheus answers 400 to out-of-order samples unless its out-of-order window
 is set). Fleetwatch keeps it: the rollups recompute its minutes, and its own history pages
 show it.
@@ -50,7 +50,7 @@ __all__ = (
 
 log = logging.getLogger(__name__)
 
-# Raw rows read per query: 34 GPU fields each, so a read fills about 17 requests of 2,000.
+# Raw rows read per query: up to 34 GPU fields each, so up to 17 requests of 2,000 samples.
 ROWS_PER_READ = 1000
 # Each read covers a window of time from the cursor, adapted to hold about ROWS_PER_READ rows
 # (`_next_window`): 1,000 rows are a tenth of a second of 10,000 GPUs, or minutes of a site's
