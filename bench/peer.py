@@ -11,7 +11,8 @@ fields and their dcgm-exporter names). One side after the other, the same N and 
    the head is compacted into blocks inside a run of 8 minutes or more (bench/peer_prom.py).
 2. Fleetwatch as bench/scale.py runs it: two server processes behind nginx on PostgreSQL,
    the maintenance worker and a beat with the storage's upkeep only, every node on its own
-   WebSocket (bench/peer_fleet.py).
+   WebSocket (bench/peer_fleet.py); raw spans sealed and packed every 5 minutes, as
+   Prometheus's blocks.
 
 Per side: CPU of every process of the side per GPU sample (Prometheus; the server loops,
 ingest children, PostgreSQL backends, nginx, worker, beat), and disk per GPU-hour of
@@ -39,7 +40,7 @@ from bench.environment import use_bench_settings  # noqa: E402
 
 use_bench_settings()
 
-from bench.peer_fleet import FleetRun, Plan, run_fleetwatch  # noqa: E402
+from bench.peer_fleet import FleetRun, Plan, run_fleetwatch, seal_like_prometheus  # noqa: E402
 from bench.peer_prom import PromRun, run_prometheus  # noqa: E402
 from bench.peer_stream import FIELDS  # noqa: E402
 from bench.scale import bench_database, pg_value  # noqa: E402
@@ -143,6 +144,7 @@ def report_fleetwatch(run: FleetRun) -> dict[str, float]:
 
 def fleetwatch_side(var_dir: Path, plan: Plan) -> dict[str, float]:
     var_dir.mkdir()
+    seal_like_prometheus()
     with bench_database(var_dir) as bench:
         log(f"  PostgreSQL {pg_value(bench, 'SHOW server_version')}, database {bench.pg_name}")
         return report_fleetwatch(run_fleetwatch(bench, plan, log))

@@ -1,5 +1,6 @@
 """Celery beat for bench/peer.py: only the storage's own upkeep of fleetwatch/celery.py's
-schedule (the rollup every 30 s, partitions and retention every 600 s), the entries as
+schedule (the rollup every 30 s, packing sealed raw spans every 60 s, partitions and
+retention every 600 s), the entries as
 they are. Alert rules, ledgers, forecasts and health are dropped: Prometheus in the same
 bench evaluates no rules, so neither side pays for rules.
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 from celery.beat import PersistentScheduler
 
-STORAGE_ENTRIES = ("rollup", "partitions", "retention")
+STORAGE_ENTRIES = ("rollup", "pack", "partitions", "retention")
 
 
 class StorageOnly(PersistentScheduler):  # type: ignore[misc]

@@ -4,9 +4,13 @@ database with bench/rules.py's inventory (a token per node), two uvicorn server 
 docs/operations.md and a beat with only the storage's upkeep (bench/peer_beat.py), and
 every node on its own WebSocket at 1 Hz carrying the trace stream (bench/peer_agents.py).
 
+Raw spans are sealed and packed every 5 minutes (FLEETWATCH_RAW_PACK_MINUTES=5, the
+beat's fleet.pack), as Prometheus's blocks are forced to 5 minutes on its side: both sides'
+disk is measured after their own sealing.
+
 What it spent: CPU of the server processes, their ingest children, the database's
 backends, nginx, the worker and the beat over the window, over the GPU samples
-acknowledged in it; what it keeps: every fw_* table (raw and rollup tiers, their
+acknowledged in it; what it keeps: every fw_* table (raw, packed and rollup tiers, their
 partitions, TOAST and indexes) at the end, over the GPU samples stored.
 """
 
@@ -34,9 +38,19 @@ from bench.scale import (
     setup_inventory,
 )
 from bench.scale_agents import GPUS_PER_NODE
+from fleet.storage import raw_span
 from tests.support.server import FleetServer
 
 ROOT = Path(__file__).resolve().parent.parent
+
+PACK_MINUTES = "5"  # Prometheus's side: --storage.tsdb.min/max-block-duration=5m
+
+
+def seal_like_prometheus() -> None:
+    """Pack raw spans of PACK_MINUTES (and cut raw partitions that wide): set before the
+    database is migrated, so every process of the side (the migration's partitions, the
+    servers, their ingest children, the worker) inherits it."""
+    os.environ[raw_span.ENV] = PACK_MINUTES
 
 
 @dataclass
@@ -46,7 +60,7 @@ class FleetRun:
     agents: dict[str, Any]  # bench/scale_agents.py's summary
     table_bytes: dict[str, int]  # fw_<kind>_<tier> → bytes, partitions and indexes included
     empty_bytes: dict[str, int]  # the same before the first sample (empty partitions' pages)
-    gpu_rows: int  # raw GPU rows stored over the whole run
+    gpu_rows: int  # GPU samples stored over the whole run (raw rows and packed spans)
     machine_busy_s: float
     rollup_log: str
     wal_bytes: float = 0.0  # PostgreSQL WAL written over the window (recycled, not kept)
@@ -67,11 +81,14 @@ class FleetRun:
 
 def fw_table_bytes(bench: Bench) -> dict[str, int]:
     """pg_total_relation_size of every fw_* table that is not a partition, summed over its
-    partitions (what the database keeps for Fleetwatch's samples and rollups)."""
+    partitions (what the database keeps for Fleetwatch's samples and rollups). A table that
+    is not partitioned (latest state, late marks, packed spans) counts as itself:
+    pg_partition_tree lists nothing for it."""
     rows = pg_rows(
         bench,
-        "SELECT c.relname, (SELECT coalesce(sum(pg_total_relation_size(p.relid)), 0)"
-        " FROM pg_partition_tree(c.oid) p)"
+        "SELECT c.relname, CASE WHEN c.relkind = 'r' THEN pg_total_relation_size(c.oid)"
+        " ELSE (SELECT coalesce(sum(pg_total_relation_size(p.relid)), 0)"
+        " FROM pg_partition_tree(c.oid) p) END"
         " FROM pg_class c WHERE c.relname LIKE 'fw\\_%' AND c.relkind IN ('r', 'p')"
         " AND NOT c.relispartition",
     )
@@ -185,7 +202,11 @@ def _drive(
         if agents.returncode:
             raise RuntimeError(f"agent loop failed:\n{err[-3000:]}")
     cpu = {k: procs.cpu_spent(before[k], after[k]) for k in before}
-    rows = pg_rows(bench, "SELECT count(*) FROM fw_gpu_raw")
+    rows = pg_rows(
+        bench,
+        "SELECT (SELECT count(*) FROM fw_gpu_raw)"
+        " + (SELECT coalesce(sum(n), 0) FROM fw_gpu_packed)",
+    )
     return FleetRun(
         window_s=plan.seconds,
         cpu=cpu,

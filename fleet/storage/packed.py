@@ -85,7 +85,12 @@ def integer_flags(kind: str) -> tuple[bool, ...]:
 
 
 def encode(kind: str, samples: Sequence[Sample]) -> bytes:
-    return packed_codec.pack([list(c) for c in zip(*samples, strict=True)], integer_flags(kind))
+    return encode_columns(kind, [list(c) for c in zip(*samples, strict=True)])
+
+
+def encode_columns(kind: str, columns: Sequence[Sequence[Any]]) -> bytes:
+    """`columns`: ts, then each metric of the kind, equally long."""
+    return packed_codec.pack(columns, integer_flags(kind))
 
 
 def decode(kind: str, data: bytes) -> list[Sample]:
@@ -209,15 +214,18 @@ def _build(kind: str, span: Span, using: str) -> Packed:
         by_entity.setdefault(row.entity, []).append(row)
     out: list[PackedRow] = []
     count = 0
-    for entity, rows in _stream_raw(kind, span, using):
-        raw = [row[width:] for row in rows]
-        count += len(raw)
+    present = _present_metrics(kind, span, using)
+    for entity, rows in _stream_raw(kind, span, present, using):
+        count += len(rows)
+        columns = _full_columns(kind, present, list(zip(*rows, strict=True))[width:])
         olds = by_entity.pop(entity, [])
-        packed = [s for old in olds for s in decode(kind, old.data)]
-        samples = merge(packed, raw) if packed else raw
+        if olds:
+            packed = [s for old in olds for s in decode(kind, old.data)]
+            samples = merge(packed, list(zip(*columns, strict=True)))
+            columns = [list(c) for c in zip(*samples, strict=True)]
         start = min([span.lo, *(o.span_start for o in olds)])
         end = max([span.hi, *(o.span_end for o in olds)])
-        out.append(PackedRow(entity, start, end, len(samples), encode(kind, samples)))
+        out.append(PackedRow(entity, start, end, len(columns[0]), encode_columns(kind, columns)))
     seen = frozenset((r.entity, r.span_start, r.n) for r in existing)
     replaced = [(r.entity, r.span_start) for r in existing if r.entity not in by_entity]
     return Packed(out, count, seen, replaced)
@@ -238,11 +246,36 @@ def _overlapping(kind: str, span: Span, using: str) -> list[PackedRow]:
     ]
 
 
-def _stream_raw(kind: str, span: Span, using: str) -> Iterator[tuple[Entity, list[Sample]]]:
-    """The span's raw rows (entity…, ts, metrics…) grouped by entity, streamed."""
+def _present_metrics(kind: str, span: Span, using: str) -> tuple[str, ...]:
+    """The kind's metrics that have a value in some raw row of the span. Counted in the
+    database first, so the rows are fetched without the columns that are NULL throughout
+    (a field no device of the fleet reports; the peer bench's stream fills 15 of 34)."""
+    table = span.partition or raw_table(kind)
+    metrics = metric_names(kind)
+    counts = ", ".join(f"count({m})" for m in metrics)
+    with connections[using].cursor() as cur:
+        cur.execute(f"SELECT {counts} FROM {table} WHERE ts >= %s AND ts < %s", [span.lo, span.hi])
+        found = cur.fetchone()
+    return tuple(m for m, n in zip(metrics, found, strict=True) if n)
+
+
+def _full_columns(
+    kind: str, present: Sequence[str], fetched: Sequence[Sequence[Any]]
+) -> list[Sequence[Any]]:
+    """ts and every metric column of the kind, from `fetched` (ts, then the `present`
+    metrics); the others NULL."""
+    by_name = dict(zip(present, fetched[1:], strict=True))
+    nulls = [None] * len(fetched[0])
+    return [fetched[0], *(by_name.get(m, nulls) for m in metric_names(kind))]
+
+
+def _stream_raw(
+    kind: str, span: Span, present: Sequence[str], using: str
+) -> Iterator[tuple[Entity, list[Sample]]]:
+    """The span's raw rows (entity…, ts, the `present` metrics) grouped by entity, streamed."""
     keys = ENTITY_COLUMNS[kind]
     table = span.partition or raw_table(kind)
-    columns = ", ".join((*keys, *sample_columns(kind)))
+    columns = ", ".join((*keys, "ts", *present))
     sql = f"SELECT {columns} FROM {table} WHERE ts >= %s AND ts < %s ORDER BY {', '.join(keys)}, ts"
     entity_of = itemgetter(*range(len(keys)))
     for entity, rows in groupby(_fetch(sql, [span.lo, span.hi], using), key=entity_of):
@@ -256,7 +289,7 @@ def _fetch(sql: str, params: list[Any], using: str) -> Iterator[tuple[Any, ...]]
         with transaction.atomic(using=using):
             conn.ensure_connection()
             with conn.connection.cursor(name="fw_pack_read") as cur:
-                cur.execute(sql, params)
+                cur.execute(sql, params, binary=True)  # numbers without text parsing
                 while batch := cur.fetchmany(FETCH_ROWS):
                     yield from batch
         return
@@ -330,3 +363,25 @@ def pack_sealed(using: str = DEFAULT_DB_ALIAS) -> dict[str, int]:
     for kind in METRICS:
         written[kind] = sum(pack_span(kind, span, using) for span in sealed_spans(kind, using))
     return written
+
+
+def unpack_to_raw(cur: Any, kind: str) -> int:
+    """Every packed span's samples back into the raw table (a sample already there is
+    kept): what undoing migration 0031 does before it drops the packed tables. Samples
+    restored (PostgreSQL: the spans' raw partitions must still exist; retention drops a
+    partition and its packed spans at the same horizon)."""
+    keys = ENTITY_COLUMNS[kind]
+    w = len(keys)
+    columns = (*keys, *sample_columns(kind))
+    marks = ", ".join(["%s"] * len(columns))
+    insert = (
+        f"INSERT INTO {raw_table(kind)} ({', '.join(columns)}) VALUES ({marks})"
+        " ON CONFLICT DO NOTHING"
+    )
+    cur.execute(f"SELECT {', '.join(keys)}, data FROM {packed_table(kind)}")
+    restored = 0
+    for row in cur.fetchall():
+        samples = [(*row[:w], *s) for s in decode(kind, row[w])]
+        cur.executemany(insert, samples)
+        restored += len(samples)
+    return restored

@@ -32,7 +32,7 @@ import zlib
 from array import array
 from collections.abc import Sequence
 from itertools import accumulate, chain, repeat
-from operator import and_, lshift, mul, neg, rshift, sub, truediv, xor
+from operator import and_, is_, lshift, mul, neg, rshift, sub, truediv, xor
 from typing import cast
 
 Value = float | int | None
@@ -122,8 +122,8 @@ def unpack(data: bytes, integers: Sequence[bool]) -> list[list[Value]]:
 
 
 def _pack_column(values: Sequence[Value], integer: bool) -> tuple[bytes, bytes]:
-    mask = bytes(map(_is_none, values))
-    has_nulls = 1 in mask
+    has_nulls = any(map(is_, values, repeat(None)))
+    mask = bytes(map(is_, values, repeat(None))) if has_nulls else b""
     filled = _fill_nulls(values) if has_nulls else cast("list[float | int]", list(values))
     if filled is None:
         return _COLUMN.pack(ALL_NULL, 0, 1), mask
@@ -143,10 +143,6 @@ def _pack_column(values: Sequence[Value], integer: bool) -> tuple[bytes, bytes]:
             mode, words = DECIMAL, _delta_zigzag(quantised)
     head = _COLUMN.pack(mode, decimals, int(has_nulls))
     return head, (mask if has_nulls else b"") + _shuffle(words)
-
-
-def _is_none(value: Value) -> int:
-    return 1 if value is None else 0
 
 
 def _fill_nulls(values: Sequence[Value]) -> list[float | int] | None:

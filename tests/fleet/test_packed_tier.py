@@ -292,3 +292,15 @@ def test_with_remote_write_on_only_shipped_spans_are_packed(
     )  # fmt: skip
     assert pack_all(db)["gpu"] == 3  # the first hour only
     assert count(db, raw_table("gpu"), "WHERE ts >= %s AND ts < %s", [T - 3600, T]) > 0
+
+
+def test_undoing_the_migration_puts_packed_samples_back_into_the_raw_table(db: TierDb) -> None:
+    raw = seeded(db)
+    chart = rounded(read(db, *ACROSS_SPANS))
+    pack_all(db)
+    with connections[db.alias].cursor() as cur:
+        restored = packed.unpack_to_raw(cur, "gpu")
+    assert restored == sum(1 for r in raw["gpu"] if r[0] < T)
+    db.execute(f"DELETE FROM {packed_table('gpu')}")
+    assert count(db, raw_table("gpu")) == len(raw["gpu"])
+    assert rounded(read(db, *ACROSS_SPANS)) == chart
