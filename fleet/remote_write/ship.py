@@ -232,11 +232,16 @@ def _pass(
     now: float, config: RemoteWrite, using: str, budget_s: float, result: PassResult
 ) -> PassResult:
     deadline = time.monotonic() + budget_s
+    todo: list[tuple[str, RemoteWriteCursor, float]] = []
     for kind in series.KINDS:
         settled = settled_until(kind, using)
         cursor = _cursor(kind, using) if settled is not None else None
-        if cursor is None or settled is None:
-            continue
+        if cursor is not None and settled is not None:
+            todo.append((kind, cursor, settled))
+    # The kind furthest behind first: a backlog of one kind (GPUs after an outage) takes the
+    # pass's budget only while it is the furthest behind, so no kind waits for another's.
+    todo.sort(key=lambda item: item[1].complete_until)
+    for kind, cursor, settled in todo:
         failed = _ship_kind(kind, cursor, settled, now, config, using, deadline, result)
         if failed is not None:
             result.failed = failed

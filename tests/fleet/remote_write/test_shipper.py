@@ -207,6 +207,19 @@ def test_a_second_pass_while_one_runs_sends_nothing(db: TierDb, receiver: Status
     assert ship_pass(NOW, config(receiver), using=db.alias).requests > 0  # once it ended
 
 
+def test_the_kind_furthest_behind_goes_first(db: TierDb, receiver: StatusReceiver) -> None:
+    seeded(db)
+    cursors = RemoteWriteCursor.objects.using(db.alias)
+    cursors.create(kind="gpu", complete_until=BASE + 200)  # GPUs ahead
+    cursors.create(kind="node", complete_until=BASE)
+
+    ship_pass(NOW, config(receiver), using=db.alias)
+
+    names = [labels["__name__"] for labels, _ in received(receiver)]
+    assert names[0] == "fleetwatch_raw_node_cpu_pct"
+    assert names[-1].startswith("fleetwatch_raw_gpu_")
+
+
 def test_backoff_doubles_from_the_beat_interval_to_a_minute() -> None:
     assert [backoff_s(n, 5.0) for n in range(1, 7)] == [5.0, 10.0, 20.0, 40.0, 60.0, 60.0]
 
