@@ -70,7 +70,8 @@ def main() -> None:
     from agents.attribution.cgroups import ProcReader
     from agents.collectors.workloads import WorkloadCollector
     from agents.nvml.wrapper import Nvml
-    from fleetsim.fake_nvml import FakeNvml, FakeProcess
+    from fleetsim.fake_nvml import FakeNvml
+    from fleetsim.nvml_answers import FakeProcess
 
     processes: dict[int | tuple[int, int], list[FakeProcess]] = {
         gpu: [FakeProcess(10_000 + gpu * 100 + k, 16_000, sm_pct=20) for k in range(args.procs)]

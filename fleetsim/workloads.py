@@ -40,9 +40,10 @@ from agents.collectors.base import Reading
 from agents.collectors.workloads import WorkloadCollector
 from agents.log import get_logger
 from agents.nvml.wrapper import Nvml
-from fleetsim.fake_nvml import FakeNvml, FakeProcess, MigInstance
+from fleetsim.fake_nvml import FakeNvml
 from fleetsim.fleet import SiteModel, VirtualNode
 from fleetsim.jobs import Job, JobSchedule, Process
+from fleetsim.nvml_answers import FakeProcess, MigInstance
 from fleetsim.physics import gpu_uuid
 
 log = get_logger("fleetsim.workloads")

@@ -19,7 +19,8 @@ from agents.nvml.wrapper import Nvml
 from agents.outbox import build_batch
 from agents.protocol.validate import validate_batch
 from agents.runner import CollectorSet
-from fleetsim.fake_nvml import FakeNvml, FakeProcess, MigInstance
+from fleetsim.fake_nvml import FakeNvml
+from fleetsim.nvml_answers import FakeProcess, MigInstance
 from tests.support.nvml_scenarios import fake_gpus
 
 PROC = Path(__file__).resolve().parents[1] / "data" / "proc"

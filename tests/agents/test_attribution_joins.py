@@ -16,7 +16,7 @@ from agents.attribution.cgroups import ProcReader
 from agents.attribution.slurm import Scontrol
 from agents.collectors.workloads import WorkloadCollector
 from agents.nvml.wrapper import Nvml
-from fleetsim.fake_nvml import FakeProcess
+from fleetsim.nvml_answers import FakeProcess
 from tests.support.nvml_scenarios import fake_gpus
 
 TRAINER_UID = "1f6a3c2e-9b4d-4e8a-a1c7-5d2f0e9b3a61"

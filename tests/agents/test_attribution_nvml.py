@@ -8,7 +8,7 @@ from typing import Any
 import pynvml
 
 from agents.nvml.wrapper import GpuProcess, Nvml
-from fleetsim.fake_nvml import FakeProcess, MigInstance
+from fleetsim.nvml_answers import FakeProcess, MigInstance
 from tests.support.nvml_scenarios import fake_gpus
 
 MIB = 1024 * 1024

@@ -9,7 +9,7 @@ from agents.collectors.base import Reading
 from agents.outbox import build_batch
 from agents.protocol import reasons
 from agents.protocol.validate import validate_batch
-from fleetsim.fake_nvml import MigInstance
+from fleetsim.nvml_answers import MigInstance
 from tests.support.nvml_scenarios import IDLE_T, LOAD_T, TraceClock, collector, fake_gpus
 
 

@@ -15,7 +15,8 @@ from agents.collectors.workloads import WorkloadCollector
 from agents.nvml.wrapper import Nvml
 from agents.outbox import build_batch
 from agents.protocol.validate import ProtocolError, validate_batch
-from fleetsim.fake_nvml import FakeNvml, FakeProcess
+from fleetsim.fake_nvml import FakeNvml
+from fleetsim.nvml_answers import FakeProcess
 from tests.support.nvml_scenarios import fake_gpus
 
 PROC = Path(__file__).resolve().parents[1] / "data" / "proc"
