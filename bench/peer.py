@@ -128,7 +128,7 @@ def report_fleetwatch(run: FleetRun) -> dict[str, float]:
     log(
         f"  kept: {run.total_bytes / 1e6:.2f} MB grown over the run (the empty tables'"
         f" {sum(run.empty_bytes.values()) / 1e6:.2f} MB not counted),"
-        f" {run.gpu_rows:,} raw GPU rows = {per_hour / 1e3:,.1f} kB per GPU-hour"
+        f" {run.gpu_rows:,} GPU samples stored = {per_hour / 1e3:,.1f} kB per GPU-hour"
     )
     if run.wal_bytes:
         wal_kb = per_gpu_hour(run.wal_bytes, samples) / 1e3

@@ -304,3 +304,30 @@ def test_undoing_the_migration_puts_packed_samples_back_into_the_raw_table(db: T
     db.execute(f"DELETE FROM {packed_table('gpu')}")
     assert count(db, raw_table("gpu")) == len(raw["gpu"])
     assert rounded(read(db, *ACROSS_SPANS)) == chart
+
+
+def test_a_row_arriving_while_a_span_is_read_waits_for_the_next_pass(
+    db: TierDb, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A late row landing between the pass's column count and its fetch, carrying a field
+    no other row of the span has: the pass leaves the span, the next packs it whole."""
+    seeded(db)
+    late_ts = float(T - 1800 + 3)
+    stream = packed._stream_raw
+    arrived: list[bool] = []
+
+    def arrives_then_streams(kind: str, span: packed.Span, *args: Any) -> Any:
+        if kind == "gpu" and span.lo == T - 3600 and not arrived:
+            db.insert(
+                raw_table("gpu"), ("ts", "node_id", "gpu", "temp_gpu_c"), [(late_ts, *GPU, 77.0)]
+            )
+            arrived.append(True)
+        yield from stream(kind, span, *args)
+
+    monkeypatch.setattr(packed, "_stream_raw", arrives_then_streams)
+    assert pack_all(db)["gpu"] == 3  # the first hour; the second waits
+    assert count(db, raw_table("gpu"), "WHERE ts >= %s AND ts < %s", [T - 3600, T]) > 0
+    assert pack_all(db)["gpu"] == 3
+    assert count(db, raw_table("gpu"), "WHERE ts < %s", [T]) == 0
+    temps = history("gpu", GPU, ["temp_gpu_c"], late_ts - 60, late_ts + 60, now=NOW, using=db.alias)
+    assert [v for _, v in temps.series["temp_gpu_c"].points if v is not None] == [77.0]
