@@ -27,6 +27,7 @@ resent. Readers never lock: they check afterwards that no pass replaced what the
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from itertools import groupby
@@ -50,6 +51,11 @@ LOCK_TIMEOUT_MS = 2000
 
 # Raw rows fetched per round trip while streaming a span.
 FETCH_ROWS = 20_000
+
+# A pass starts no new span after this long, so a backlog (packing just turned on over
+# hours of raw rows) does not hold the one maintenance worker away from the rollup for
+# long; the next pass, a minute later, goes on. A span once started is finished.
+PASS_BUDGET_S = 120.0
 
 Entity = tuple[int, ...]
 Sample = tuple[Any, ...]  # ts, then each metric of the kind
@@ -365,9 +371,13 @@ def pack_sealed(using: str = DEFAULT_DB_ALIAS) -> dict[str, int]:
     written per kind."""
     if not raw_span.packing_enabled():
         return {}
-    written: dict[str, int] = {}
+    deadline = time.monotonic() + PASS_BUDGET_S
+    written: dict[str, int] = {kind: 0 for kind in METRICS}
     for kind in METRICS:
-        written[kind] = sum(pack_span(kind, span, using) for span in sealed_spans(kind, using))
+        for span in sealed_spans(kind, using):
+            if time.monotonic() >= deadline:
+                return written
+            written[kind] += pack_span(kind, span, using)
     return written
 
 

@@ -331,3 +331,13 @@ def test_a_row_arriving_while_a_span_is_read_waits_for_the_next_pass(
     assert count(db, raw_table("gpu"), "WHERE ts < %s", [T]) == 0
     temps = history("gpu", GPU, ["temp_gpu_c"], late_ts - 60, late_ts + 60, now=NOW, using=db.alias)
     assert [v for _, v in temps.series["temp_gpu_c"].points if v is not None] == [77.0]
+
+
+def test_a_pass_past_its_budget_leaves_the_other_spans_to_the_next(
+    db: TierDb, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seeded(db)
+    monkeypatch.setattr(packed, "PASS_BUDGET_S", 0.0)
+    assert sum(pack_all(db).values()) == 0
+    monkeypatch.undo()
+    assert pack_all(db)["gpu"] == 6
