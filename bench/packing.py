@@ -25,6 +25,7 @@ Creates and drops its own database (fleetwatch_bench_packing).
 from __future__ import annotations
 
 import argparse
+import importlib
 import io
 import sys
 import time
@@ -82,8 +83,7 @@ def measure_codec(data: list[Columns], gpu_hours: float) -> None:
         f"zlib-{level}": _zlib(level) for level in (1, 6, 9)
     }
     try:  # zstd is measured where the `zstandard` package is installed (not a dependency)
-        import zstandard
-
+        zstandard = importlib.import_module("zstandard")
         for level in (1, 3, 9, 19):
             compressors[f"zstd-{level}"] = zstandard.ZstdCompressor(level=level).compress
     except ImportError:

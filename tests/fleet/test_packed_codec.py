@@ -29,10 +29,10 @@ def _round_trip(columns: list[list[Value]], integers: list[bool]) -> list[list[V
 
 
 def test_a_span_of_samples_reads_back_exactly() -> None:
-    ts = [1_765_000_000.0 + i for i in range(300)]
-    power = [312.45 + (i % 7) * 0.01 for i in range(300)]
-    counter = [10**12 + 700_000 * i for i in range(300)]
-    columns: list[list[Value]] = [ts, power, counter]
+    ts: list[Value] = [1_765_000_000.0 + i for i in range(300)]
+    power: list[Value] = [312.45 + (i % 7) * 0.01 for i in range(300)]
+    counter: list[Value] = [10**12 + 700_000 * i for i in range(300)]
+    columns = [ts, power, counter]
     back = _round_trip(columns, [False, False, True])
     assert _same(back, columns)
     assert all(type(v) is int for v in back[2])
