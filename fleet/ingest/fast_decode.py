@@ -18,6 +18,7 @@ it always has. tests/fleet/test_fast_decode.py holds the two to the same answers
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any
 
 import msgspec
@@ -33,8 +34,8 @@ _GPU_INDEX = Annotated[int, msgspec.Meta(ge=0, le=1023)]
 
 
 def _value_type(metric: Metric) -> Any:
-    if metric.integer:
-        return Annotated[int, msgspec.Meta(ge=int(metric.lo), le=int(metric.hi))]
+    if metric.integer:  # bounds rounded inward: the same integers as lo <= v <= hi
+        return Annotated[int, msgspec.Meta(ge=math.ceil(metric.lo), le=math.floor(metric.hi))]
     return Annotated[float, msgspec.Meta(ge=metric.lo, le=metric.hi)]
 
 
