@@ -40,6 +40,7 @@ from fleetsim.physics import server_for, spec_for
 from fleetsim.plant import LIQUID_SHARE
 from fleetsim.runner import SimSettings, Simulator
 from tests.support.server import ROOT, free_port
+from tests.support.stored_samples import count_samples
 from tests.support.stub_server import ENROLL_TOKEN, StubBackend
 
 CAPTURE = ROOT / "tests" / "data" / "nvml" / "h200" / "nvml_inventory.json"
@@ -305,8 +306,9 @@ def start_demo(var_dir: Path, port: int) -> tuple[subprocess.Popen[str], str]:
 
 
 def gpu_rows(var_dir: Path) -> int:
+    """GPU samples stored: raw rows and packed spans (the demo's beat packs sealed hours)."""
     with sqlite3.connect(var_dir / "fleetwatch.sqlite3") as conn:
-        return int(conn.execute("SELECT count(*) FROM fw_gpu_raw").fetchone()[0])
+        return count_samples(lambda sql, *params: list(conn.execute(sql, *params)), "gpu")
 
 
 def processes_mentioning(text: str) -> list[str]:

@@ -25,6 +25,7 @@ import pytest
 from tests.support.fake_prometheus import FakePrometheus
 from tests.support.slack_receiver import SlackReceiver
 from tests.support.stack import RackSpec, Stack
+from tests.support.stored_samples import sample_times
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.timeout(600), pytest.mark.services]
@@ -134,11 +135,14 @@ def test_a_healthy_fleet_at_1_5_and_15_s_sends_nothing_for_three_minutes(tmp_pat
         [(pull_s,)] = stack.server.query("SELECT pull_interval_s FROM fleet_prometheussource")
         assert pull_s == PULL_S
         assert prometheus.pulls >= HEALTHY_FOR_S / PULL_S - 2, f"{prometheus.pulls} pulls"
-        pulled = stack.server.query(
-            "SELECT count(DISTINCT ts) FROM fw_gpu_raw WHERE node_id ="
-            " (SELECT id FROM fleet_node WHERE name = ?)",
-            (_pulled_node(stack),),
-        )[0][0]
+        pulled = len(
+            sample_times(
+                stack.server.query,
+                "gpu",
+                "node_id = (SELECT id FROM fleet_node WHERE name = ?)",
+                (_pulled_node(stack),),
+            )
+        )
         assert pulled >= HEALTHY_FOR_S / PULL_S - 2, f"{pulled} scrapes stored from Prometheus"
         site_batches = stack.server.query(
             "SELECT count(DISTINCT ts) FROM fw_facility_raw WHERE ts >= ?", (started,)
