@@ -26,6 +26,7 @@ resent. Readers never lock: they check afterwards that no pass replaced what the
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Iterator, Sequence
@@ -35,7 +36,7 @@ from operator import itemgetter
 from typing import Any
 
 from django.conf import settings
-from django.db import DEFAULT_DB_ALIAS, OperationalError, connections, transaction
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, OperationalError, connections, transaction
 
 from agents.protocol.metrics import METRICS
 from fleet.storage import packed_codec, raw_span
@@ -371,14 +372,45 @@ def pack_sealed(using: str = DEFAULT_DB_ALIAS) -> dict[str, int]:
     written per kind."""
     if not raw_span.packing_enabled():
         return {}
-    deadline = time.monotonic() + PASS_BUDGET_S
     written: dict[str, int] = {kind: 0 for kind in METRICS}
-    for kind in METRICS:
-        for span in sealed_spans(kind, using):
-            if time.monotonic() >= deadline:
-                return written
-            written[kind] += pack_span(kind, span, using)
+    with _single_flight(using) as alone:
+        if not alone:
+            return written
+        deadline = time.monotonic() + PASS_BUDGET_S
+        for kind in METRICS:
+            for span in sealed_spans(kind, using):
+                if time.monotonic() >= deadline:
+                    return written
+                written[kind] += pack_span(kind, span, using)
     return written
+
+
+# PostgreSQL advisory lock key of the packer ("flpk"): one pass at a time, whichever worker.
+_LOCK_KEY = 0x666C706B
+
+
+@contextlib.contextmanager
+def _single_flight(using: str) -> Iterator[bool]:
+    """PostgreSQL: hold the packer's session advisory lock for the pass (released at the
+    end, or by the server if the worker dies); False when another pass holds it: two
+    would build the same spans, and all but one would find them changed and drop the
+    work. SQLite (one maintenance worker process, one writer): always True."""
+    conn = connections[using]
+    if conn.vendor != POSTGRESQL:
+        yield True
+        return
+    with conn.cursor() as cur:
+        cur.execute("SELECT pg_try_advisory_lock(%s)", [_LOCK_KEY])
+        got = bool(cur.fetchone()[0])
+    try:
+        yield got
+    finally:
+        if got:
+            try:
+                with conn.cursor() as cur:
+                    cur.execute("SELECT pg_advisory_unlock(%s)", [_LOCK_KEY])
+            except DatabaseError:
+                pass  # the connection is gone, and the server released its locks with it
 
 
 def unpack_to_raw(cur: Any, kind: str) -> int:

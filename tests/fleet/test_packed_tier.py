@@ -246,7 +246,7 @@ def test_ingest_into_the_open_span_goes_on_while_a_pass_holds_a_sealed_one(db: T
             import psycopg
 
             assert db.url is not None
-            with psycopg.connect(db.url.replace("postgresql://", "postgresql://", 1)) as other:
+            with psycopg.connect(db.url) as other:
                 other.execute("SET lock_timeout = '2s'")
                 other.execute(
                     f"INSERT INTO {raw_table('gpu')} (ts, node_id, gpu, util_gpu_pct)"
@@ -340,4 +340,17 @@ def test_a_pass_past_its_budget_leaves_the_other_spans_to_the_next(
     monkeypatch.setattr(packed, "PASS_BUDGET_S", 0.0)
     assert sum(pack_all(db).values()) == 0
     monkeypatch.undo()
+    assert pack_all(db)["gpu"] == 6
+
+
+def test_a_second_pass_while_one_runs_packs_nothing(db: TierDb) -> None:
+    if db.vendor != "postgresql":
+        pytest.skip("SQLite runs one maintenance worker process: no second pass")
+    seeded(db)
+    import psycopg
+
+    assert db.url is not None
+    with psycopg.connect(db.url, autocommit=True) as other:
+        other.execute("SELECT pg_advisory_lock(%s)", [packed._LOCK_KEY])
+        assert sum(pack_all(db).values()) == 0
     assert pack_all(db)["gpu"] == 6
