@@ -101,8 +101,20 @@ def encode_columns(kind: str, columns: Sequence[Sequence[Any]]) -> bytes:
 
 
 def decode(kind: str, data: bytes) -> list[Sample]:
-    """The samples of a packed span, oldest first, as raw rows' (ts, metrics…)."""
-    columns = packed_codec.unpack(bytes(data), integer_flags(kind))
+    """The samples of a packed span, oldest first, as raw rows' (ts, metrics…). A span
+    packed before metrics were added to the kind's catalogue has fewer columns: the
+    catalogue only grows at its end (as the raw tables grow by ADD COLUMN), so the missing
+    ones are the newest, NULL in every sample."""
+    blob = bytes(data)
+    flags = integer_flags(kind)
+    stored = packed_codec.column_count(blob)
+    if stored > len(flags):
+        raise packed_codec.CodecError(
+            f"a {kind} span with {stored} columns; the kind has {len(flags)}"
+        )
+    columns = packed_codec.unpack(blob, flags[:stored])
+    n = len(columns[0]) if columns else 0
+    columns += [[None] * n for _ in range(len(flags) - stored)]
     return list(zip(*columns, strict=True))
 
 

@@ -84,6 +84,14 @@ def encode_body(columns: Sequence[Sequence[Value]], integers: Sequence[bool]) ->
     return b"".join(chain(heads, bodies))
 
 
+def column_count(data: bytes) -> int:
+    """How many columns a packed span holds (from its header)."""
+    try:
+        return int(_HEADER.unpack_from(data)[2])
+    except struct.error as exc:
+        raise CodecError("too short for a packed span") from exc
+
+
 def unpack(data: bytes, integers: Sequence[bool]) -> list[list[Value]]:
     """The columns `pack` was given, value for value (integers as int, floats as float)."""
     try:

@@ -15,7 +15,7 @@ import pytest
 from django.db import connections
 
 from fleet.read.history import History, history
-from fleet.storage import packed, packed_read
+from fleet.storage import packed, packed_codec, packed_read
 from fleet.storage.late import late_table
 from fleet.storage.retention import apply_retention
 from fleet.storage.schema import packed_table, raw_table
@@ -354,3 +354,13 @@ def test_a_second_pass_while_one_runs_packs_nothing(db: TierDb) -> None:
         other.execute("SELECT pg_advisory_lock(%s)", [packed._LOCK_KEY])
         assert sum(pack_all(db).values()) == 0
     assert pack_all(db)["gpu"] == 6
+
+
+def test_a_span_packed_before_a_metric_was_added_reads_it_as_null() -> None:
+    """The catalogue grows at its end: an older span decodes with the new metric NULL."""
+    older = packed.integer_flags("node")[:-1]
+    samples = [(float(T), *range(len(older) - 1)), (float(T + 1), *range(len(older) - 1))]
+    data = packed_codec.pack([list(c) for c in zip(*samples, strict=True)], older)
+    decoded = packed.decode("node", data)
+    assert [row[:-1] for row in decoded] == [tuple(float(v) for v in s) for s in samples]
+    assert [row[-1] for row in decoded] == [None, None]
