@@ -262,15 +262,18 @@ def fleet_server(
 
 
 def enroll_nodes(server: FleetServer, path: Path) -> dict[str, int]:
-    """Enrol every node as its agent would; returns GPUs per rack id (as text)."""
+    """Enrol every node as its agent would; returns the inventory's GPUs per rack id (as
+    text). Counted, not assumed 8 a node: the demo's GB200 trays hold 4 (the agents send 8;
+    the server leaves out the GPUs a node does not have), and a tile sums only real GPUs."""
     rows = server.query("SELECT name, rack_id FROM fleet_node ORDER BY name")
     sources = [f"node:{name}" for name, _ in rows]
     creds = [{"source": source, "token": enroll(server, source)} for source in sources]
     path.write_text(json.dumps(creds))
-    per_rack: dict[str, int] = {}
-    for _, rack_id in rows:
-        per_rack[str(rack_id)] = per_rack.get(str(rack_id), 0) + GPUS_PER_NODE
-    return per_rack
+    gpus = server.query(
+        "SELECT n.rack_id, COUNT(*) FROM fleet_gpu g JOIN fleet_node n ON n.id = g.node_id"
+        " GROUP BY n.rack_id"
+    )
+    return {str(rack_id): int(count) for rack_id, count in gpus}
 
 
 def login(page: Any, server: FleetServer) -> None:
