@@ -35,6 +35,7 @@ from itertools import groupby
 from operator import itemgetter
 from typing import Any
 
+import psycopg
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, OperationalError, connections, transaction
 
@@ -300,28 +301,52 @@ def _stream_raw(
     """The span's raw rows (entity…, ts, the `present` metrics) grouped by entity, streamed."""
     keys = ENTITY_COLUMNS[kind]
     table = span.partition or raw_table(kind)
-    columns = ", ".join((*keys, "ts", *present))
-    sql = f"SELECT {columns} FROM {table} WHERE ts >= %s AND ts < %s ORDER BY {', '.join(keys)}, ts"
     entity_of = itemgetter(*range(len(keys)))
-    for entity, rows in groupby(_fetch(sql, [span.lo, span.hi], using), key=entity_of):
-        yield (entity if isinstance(entity, tuple) else (entity,)), list(rows)
+    rows = _fetch(table, keys, present, span, using)
+    for entity, group in groupby(rows, key=entity_of):
+        yield (entity if isinstance(entity, tuple) else (entity,)), list(group)
 
 
-def _fetch(sql: str, params: list[Any], using: str) -> Iterator[tuple[Any, ...]]:
-    conn = connections[using]
-    if conn.vendor == POSTGRESQL:
-        # A server-side cursor: a 10,000-GPU span is millions of rows.
-        with transaction.atomic(using=using):
-            conn.ensure_connection()
-            with conn.connection.cursor(name="fw_pack_read") as cur:
-                cur.execute(sql, params, binary=True)  # numbers without text parsing
-                while batch := cur.fetchmany(FETCH_ROWS):
-                    yield from batch
+def _fetch(
+    table: str, keys: Sequence[str], present: Sequence[str], span: Span, using: str
+) -> Iterator[tuple[Any, ...]]:
+    """The span's rows in (entity…, ts) order. PostgreSQL: `FETCH_ROWS` a query, each query
+    its own short transaction: a 10,000-GPU span is millions of rows and takes tens of
+    seconds to read, and one snapshot held that long would keep PostgreSQL from pruning the
+    dead row versions of every table updated meanwhile (each GPU's latest-state row is rewritten
+    every second, so that table bloated by a row version a second per GPU). Rows that
+    arrive between two queries (late data) are what the write step's count check catches.
+    Keyset pagination on the raw key (entity…, ts), which the partition's primary key
+    index serves in order."""
+    key = (*keys, "ts")
+    columns = ", ".join((*key, *present))
+    order = ", ".join(key)
+    base = f"SELECT {columns} FROM {table} WHERE ts >= %s AND ts < %s"
+    if connections[using].vendor != POSTGRESQL:
+        # SQLite keys raw rows time first, so each page would sort the span again; its
+        # readers hold no snapshot that keeps others' old row versions: one query.
+        with connections[using].cursor() as cur:
+            cur.execute(f"{base} ORDER BY {order}", [span.lo, span.hi])
+            while batch := cur.fetchmany(FETCH_ROWS):
+                yield from batch
         return
-    with conn.cursor() as cur:
-        cur.execute(sql, params)
-        while batch := cur.fetchmany(FETCH_ROWS):
+    after: tuple[Any, ...] | None = None
+    conn = connections[using]
+    conn.ensure_connection()
+    first = f"{base} ORDER BY {order} LIMIT {FETCH_ROWS}"
+    marks = ", ".join(["%s"] * len(key))
+    then = f"{base} AND ({order}) > ({marks}) ORDER BY {order} LIMIT {FETCH_ROWS}"
+    # A plain psycopg cursor (Django's binds client-side, which has no binary results):
+    # numbers arrive binary, without text parsing.
+    with psycopg.Cursor(conn.connection) as cur:
+        while True:
+            params = [span.lo, span.hi] if after is None else [span.lo, span.hi, *after]
+            cur.execute(first if after is None else then, params, binary=True)
+            batch = cur.fetchall()
             yield from batch
+            if len(batch) < FETCH_ROWS:
+                return
+            after = tuple(batch[-1][: len(key)])
 
 
 def _write(kind: str, span: Span, built: Packed, using: str) -> int:
