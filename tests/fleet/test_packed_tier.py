@@ -353,6 +353,9 @@ def test_a_second_pass_while_one_runs_packs_nothing(db: TierDb) -> None:
     with psycopg.connect(db.url, autocommit=True) as other:
         other.execute("SELECT pg_advisory_lock(%s)", [packed._LOCK_KEY])
         assert sum(pack_all(db).values()) == 0
+        # Released here, not by closing: a closed connection's backend lets its locks go
+        # as it exits, a moment after the client has gone.
+        other.execute("SELECT pg_advisory_unlock(%s)", [packed._LOCK_KEY])
     assert pack_all(db)["gpu"] == 6
 
 

@@ -202,6 +202,9 @@ def test_a_second_pass_while_one_runs_sends_nothing(db: TierDb, receiver: Status
         other.execute("SELECT pg_advisory_lock(%s)", [ship._LOCK_KEY])  # a pass running
 
         second = ship_pass(NOW, config(receiver), using=db.alias)
+        # Released here, not by closing: a closed connection's backend lets its locks go
+        # as it exits, a moment after the client has gone.
+        other.execute("SELECT pg_advisory_unlock(%s)", [ship._LOCK_KEY])
 
     assert second.overlapped and second.requests == 0 and receiver.received == []
     assert ship_pass(NOW, config(receiver), using=db.alias).requests > 0  # once it ended
