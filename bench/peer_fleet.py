@@ -201,6 +201,7 @@ def _drive(
         _, err = agents.communicate(timeout=600)
         if agents.returncode:
             raise RuntimeError(f"agent loop failed:\n{err[-3000:]}")
+        _wait_sealed(bench, window_end, log)
     cpu = {k: procs.cpu_spent(before[k], after[k]) for k in before}
     rows = pg_rows(
         bench,
@@ -217,4 +218,30 @@ def _drive(
         machine_busy_s=busy,
         rollup_log=worker_log.read_text(errors="replace"),
         wal_bytes=float(wal),
+    )
+
+
+SEAL_WAIT_S = 300.0  # the beat's rollup runs every 30 s and its packer every 60 s
+
+
+def _wait_sealed(bench: Bench, end: float, log: Callable[[str], None]) -> None:
+    """After the last sample: let the side seal what it can, as Prometheus has compacted
+    its blocks inside its run (the issue: each side's disk "after its own sealing"). Every
+    span that ended by `end` is packed once the rollup has passed it and the packer's next
+    pass has run; what stays raw is the open span, 0-5 minutes of rows by where `end` falls.
+    Not counted in the CPU window."""
+    width = int(PACK_MINUTES) * 60
+    closed = int(end // width * width)
+    deadline = time.time() + SEAL_WAIT_S
+    left = -1
+    while time.time() < deadline:
+        left = int(pg_rows(bench, f"SELECT count(*) FROM fw_gpu_raw WHERE ts < {closed}")[0][0])
+        if left == 0:
+            break
+        time.sleep(5.0)
+    at = time.strftime("%H:%M:%S", time.gmtime(closed))
+    waited = SEAL_WAIT_S - max(0.0, deadline - time.time())
+    log(
+        f"  sealed after the run: raw GPU rows before {at} UTC left {left}"
+        f" (waited {waited:.0f} s); the open span holds {end - closed:.0f} s of rows"
     )
