@@ -31,12 +31,12 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
-from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections
+from django.db import DEFAULT_DB_ALIAS, connections
 
 from fleet.models import RemoteWriteCursor
 from fleet.remote_write import client, rows, series
 from fleet.remote_write.wire import compress, encode_write_request
-from fleet.storage.dialect import POSTGRESQL
+from fleet.storage.single_flight import single_flight
 from fleetwatch.remote_write_settings import RemoteWrite
 
 __all__ = (
@@ -204,28 +204,10 @@ def ship_pass(
 _LOCK_KEY = 0x666C7277
 
 
-@contextlib.contextmanager
-def _single_flight(using: str) -> Iterator[bool]:
-    """PostgreSQL: hold the shipper's session advisory lock for the pass (released at the
-    end, or by the server if the worker dies); False when another pass holds it. A
-    redelivered or doubled tick would otherwise send the same rows twice at once. SQLite
-    (the embedded tier, one maintenance worker process): always True."""
-    conn = connections[using]
-    if conn.vendor != POSTGRESQL:
-        yield True
-        return
-    with conn.cursor() as cur:
-        cur.execute("SELECT pg_try_advisory_lock(%s)", [_LOCK_KEY])
-        got = bool(cur.fetchone()[0])
-    try:
-        yield got
-    finally:
-        if got:
-            try:
-                with conn.cursor() as cur:
-                    cur.execute("SELECT pg_advisory_unlock(%s)", [_LOCK_KEY])
-            except DatabaseError:
-                pass  # the connection is gone, and the server released its locks with it
+def _single_flight(using: str) -> contextlib.AbstractContextManager[bool]:
+    """One pass at a time (fleet.storage.single_flight): a redelivered or doubled tick
+    would otherwise send the same rows twice at once."""
+    return single_flight(_LOCK_KEY, using)
 
 
 def _pass(

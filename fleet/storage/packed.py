@@ -37,13 +37,14 @@ from typing import Any
 
 import psycopg
 from django.conf import settings
-from django.db import DEFAULT_DB_ALIAS, DatabaseError, OperationalError, connections, transaction
+from django.db import DEFAULT_DB_ALIAS, OperationalError, connections, transaction
 
 from agents.protocol.metrics import METRICS
 from fleet.storage import packed_codec, raw_span
 from fleet.storage.dialect import POSTGRESQL
 from fleet.storage.partitions import MINVALUE, list_partitions, partitioned_parents
 from fleet.storage.schema import ENTITY_COLUMNS, packed_table, raw_table
+from fleet.storage.single_flight import single_flight
 
 log = logging.getLogger(__name__)
 
@@ -426,28 +427,10 @@ def pack_sealed(using: str = DEFAULT_DB_ALIAS) -> dict[str, int]:
 _LOCK_KEY = 0x666C706B
 
 
-@contextlib.contextmanager
-def _single_flight(using: str) -> Iterator[bool]:
-    """PostgreSQL: hold the packer's session advisory lock for the pass (released at the
-    end, or by the server if the worker dies); False when another pass holds it: two
-    would build the same spans, and all but one would find them changed and drop the
-    work. SQLite (one maintenance worker process, one writer): always True."""
-    conn = connections[using]
-    if conn.vendor != POSTGRESQL:
-        yield True
-        return
-    with conn.cursor() as cur:
-        cur.execute("SELECT pg_try_advisory_lock(%s)", [_LOCK_KEY])
-        got = bool(cur.fetchone()[0])
-    try:
-        yield got
-    finally:
-        if got:
-            try:
-                with conn.cursor() as cur:
-                    cur.execute("SELECT pg_advisory_unlock(%s)", [_LOCK_KEY])
-            except DatabaseError:
-                pass  # the connection is gone, and the server released its locks with it
+def _single_flight(using: str) -> contextlib.AbstractContextManager[bool]:
+    """One pass at a time (fleet.storage.single_flight): two would build the same spans,
+    and all but one would find them changed and drop the work."""
+    return single_flight(_LOCK_KEY, using)
 
 
 def unpack_to_raw(cur: Any, kind: str) -> int:
