@@ -17,6 +17,7 @@ from django.urls import path  # noqa: E402
 
 from agents.protocol import WS_PATH  # noqa: E402
 from dashboard.routing import websocket_urlpatterns as dashboard_ws  # noqa: E402
+from fleet.gc_policy import settle_gc  # noqa: E402
 from fleet.ingest.consumer import IngestConsumer  # noqa: E402
 from fleet.ingest.tally import tally  # noqa: E402
 
@@ -43,3 +44,4 @@ async def websocket_router(scope, receive, send):  # type: ignore[no-untyped-def
 
 
 application = ProtocolTypeRouter({"http": django_asgi_app, "websocket": websocket_router})
+settle_gc()  # last: everything built above lives as long as the process

@@ -33,6 +33,7 @@ from typing import Any
 
 import orjson
 
+from fleet.gc_policy import settle_gc
 from fleet.ingest import frames
 from fleet.ingest.pipeline import IngestPipeline, Result
 from fleet.storage.db import Database, open_db
@@ -220,6 +221,7 @@ def main(argv: list[str]) -> int:
         db, save_interval_s=config["latest_save_s"], raw_keep_s=config["raw_keep_s"]
     )
     loop = ChildLoop(sock, pipeline, config["live_interval_s"], config["revalidate_s"])
+    settle_gc()
 
     def stop(signum: int, frame: Any) -> None:
         loop.stopping = True
