@@ -20,20 +20,19 @@ column's words are then byte-shuffled (all first bytes, then all second bytes…
 zero high bytes form long runs) and the whole body compressed once with zlib. Measured on
 the peer bench's value stream in bench/packing.py (docs/benchmarks.md).
 
-The work is C-level (array, `map` with `operator`, bytes slicing, itertools.accumulate):
-no Python loop per value.
+The per-value work is NumPy's: no Python loop per value.
 """
 
 from __future__ import annotations
 
 import struct
-import sys
 import zlib
-from array import array
 from collections.abc import Sequence
-from itertools import accumulate, chain, repeat
-from operator import and_, is_, lshift, mul, neg, rshift, sub, truediv, xor
+from itertools import chain, repeat
+from operator import is_
 from typing import cast
+
+import numpy as np
 
 Value = float | int | None
 
@@ -53,7 +52,6 @@ ALL_NULL, INTEGERS, DECIMAL, FLOAT_XOR = 0, 1, 2, 3
 
 _HEADER = struct.Struct("<BIH")  # version, samples, columns
 _COLUMN = struct.Struct("<BBB")  # mode, decimals, has nulls
-_BIG_ENDIAN = sys.byteorder == "big"
 
 
 class CodecError(ValueError):
@@ -127,119 +125,132 @@ def unpack(data: bytes, integers: Sequence[bool]) -> list[list[Value]]:
 
 
 # -- one column ------------------------------------------------------------------------
+# NumPy does the per-value work: on the peer stream the same steps over Python objects
+# (`map` with `operator`, `array`) took ~6.5 µs per GPU sample to pack (bench/packing.py),
+# most of a packer pass's CPU. The bytes are the same (tests/support/packed_codec_python.py
+# is the earlier encoder, kept as the oracle).
+
+_I64 = np.dtype("<i8")
+_U64 = np.dtype("<u8")
+_F64 = np.dtype("<f8")
+_TWO_63 = 2.0**63  # exclusive bound of a quantised value as a float
+_DECIMAL_SCALES = 10.0 ** np.arange(MAX_DECIMALS + 1)
 
 
 def _pack_column(values: Sequence[Value], integer: bool) -> tuple[bytes, bytes]:
-    has_nulls = any(map(is_, values, repeat(None)))
-    mask = bytes(map(is_, values, repeat(None))) if has_nulls else b""
-    filled = _fill_nulls(values) if has_nulls else cast("list[float | int]", list(values))
-    if filled is None:
-        return _COLUMN.pack(ALL_NULL, 0, 1), mask
+    n = len(values)
+    null_count = values.count(None)
+    if null_count and null_count == n:  # a field nobody reports: most of a kind's columns
+        return _COLUMN.pack(ALL_NULL, 0, 1), b"\x01" * n
+    has_nulls = null_count > 0
+    nulls = np.fromiter(map(is_, values, repeat(None)), bool, n) if has_nulls else None
+    mask = nulls.tobytes() if nulls is not None else b""
     if integer:
-        ints = list(map(int, filled))
-        if ints and (min(ints) < INT64_MIN or max(ints) > INT64_MAX):
-            raise CodecError("an integer outside 64 bits")
-        mode, decimals, words = INTEGERS, 0, _delta_zigzag(ints)
+        mode, decimals, words = INTEGERS, 0, _delta_zigzag(_integers(values, nulls))
     else:
-        floats = array("d", filled)
+        floats = _floats(values, nulls)
         decimals_or_none = _decimal_scale(floats)
         if decimals_or_none is None:
             mode, decimals, words = FLOAT_XOR, 0, _xor_previous(floats)
         else:
             decimals = decimals_or_none
-            quantised = list(map(round, map(mul, floats, repeat(10.0**decimals))))
+            quantised = np.rint(floats * 10.0**decimals).astype(_I64)
             mode, words = DECIMAL, _delta_zigzag(quantised)
     head = _COLUMN.pack(mode, decimals, int(has_nulls))
-    return head, (mask if has_nulls else b"") + _shuffle(words)
+    return head, mask + _shuffle(words)
 
 
-def _fill_nulls(values: Sequence[Value]) -> list[float | int] | None:
-    """Each NULL replaced by the value before it (the first ones by the first value), so it
-    encodes as no change. None when every value is NULL."""
-    first = next((v for v in values if v is not None), None)
-    if first is None:
-        return None
-    return list(accumulate(values, _keep_previous, initial=first))[1:]
-
-
-def _keep_previous(previous: float | int, value: Value) -> float | int:
-    return previous if value is None else value
-
-
-def _decimal_scale(floats: array[float]) -> int | None:
-    """The fewest decimals k with every value == round(v * 10**k) / 10**k bit for bit
-    (so -0.0, NaN and infinities never qualify), the quantised values within 64 bits.
-    Tried on a few values first, then confirmed on all."""
-    for k in range(MAX_DECIMALS + 1):
-        if _reads_back(floats[:16], k) and _reads_back(floats, k):
-            return k
-    return None
-
-
-def _reads_back(floats: array[float], k: int) -> bool:
-    scale = 10.0**k
+def _integers(values: Sequence[Value], nulls: np.ndarray | None) -> np.ndarray:
+    """The column as int64, each NULL holding the value before it."""
     try:
-        quantised = list(map(round, map(mul, floats, repeat(scale))))
-    except (ValueError, OverflowError):  # NaN, infinity
-        return False
-    if quantised and (min(quantised) < INT64_MIN or max(quantised) > INT64_MAX):
-        return False
-    back = array("d", map(truediv, quantised, repeat(scale)))
-    return back.tobytes() == floats.tobytes()
+        if nulls is None:
+            return np.array(values, dtype=_I64)
+        filled = np.array(values, dtype=object)
+        filled[nulls] = 0
+        return _fill_forward(filled.astype(_I64), nulls)
+    except OverflowError as exc:
+        raise CodecError("an integer outside 64 bits") from exc
 
 
-def _delta_zigzag(ints: Sequence[int]) -> array[int]:
+def _floats(values: Sequence[Value], nulls: np.ndarray | None) -> np.ndarray:
+    """The column as float64 (a NULL reads as NaN here and is then overwritten, so only
+    the mask, never the value, says NULL), each NULL holding the value before it."""
+    floats = np.array(values, dtype=_F64)
+    return floats if nulls is None else _fill_forward(floats, nulls)
+
+
+def _fill_forward(column: np.ndarray, nulls: np.ndarray) -> np.ndarray:
+    """Each NULL replaced by the value before it (the first ones by the first value), so it
+    encodes as no change."""
+    index = np.where(nulls, 0, np.arange(len(column)))
+    np.maximum.accumulate(index, out=index)
+    first = int(np.argmin(nulls))  # the first non-NULL (the column is not all NULL)
+    index[:first] = first
+    return column[index]
+
+
+def _decimal_scale(floats: np.ndarray) -> int | None:
+    """The fewest decimals k with every value == rint(v * 10**k) / 10**k bit for bit
+    (so -0.0, NaN and infinities never qualify), the quantised values within 64 bits.
+    Every k is tried at once: one (k, value) grid, a handful of array operations."""
+    if not np.isfinite(floats).all():
+        return None
+    scales = _DECIMAL_SCALES[:, None]
+    with np.errstate(over="ignore", invalid="ignore"):  # out of bounds: refused below
+        quantised = np.rint(floats[None, :] * scales)
+        within = ((quantised >= -_TWO_63) & (quantised < _TWO_63)).all(axis=1)
+        back = np.where(within[:, None], quantised, 0.0).astype(_I64) / scales
+    exact = (back.view(_U64) == floats.view(_U64)[None, :]).all(axis=1) & within
+    found = np.flatnonzero(exact)
+    return int(found[0]) if len(found) else None
+
+
+def _delta_zigzag(ints: np.ndarray) -> np.ndarray:
     """Differences from the previous value, wrapped to signed 64 bits, zigzag-folded."""
-    wrapped = array("Q", map(and_, map(sub, ints, chain((0,), ints)), repeat(MASK64)))
-    signed = array("q", wrapped.tobytes())
-    return array("Q", map(xor, map(lshift, signed, repeat(1)), map(rshift, signed, repeat(63))))
+    deltas = np.empty_like(ints)
+    if len(ints):
+        deltas[0] = ints[0]
+        np.subtract(ints[1:], ints[:-1], out=deltas[1:])  # wraps, as int64 arithmetic does
+    return ((deltas << 1) ^ (deltas >> 63)).view(_U64)
 
 
-def _undo_delta_zigzag(words: array[int]) -> array[int]:
-    deltas = map(xor, map(rshift, words, repeat(1)), map(neg, map(and_, words, repeat(1))))
-    wrapped = array("Q", map(and_, accumulate(deltas), repeat(MASK64)))
-    return array("q", wrapped.tobytes())
+def _undo_delta_zigzag(words: np.ndarray) -> np.ndarray:
+    deltas = (words >> np.uint64(1)) ^ (np.uint64(0) - (words & np.uint64(1)))
+    return np.cumsum(deltas, dtype=_U64).view(_I64)  # wraps modulo 2**64
 
 
-def _xor_previous(floats: array[float]) -> array[int]:
-    bits = array("Q", floats.tobytes())
-    return array("Q", map(xor, bits, chain((0,), bits)))
+def _xor_previous(floats: np.ndarray) -> np.ndarray:
+    bits = floats.view(_U64)
+    words = bits.copy()
+    words[1:] ^= bits[:-1]
+    return words
 
 
-def _undo_xor_previous(words: array[int]) -> array[float]:
-    return array("d", array("Q", accumulate(words, xor)).tobytes())
+def _undo_xor_previous(words: np.ndarray) -> np.ndarray:
+    return np.bitwise_xor.accumulate(words).view(_F64)
 
 
-def _decode_words(words: array[int], mode: int, decimals: int, integer: bool) -> list[Value]:
+def _decode_words(words: np.ndarray, mode: int, decimals: int, integer: bool) -> list[Value]:
     if mode == FLOAT_XOR:
-        return list(_undo_xor_previous(words))
+        return cast("list[Value]", _undo_xor_previous(words).tolist())
     if mode not in (INTEGERS, DECIMAL):
         raise CodecError(f"unknown column mode {mode}")
     ints = _undo_delta_zigzag(words)
     if mode == INTEGERS:
-        return list(ints) if integer else list(map(float, ints))
-    return list(map(truediv, ints, repeat(10.0**decimals)))
+        return cast("list[Value]", (ints if integer else ints.astype(_F64)).tolist())
+    return cast("list[Value]", (ints / 10.0**decimals).tolist())
 
 
 # -- byte shuffle ----------------------------------------------------------------------
 
 
-def _shuffle(words: array[int]) -> bytes:
-    if _BIG_ENDIAN:
-        words = array("Q", words)
-        words.byteswap()
-    data = words.tobytes()
-    return b"".join(data[i::WORD] for i in range(WORD))
+def _shuffle(words: np.ndarray) -> bytes:
+    """All first bytes of the little-endian words, then all second bytes, …"""
+    return words.astype(_U64, copy=False).view(np.uint8).reshape(-1, WORD).T.tobytes()
 
 
-def _unshuffle(data: bytes) -> array[int]:
+def _unshuffle(data: bytes) -> np.ndarray:
     if len(data) % WORD:
         raise CodecError("packed column is not whole 64-bit words")
-    n = len(data) // WORD
-    out = bytearray(len(data))
-    for i in range(WORD):
-        out[i::WORD] = data[i * n : (i + 1) * n]
-    words = array("Q", bytes(out))
-    if _BIG_ENDIAN:
-        words.byteswap()
-    return words
+    planes = np.frombuffer(data, dtype=np.uint8).reshape(WORD, -1)
+    return np.ascontiguousarray(planes.T).view(_U64).reshape(-1)

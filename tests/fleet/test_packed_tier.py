@@ -30,6 +30,7 @@ from tests.support.rollup_oracle import (
     store_raw,
     stored,
 )
+from tests.support.waiting import wait_until
 
 db = databases.fresh_db_at_test_clock  # each test's own database, both tiers
 
@@ -367,3 +368,32 @@ def test_a_span_packed_before_a_metric_was_added_reads_it_as_null() -> None:
     decoded = packed.decode("node", data)
     assert [row[:-1] for row in decoded] == [tuple(float(v) for v in s) for s in samples]
     assert [row[-1] for row in decoded] == [None, None]
+
+
+def seq_scans(db: TierDb, table: str) -> int:
+    rows = db.execute("SELECT seq_scan FROM pg_stat_user_tables WHERE relname = %s", [table])
+    return int(rows[0][0])
+
+
+def test_a_span_is_read_along_its_key_not_scanned_again_for_each_page(
+    db: TierDb, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A partition that has just filled has no planner statistics; without them PostgreSQL
+    # read each page of the span by scanning and sorting the whole partition again.
+    if db.vendor != "postgresql":
+        pytest.skip("SQLite reads a span in one query")
+    seeded(db)
+    span = next(s for s in packed.sealed_spans("gpu", using=db.alias) if s.lo == T - 3600)
+    assert span.partition is not None
+    monkeypatch.setattr(packed, "FETCH_ROWS", 100)  # the span's 3 GPUs × 3,600 s: ~100 pages
+    # Statistics that lead the planner to a scan and a sort, as none at all did at scale.
+    db.execute("SET random_page_cost = 100000")
+    db.execute("SELECT pg_stat_force_next_flush()")
+    before = seq_scans(db, span.partition)
+    assert packed.pack_span("gpu", span, using=db.alias) == 3
+    db.execute("SELECT pg_stat_force_next_flush()")
+    partition = span.partition
+    wait_until(lambda: seq_scans(db, partition) > before, 10, "the pass's scans counted")
+    # The fields' count and the write step's check scan it; the ~100 pages do not.
+    assert seq_scans(db, partition) - before <= 4
+    db.execute("RESET random_page_cost")
