@@ -13,11 +13,13 @@ import threading
 import time
 import urllib.parse
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import cramjam
+import pytest
 from django.db import connections
 
 from fleet.models import GPU, Hall, Node, Rack, Site
@@ -96,6 +98,14 @@ class Receiver:
             labels = tuple(sorted(f"{k}={v}" for k, v in series["metric"].items()))
             found[labels] = [(float(t), float(v)) for t, v in series["values"]]
         return found
+
+
+@pytest.fixture
+def prometheus(tmp_path: Path) -> Iterator[Receiver]:
+    """A test's own Prometheus receiver, stopped after it (use as `prometheus = …prometheus`)."""
+    receiver = Receiver(tmp_path / "prometheus")
+    yield receiver
+    receiver.stop()
 
 
 @dataclass

@@ -6,8 +6,6 @@ never asks it; a TSDB that is down leaves the range to the rollups, and the answ
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,7 +15,7 @@ from fleet.read.history_remote import MAX_TSDB_POINTS, TSDB, tsdb_step
 from fleet.remote_write import client, series
 from fleet.remote_write.wire import compress, encode_write_request
 from fleetwatch.remote_write_settings import RemoteWrite
-from tests.support import databases
+from tests.support import databases, remote_write
 from tests.support.databases import TierDb
 from tests.support.remote_write import Receiver, gpu_value, small_site
 
@@ -29,11 +27,7 @@ EVERY = 5
 SPAN = 600
 
 
-@pytest.fixture
-def prometheus(tmp_path: Path) -> Iterator[Receiver]:
-    receiver = Receiver(tmp_path / "prometheus")
-    yield receiver
-    receiver.stop()
+prometheus = remote_write.prometheus  # a Prometheus receiver per test
 
 
 def shipped_long_ago(prometheus: Receiver, db: TierDb, settings: Any) -> int:

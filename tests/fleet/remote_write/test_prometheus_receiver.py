@@ -7,18 +7,14 @@ resumes where it stopped. Both database tiers."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
-
-import pytest
 
 from fleet.models import RemoteWriteCursor
 from fleet.remote_write.lag import LAG_ALERT_S, kind_lags
 from fleet.remote_write.ship import ship_pass
 from fleet.storage.rollups import rollup_all
 from fleetwatch.remote_write_settings import RemoteWrite
-from tests.support import databases
+from tests.support import databases, remote_write
 from tests.support.databases import TierDb
 from tests.support.remote_write import Receiver, gpu_value, small_site, store_gpu_seconds
 
@@ -28,11 +24,7 @@ BASE = int(time.time() // 60 * 60) - 3600  # an hour ago, on a minute
 GPUS = 2
 
 
-@pytest.fixture
-def prometheus(tmp_path: Path) -> Iterator[Receiver]:
-    receiver = Receiver(tmp_path / "prometheus")
-    yield receiver
-    receiver.stop()
+prometheus = remote_write.prometheus  # a Prometheus receiver per test
 
 
 def stored_exactly_once(prometheus: Receiver, node_id: int, until: int) -> None:
