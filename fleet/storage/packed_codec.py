@@ -38,8 +38,6 @@ Value = float | int | None
 
 VERSION = 1
 WORD = 8  # bytes per encoded value
-MASK64 = (1 << 64) - 1
-INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 MAX_DECIMALS = 6
 # zlib (the standard library's DEFLATE) at its default level. Measured in bench/packing.py
 # on the peer stream (docs/benchmarks.md): zstd (a new dependency) was 0.5 % smaller at
