@@ -371,6 +371,16 @@ def test_a_span_packed_before_a_metric_was_added_reads_it_as_null() -> None:
     assert [row[-1] for row in decoded] == [None, None]
 
 
+def read_in_pages(db: TierDb, monkeypatch: pytest.MonkeyPatch) -> packed.Span:
+    """PostgreSQL only (SQLite reads a span in one query): the seeded series' first sealed
+    hour, which a pass then reads in ~100 pages (3 GPUs' rows, 100 a page)."""
+    if db.vendor != "postgresql":
+        pytest.skip("SQLite reads a span in one query, holding back no one's cleanup")
+    seeded(db)
+    monkeypatch.setattr(packed, "FETCH_ROWS", 100)
+    return next(s for s in packed.sealed_spans("gpu", using=db.alias) if s.lo == T - 3600)
+
+
 def seq_scans(db: TierDb, table: str) -> int:
     rows = db.execute("SELECT seq_scan FROM pg_stat_user_tables WHERE relname = %s", [table])
     return int(rows[0][0])
@@ -381,12 +391,8 @@ def test_a_span_is_read_along_its_key_not_scanned_again_for_each_page(
 ) -> None:
     # A partition that has just filled has no planner statistics; without them PostgreSQL
     # read each page of the span by scanning and sorting the whole partition again.
-    if db.vendor != "postgresql":
-        pytest.skip("SQLite reads a span in one query")
-    seeded(db)
-    span = next(s for s in packed.sealed_spans("gpu", using=db.alias) if s.lo == T - 3600)
+    span = read_in_pages(db, monkeypatch)
     assert span.partition is not None
-    monkeypatch.setattr(packed, "FETCH_ROWS", 100)  # the span's 3 GPUs × 3,600 s: ~100 pages
     # Statistics that lead the planner to a scan and a sort, as none at all did at scale.
     db.execute("SET random_page_cost = 100000")
     db.execute("SELECT pg_stat_force_next_flush()")
@@ -406,11 +412,7 @@ def test_a_pass_holds_no_snapshot_between_the_pages_it_reads(
     # A snapshot held for a whole span (seconds at 10,000 GPUs) kept PostgreSQL from pruning
     # the dead versions of every GPU's latest-state row, rewritten each second: 174 MB in a
     # 9-minute run. Between two pages the pass's backend must hold none (no backend_xmin).
-    if db.vendor != "postgresql":
-        pytest.skip("SQLite's readers hold back no one's cleanup")
-    seeded(db)
-    span = next(s for s in packed.sealed_spans("gpu", using=db.alias) if s.lo == T - 3600)
-    monkeypatch.setattr(packed, "FETCH_ROWS", 100)
+    span = read_in_pages(db, monkeypatch)
     backend = db.execute("SELECT pg_backend_pid()")[0][0]
     holding: list[bool] = []
     fetch = packed._fetch
