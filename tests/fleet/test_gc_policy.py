@@ -28,13 +28,16 @@ def run_python(code: str) -> tuple[int, int]:
 def test_a_settled_process_freezes_its_startup_heap_and_spaces_young_collections() -> None:
     frozen, young = run_python(f"from fleet.gc_policy import settle_gc; settle_gc(); {PROBE}")
     assert frozen > 1_000  # the interpreter's and the imports' objects
-    assert young == YOUNG_THRESHOLD > 700  # CPython's default is 700
+    assert young == YOUNG_THRESHOLD
 
 
 @pytest.mark.process
-def test_a_plain_interpreter_keeps_cpythons_defaults() -> None:
-    # The oracle for the two tests beside it: without settling, nothing is frozen.
-    assert run_python(PROBE) == (0, 700)
+def test_a_plain_interpreter_keeps_its_own_defaults() -> None:
+    # The oracle for the two tests beside it: without settling, nothing is frozen and the
+    # young threshold is the interpreter's (700 on CPython 3.11-3.13; not assumed here).
+    frozen, young = run_python(PROBE)
+    assert frozen == 0
+    assert young != YOUNG_THRESHOLD
 
 
 @pytest.mark.process
