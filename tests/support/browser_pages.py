@@ -25,12 +25,15 @@ def server_with_ops(var_dir: Path, **options: Any) -> Iterator[FleetServer]:
 
 
 def login(page, server: FleetServer) -> None:  # type: ignore[no-untyped-def]
-    """Sign in as the ops user through the login form; wait for the fleet overview."""
+    """Sign in as the ops user through the login form; wait for the fleet overview, its
+    stylesheets included (`load`): a test that reads rendered text (`inner_text` applies CSS
+    such as `text-transform`) must not race the stylesheet."""
     page.goto(server.url + "/admin/login/?next=/")
     page.fill("#id_username", USER)
     page.fill("#id_password", PASSWORD)
     page.click("input[type=submit]")
     page.wait_for_selector("h1:has-text('Fleet overview')")
+    page.wait_for_load_state("load")
 
 
 def live_rack_page(browser, server: FleetServer, rack: str, node: str) -> tuple[Any, int]:  # type: ignore[no-untyped-def]
