@@ -431,3 +431,34 @@ def test_a_pass_holds_no_snapshot_between_the_pages_it_reads(
         monkeypatch.setattr(packed, "_fetch", watched)
         assert packed.pack_span("gpu", span, using=db.alias) == 3
     assert len(holding) > 10 and not any(holding)
+
+
+def test_a_pass_whose_database_connection_drops_mid_read_loses_nothing_and_the_next_packs(
+    db: TierDb, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The database restarts (or a proxy drops the connection) while a pass reads a span:
+    # the pass fails, every sample stays where it was, and the worker's next task — after
+    # Celery's check between tasks, which closes a connection that failed — packs the span.
+    span = read_in_pages(db, monkeypatch)
+    chart = rounded(read(db, *ACROSS_SPANS))
+    raw_rows = count(db, raw_table("gpu"))
+    backend = db.execute("SELECT pg_backend_pid()")[0][0]
+    fetch = packed._fetch
+    assert db.url is not None
+    with psycopg.connect(db.url, autocommit=True) as admin:
+
+        def dropped_after_a_page(*args: Any) -> Any:
+            pages = fetch(*args)
+            yield next(pages)
+            admin.execute("SELECT pg_terminate_backend(%s)", [backend])
+            yield from pages
+
+        monkeypatch.setattr(packed, "_fetch", dropped_after_a_page)
+        with pytest.raises(psycopg.OperationalError):  # the server ended the connection
+            packed.pack_span("gpu", span, using=db.alias)
+    monkeypatch.setattr(packed, "_fetch", fetch)
+    connections[db.alias].close_if_unusable_or_obsolete()  # what Celery runs between tasks
+    assert count(db, raw_table("gpu")) == raw_rows
+    assert count(db, packed_table("gpu")) == 0
+    assert packed.pack_span("gpu", span, using=db.alias) == 3
+    assert rounded(read(db, *ACROSS_SPANS)) == chart

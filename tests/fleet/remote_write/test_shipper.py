@@ -234,3 +234,33 @@ def test_nothing_ships_while_remote_write_is_off(db: TierDb) -> None:
 
     assert result.requests == 0
     assert not RemoteWriteCursor.objects.using(db.alias).exists()
+
+
+def test_a_pass_that_dies_between_a_stored_request_and_its_cursor_resends_it_and_loses_nothing(
+    db: TierDb, receiver: StatusReceiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The worker is killed (or its database goes away) after the receiver stored a request
+    # and before the cursor moved past it: the next pass starts from the cursor, so that
+    # request goes again (the receiver takes the exact duplicate) and nothing is skipped.
+    rows = seeded(db)
+    save = ship._save
+
+    def dies(*args: Any, **changes: Any) -> bool:
+        raise ConnectionError("the database went away")
+
+    monkeypatch.setattr(ship, "_save", dies)
+    with pytest.raises(ConnectionError):
+        ship_pass(NOW, config(receiver, batch=50), using=db.alias)
+    assert len(receiver.received) == 1 and cursor(db, "gpu").ts is None
+    first = received(receiver)
+
+    monkeypatch.setattr(ship, "_save", save)
+    receiver.received.clear()
+    resumed = ship_pass(NOW + 10, config(receiver, batch=50), using=db.alias)
+
+    assert resumed.failed is None and resumed.shipped["gpu"] == rows * FIELDS_PER_GPU_ROW
+    assert received(receiver)[: len(first)] == first  # the stored request, sent again
+    temps = [s for labels, s in received(receiver) if labels["__name__"].endswith("temp_gpu_c")]
+    assert sorted(t for s in temps for t, _ in s) == sorted(
+        t * 1000 for t in range(BASE, BASE + 300, 5) for _ in range(GPUS)
+    )  # every sample, each once after the resend
