@@ -2,7 +2,7 @@
 [--db sqlite|postgres] [--gpus N] [--requests N] [--profile]`.
 
 bench/rules.py's inventory and latest state (500 racks, 1,250 nodes × 8 GPUs, every entity
-fresh, 433 of them breaching a warning), as bench/freshness.py builds it. Then:
+fresh, 433 of them breaching a warning), as bench/freshness_page.py builds it. Then:
 
 1. the rack payloads of every rack through `fleet.read.state.rack_states` (every GPU's reading,
    judged in Python) and through `fleet.read.state.rack_summaries` (GPUs folded per node in the
@@ -32,8 +32,11 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from bench.environment import use_bench_settings  # noqa: E402
 
-from bench.freshness import PASSWORD, USER, large_inventory  # noqa: E402
+use_bench_settings()
+
+from bench.freshness_page import PASSWORD, USER, large_inventory  # noqa: E402
 
 
 def timed(fn: Callable[[], Any], runs: int, before: Callable[[], None]) -> tuple[float, float]:
@@ -184,12 +187,12 @@ def main() -> int:
         from django.contrib.auth.models import User
         from django.test import Client
 
-        from bench import rules
+        from bench import rules_latest
         from fleet.read import state
         from fleet.read.state import rack_payload, rack_states, rack_summaries
 
         def refresh() -> None:
-            rules.refresh(time.time())
+            rules_latest.refresh(time.time())
 
         now = time.time()
         old = {r: rack_payload(s) for r, s in rack_states(None, now).items()}

@@ -20,8 +20,13 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.environment import use_bench_settings
 
-from bench import rules
+use_bench_settings()
+
+from bench.rules_database import BenchDb, bench_database, setup_django  # noqa: E402
+from bench.rules_inventory import GPUS_PER_NODE, NODES, build_inventory  # noqa: E402
+from bench.rules_latest import fill_latest  # noqa: E402
 
 TARGET_S = 1.0
 
@@ -32,15 +37,15 @@ def main() -> int:
     parser.add_argument("--renders", type=int, default=5)
     parser.add_argument("--profile", action="store_true")
     args = parser.parse_args()
-    with rules.bench_database(args.db, "fw-bench-metrics-") as db:
+    with bench_database(args.db, "fw-bench-metrics-") as db:
         return run(args, db)
 
 
-def run(args: argparse.Namespace, db: rules.BenchDb) -> int:
-    rules.setup_django(db)
-    inv = rules.build_inventory()
+def run(args: argparse.Namespace, db: BenchDb) -> int:
+    setup_django(db)
+    inv = build_inventory()
     now = time.time()
-    rules.fill_latest(inv, now - 1.0)
+    fill_latest(inv, now - 1.0)
     from fleet.read.metrics.export import render
 
     text = render(now)  # warm-up (imports, caches)
@@ -61,7 +66,7 @@ def run(args: argparse.Namespace, db: rules.BenchDb) -> int:
         pstats.Stats(profiler, stream=out).sort_stats("cumulative").print_stats(25)
         print(out.getvalue())
     print(
-        f"gpus={rules.NODES * rules.GPUS_PER_NODE} metrics_render_s={median:.3f}"
+        f"gpus={NODES * GPUS_PER_NODE} metrics_render_s={median:.3f}"
         f" metrics_kb={len(text) / 1024:.0f} series={series}"
     )
     return 0

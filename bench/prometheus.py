@@ -33,16 +33,14 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.environment import use_bench_settings
 
-from bench.rules import (
-    GPUS_PER_NODE,
-    NODES,
-    bench_database,
-    build_inventory,
-    fill_latest,
-    setup_django,
-)
-from tests.support.prometheus_pull import Exporter, Prometheus, labels_text
+use_bench_settings()
+
+from bench.rules_database import bench_database, setup_django  # noqa: E402
+from bench.rules_inventory import GPUS_PER_NODE, NODES, build_inventory  # noqa: E402
+from bench.rules_latest import fill_latest  # noqa: E402
+from tests.support.prometheus_pull import Exporter, Prometheus, labels_text  # noqa: E402
 
 PULL_TARGET_S, RENDER_TARGET_S = 2.0, 1.0
 FIELDS = (

@@ -109,12 +109,13 @@ def bench_database(var_dir: Path) -> Iterator[Bench]:
 
 def setup_inventory(bench: Bench, gpus: int) -> list[dict[str, str]]:
     """Migrate, build bench/rules.py's inventory scaled to `gpus`; one credential per node
-    (bench/rules.py gives each source the token whose SHA-256 it stores: its own name)."""
-    from bench import rules
+    (bench/rules_inventory.py gives each source the token whose SHA-256 it stores: its own
+    name)."""
+    from bench import rules_inventory as plan
 
     racks = max(2, round(gpus / 20))
-    rules.RACKS, rules.LOOPS = racks, max(1, math.ceil(racks / rules.RACKS_PER_LOOP))
-    rules.NODES = sum(rules.nodes_in_rack(i) for i in range(racks))
+    plan.RACKS, plan.LOOPS = racks, max(1, math.ceil(racks / plan.RACKS_PER_LOOP))
+    plan.NODES = sum(plan.nodes_in_rack(i) for i in range(racks))
     for key in ("DATABASE_URL", "REDIS_URL"):
         os.environ.pop(key, None)
     os.environ.update(bench.env)
@@ -123,7 +124,7 @@ def setup_inventory(bench: Bench, gpus: int) -> list[dict[str, str]]:
 
     django.setup()
     call_command("migrate", verbosity=0)
-    rules.build_inventory()
+    plan.build_inventory()
     from fleet.models import Node
 
     names = Node.objects.order_by("name").values_list("name", flat=True)

@@ -1,5 +1,6 @@
 """Debian's chromium for Playwright (browser downloads are impossible here): where it is
-and how it is launched, for the browser tests (tests/conftest.py) and bench/freshness.py."""
+and how it is launched, for the browser tests (tests/conftest.py) and
+bench/freshness_browser.py."""
 
 from __future__ import annotations
 
