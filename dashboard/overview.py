@@ -49,7 +49,6 @@ class RackTile:
 
     id: int
     name: str
-    site_id: int
     cooling: str
     cooling_label: str
     loop_id: int | None  # the tile links its loop to the cooling page
@@ -178,7 +177,6 @@ def rack_tile(state: RackState, links: Links) -> RackTile:
     return RackTile(
         id=info.id,
         name=info.name,
-        site_id=info.site_id,
         cooling=info.cooling,
         cooling_label=COOLING_LABELS.get(info.cooling, ""),
         loop_id=info.loop_id,

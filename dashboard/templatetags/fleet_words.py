@@ -4,9 +4,9 @@
 from __future__ import annotations
 
 from django import template
-from django.utils.html import json_script
 from django.utils.safestring import SafeString
 
+from dashboard.browser_json import json_script
 from fleet.words import browser_words
 
 register = template.Library()
