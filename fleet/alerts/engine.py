@@ -217,6 +217,13 @@ def _judge(
     pass at 10,000 GPUs with the whole pack)."""
     per_site = site_target_rules(rule, snap)
     breached, threshold = COMPARISONS[rule.comparison], rule.threshold
+    if not active and not per_site:
+        # The usual case: nothing of this rule is active and one threshold holds for all,
+        # so only a breach matters and no entity name is needed for the rest.
+        for key, value in values.items():
+            if value is not None and breached(value, threshold):
+                step(rule, None, snap.entity(key), value, at, out)
+        return
     seen: set[str] = set()
     for key, value in values.items():
         entity = snap.entity(key)

@@ -153,14 +153,26 @@ def gpu_limits(node_ids: Iterable[int] | None) -> dict[tuple[int, int], health.G
         if not params:
             return {}
         rows = select_rows(f"{sql} WHERE node_id IN ({marks})", params)
+    # GPUs of one model report the same limits: each distinct row of values is judged once
+    # and its (frozen) GpuLimits shared; the rule engine reads every GPU's each pass.
+    in_force: dict[tuple[Any, ...], health.GpuLimits] = {}
+    out: dict[tuple[int, int], health.GpuLimits] = {}
+    for r in rows:
+        values = tuple(r[2:])
+        limits = in_force.get(values)
+        if limits is None:
+            limits = in_force[values] = _limits_in_force(values)
+        out[(r[0], r[1])] = limits
+    return out
+
+
+def _limits_in_force(values: tuple[Any, ...]) -> health.GpuLimits:
+    """(the entered limits…, the reported limits…) in STORED_LIMITS order, judged."""
     n = len(STORED_LIMITS)
-    return {
-        (r[0], r[1]): limits_in_force(
-            health.GpuLimits(**dict(zip(STORED_LIMITS, r[2 : 2 + n], strict=True))),
-            health.GpuLimits(**dict(zip(STORED_LIMITS, r[2 + n :], strict=True))),
-        )
-        for r in rows
-    }
+    return limits_in_force(
+        health.GpuLimits(**dict(zip(STORED_LIMITS, values[:n], strict=True))),
+        health.GpuLimits(**dict(zip(STORED_LIMITS, values[n:], strict=True))),
+    )
 
 
 def gpu_ids(node_ids: Iterable[int]) -> dict[GpuKey, int]:
