@@ -109,7 +109,7 @@ def from_tsdb(
     first = math.floor(start / step) * step
     client = PrometheusConnect(
         url=settings.REMOTE_WRITE.read_url.rstrip("/"),
-        headers=settings.REMOTE_WRITE.auth_headers(),
+        headers=settings.REMOTE_WRITE.headers(),
         retry=Retry(total=0),
         timeout=QUERY_TIMEOUT_S,
     )

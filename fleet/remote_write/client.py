@@ -59,7 +59,7 @@ def classify(status: int) -> Outcome:
 
 def post(config: RemoteWrite, body: bytes) -> Answer:
     """POST one snappy-compressed WriteRequest to the receiver."""
-    headers = {**config.auth_headers(), **HEADERS}
+    headers = {**config.headers(), **HEADERS}
     try:
         response = _session().post(config.url, data=body, headers=headers, timeout=config.timeout_s)
     except requests.RequestException as exc:

@@ -14,7 +14,7 @@ import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -112,6 +112,7 @@ def prometheus(tmp_path: Path) -> Iterator[Receiver]:
 class Exchange:
     status: int
     body: bytes  # the decompressed WriteRequest
+    headers: dict[str, str] = field(default_factory=dict)  # the request's
 
 
 class StatusReceiver:
@@ -126,7 +127,7 @@ class StatusReceiver:
             def do_POST(self) -> None:
                 raw = self.rfile.read(int(self.headers.get("Content-Length", "0")))
                 body = bytes(cramjam.snappy.decompress_raw(raw))
-                owner.received.append(Exchange(owner.status, body))
+                owner.received.append(Exchange(owner.status, body, dict(self.headers.items())))
                 self.send_response(owner.status)
                 self.send_header("Content-Length", "0")
                 self.end_headers()

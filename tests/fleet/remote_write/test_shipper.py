@@ -264,3 +264,14 @@ def test_a_pass_that_dies_between_a_stored_request_and_its_cursor_resends_it_and
     assert sorted(t for s in temps for t, _ in s) == sorted(
         t * 1000 for t in range(BASE, BASE + 300, 5) for _ in range(GPUS)
     )  # every sample, each once after the resend
+
+
+def test_a_configured_tenant_rides_with_every_request(db: TierDb, receiver: StatusReceiver) -> None:
+    # Grafana Mimir (multi-tenant by default) takes a write only with its tenant's header.
+    seeded(db)
+    tenant = RemoteWrite(url=receiver.url, batch_samples=50, tenant="gpu-fleet")
+
+    ship_pass(NOW, tenant, using=db.alias)
+
+    assert len(receiver.received) > 1
+    assert {e.headers.get("X-Scope-OrgID") for e in receiver.received} == {"gpu-fleet"}
