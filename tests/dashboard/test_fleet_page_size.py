@@ -36,10 +36,11 @@ RACKS_AT_10K = 500  # bench/freshness.py's inventory: racks of 3 and 2 nodes × 
 
 
 def racks(first: int, last: int) -> None:
-    """Racks R<first>…R<last> on CDU-1 as bench/freshness.py's fleet has them, every figure
-    present: most busy and healthy (power at two thirds of the budget, GPUs at their power
-    limit, 15 °C from slowdown), every fifth in trouble (power near its budget, a GPU in
-    thermal slowdown 2 °C from it), which makes a tile's longest words."""
+    """Racks R<first>…R<last> on CDU-1, sized like bench/freshness.py's (2 nodes × 8 GPUs,
+    a 40 kW budget), every figure present: most busy and healthy (power at two thirds of
+    the budget, GPUs at their power limit, 15 °C from slowdown), every fifth in trouble
+    (power near its budget, a GPU in thermal slowdown 2 °C from it), which makes a tile's
+    longest words."""
     plans = tuple(
         replace(DEMO_RACKS[0], name=f"R{n:03d}", nodes=2, budget_kw=40, feed_amps=63)
         for n in range(first, last + 1)
