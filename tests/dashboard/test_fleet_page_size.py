@@ -15,6 +15,7 @@ import pytest
 from django.test import Client
 
 from agents.protocol import reasons as nvml
+from bench.freshness_page import TARGET_PAGE_KB
 from fleet.demo import DEMO_RACKS, seed_demo_site
 from fleet.models import GPU, Node
 from tests.support import people
@@ -31,7 +32,7 @@ def site() -> None:
     seed_demo_site("demo", ())
 
 
-PAGE_BOUND_BYTES = 1024 * 1024  # fleet_page_kb ≤ 1024 at 10,000 GPUs
+PAGE_BOUND_BYTES = int(TARGET_PAGE_KB * 1024)  # the bench's fleet_page_kb target
 RACKS_AT_10K = 500  # bench/freshness.py's inventory: racks of 3 and 2 nodes × 8 GPUs
 
 

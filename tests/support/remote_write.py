@@ -116,11 +116,13 @@ class Exchange:
 
 
 class StatusReceiver:
-    """A loopback receiver that answers every POST with `status` and keeps what it got."""
+    """A loopback receiver that answers every POST with `status` and keeps what it got; a
+    GET (a PromQL read at `base`) is answered with no series, its headers kept in `queries`."""
 
     def __init__(self, status: int = 204) -> None:
         self.status = status
         self.received: list[Exchange] = []
+        self.queries: list[dict[str, str]] = []
         owner = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -132,11 +134,21 @@ class StatusReceiver:
                 self.send_header("Content-Length", "0")
                 self.end_headers()
 
+            def do_GET(self) -> None:
+                owner.queries.append(dict(self.headers.items()))
+                body = b'{"status":"success","data":{"resultType":"matrix","result":[]}}'
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
             def log_message(self, *args: Any) -> None:
                 pass
 
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/api/v1/write"
+        self.base = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.url = f"{self.base}/api/v1/write"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
 

@@ -17,7 +17,7 @@ from fleet.remote_write.wire import compress, encode_write_request
 from fleetwatch.remote_write_settings import RemoteWrite
 from tests.support import databases, remote_write
 from tests.support.databases import TierDb
-from tests.support.remote_write import Receiver, gpu_value, small_site
+from tests.support.remote_write import Receiver, StatusReceiver, gpu_value, small_site
 
 db = databases.fresh_tier_db  # each test's own database, both tiers
 
@@ -85,6 +85,23 @@ def test_a_tsdb_that_is_down_leaves_the_range_to_the_rollups_and_says_so(
     assert answer.tier == "1m"
     assert answer.note.startswith("the TSDB did not answer (")
     assert answer.as_json()["note"] == answer.note
+
+
+def test_a_read_carries_the_configured_tenant(db: TierDb, settings: Any) -> None:
+    # A multi-tenant Mimir answers a query only within the tenant's header, as it takes writes.
+    node = small_site(db.alias, 1).node.pk
+    tsdb = StatusReceiver()
+    try:
+        settings.REMOTE_WRITE = RemoteWrite(url=tsdb.url, read_url=tsdb.base, tenant="gpu-fleet")
+
+        answer = history(
+            "gpu", (node, 0), ["temp_gpu_c"], OLD, OLD + SPAN, 11, now=NOW, using=db.alias
+        )
+    finally:
+        tsdb.close()
+
+    assert answer.tier == TSDB and tsdb.queries
+    assert {q.get("X-Scope-OrgID") for q in tsdb.queries} == {"gpu-fleet"}
 
 
 def test_the_step_keeps_a_range_within_the_points_a_chart_and_prometheus_take() -> None:
