@@ -32,13 +32,12 @@ from fleet.ingest.fast_decode import fast_batch
 from fleet.ingest.inventory import Inventory
 from fleet.ingest.resolve import Connection, Resolver, authorize, to_json
 from fleet.ingest.tally import too_old_statement
-from fleet.storage.db import Database, Row, Tx
+from fleet.storage.db import Database, Row
 from fleet.storage.dialect import failure_kind, is_database_error, json_param
-from fleet.storage.latest import Key, LatestDelta, merge_latest
+from fleet.storage.latest import Key, LatestDelta
 from fleet.storage.samples import (
     SampleWrite,
     count_too_old,
-    run_statements,
     write_samples,
 )
 from fleet.storage.samples import raw_keep_s as configured_raw_keep_s
@@ -250,15 +249,11 @@ class IngestPipeline:
         """Merge the pending latest state when it is due and no batch did it."""
         if not self._save_due(now):
             return
-        statements = self._source_statements()
-        pending = self.pending
-
-        def work(tx: Tx) -> None:
-            merge_latest(tx, pending)
-            run_statements(tx, statements)
-
+        # Through the one write path, so a save locks rows in the order a commit does
+        # (sources, then latest state): two children saving the same nodes cannot deadlock.
+        write = SampleWrite(statements=self._source_statements())
         try:
-            self.db.transaction(work)
+            write_samples(self.db, write, self.pending)
         except Exception as exc:  # kept pending: the next save retries
             self.counters.save_failures += 1
             log.warning("latest-state save failed (kept for the next one): %s", exc)

@@ -254,6 +254,7 @@ class PostgresDb:
         self._conn: Any = None
         self._types = {kind: _pg_types(kind) for kind in METRICS}
         self.reconnects = 0
+        self.deadlocks = 0  # transactions run again after PostgreSQL broke a deadlock
 
     def _connection(self) -> Any:
         conn = self._conn
@@ -274,6 +275,18 @@ class PostgresDb:
         return self._conn
 
     def transaction(self, work: Callable[[Tx], T]) -> T:
+        """Run `work` in one transaction and commit it. A transaction PostgreSQL picked as
+        a deadlock's victim is rolled back and run again, once: the other side has its locks
+        by then (writers take them in one order, so this is a backstop, counted in
+        `deadlocks`; a second deadlock is raised, and the ingest answers 503)."""
+        try:
+            return self._attempt(work)
+        except self._psycopg.errors.DeadlockDetected as exc:
+            self.deadlocks += 1
+            log.warning("transaction chosen as a deadlock's victim; running it again: %s", exc)
+            return self._attempt(work)
+
+    def _attempt(self, work: Callable[[Tx], T]) -> T:
         conn = self._connection()
         try:
             return self._run(conn, work, staged=False)

@@ -249,6 +249,28 @@ def test_a_field_that_stopped_arriving_keeps_its_value_and_its_age(
     assert row.ts["temp_gpu_c"] == t0 + 3 and row.newest == t0 + 3
 
 
+def test_a_save_mixing_shapes_leaves_each_gpu_the_fields_it_did_not_carry(
+    pipeline: IngestPipeline,
+) -> None:
+    """One save merges GPUs carrying different fields with one statement (one lock order):
+    a field a GPU did not carry is bound as nothing and must keep its stored value."""
+    node = NODES[2]
+    t0 = time.time() + 120  # newer than what other tests stored for this node
+    pipeline.process([(3, frame(gpu_batch(node, 70, ts=t0, power_instant_w=500.0)))], t0)
+    pipeline.flush(t0)
+    mixed = gpu_batch(node, 71, ts=t0 + 1, temp_gpu_c=71)
+    mixed["gpu"][0]["power_instant_w"] = 321.0  # GPU 0 alone carries it this time
+    pipeline.process([(3, frame(mixed))], t0 + 1)
+    pipeline.flush(t0 + 2)
+    nid = node_id(pipeline, node)
+    records = pipeline.db.query(select_latest_sql("gpu", "node_id = %s AND gpu < 2"), (nid,))
+    latest = rows_to_latest("gpu", records)
+    gpu0, gpu1 = latest[(nid, 0)], latest[(nid, 1)]
+    assert (gpu0.values["power_instant_w"], gpu0.ts["power_instant_w"]) == (321.0, t0 + 1)
+    assert (gpu1.values["power_instant_w"], gpu1.ts["power_instant_w"]) == (500.0, t0)
+    assert gpu1.values["temp_gpu_c"] == 71 and gpu1.ts["temp_gpu_c"] == t0 + 1
+
+
 def test_a_node_clock_running_ahead_does_not_freeze_its_latest_state(
     pipeline: IngestPipeline,
 ) -> None:
