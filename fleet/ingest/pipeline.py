@@ -21,6 +21,7 @@ has passed (or by `flush` when no batch comes).
 from __future__ import annotations
 
 import logging
+import operator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -217,7 +218,10 @@ class IngestPipeline:
     def _commit(self, items: list[Prepared], now: float) -> None:
         write = SampleWrite()
         horizon = now - self.raw_keep_s
-        for item in items:
+        # In source order (stable: one source's batches keep theirs): each batch's inventory
+        # statements (node info, GPU rows and limits, refusal counts) then lock their rows in
+        # the order another child's commit does, whatever order the batches arrived in.
+        for item in sorted(items, key=_BY_SOURCE):
             write.extend(item.write)
             if too_old := count_too_old(item.write, horizon):
                 # acked, not stored: counted per source for the admin, in this commit
@@ -293,6 +297,9 @@ class IngestPipeline:
                 self.sources.items()
             )
         ]
+
+
+_BY_SOURCE = operator.attrgetter("source")
 
 
 def _decode(payload: bytes) -> Any:

@@ -48,25 +48,26 @@ def pg(
 
 
 class PausingDb(PostgresDb):
-    """A storage connection whose next transaction stops after its first write statement,
-    holding what that statement locked, until `release` is set."""
+    """A storage connection that, once `pause_next` is set, stops after the next write
+    statement (that names `pause_on`, when set), holding what its transaction has locked,
+    until `release` is set."""
 
     def __init__(self, conninfo: str) -> None:
         super().__init__(conninfo)
         self.pause_next = False
+        self.pause_on = ""
         self.holding = threading.Event()
         self.release = threading.Event()
 
     def transaction(self, work: Callable[[Tx], T]) -> T:
         if not self.pause_next:
             return super().transaction(work)
-        self.pause_next = False
         return super().transaction(lambda tx: work(_PauseAfterFirstWrite(tx, self)))
 
 
 class _PauseAfterFirstWrite:
     def __init__(self, tx: Tx, db: PausingDb) -> None:
-        self._tx, self._db, self._paused = tx, db, False
+        self._tx, self._db = tx, db
 
     def __getattr__(self, name: str) -> Any:
         found = getattr(self._tx, name)
@@ -75,8 +76,11 @@ class _PauseAfterFirstWrite:
 
         def then_pause(*args: Any) -> Any:
             result = found(*args)
-            if not self._paused:
-                self._paused = True
+            what = args[0] if isinstance(args[0], str) else getattr(args[0], "table", "")
+            if what.startswith("SELECT"):
+                return result  # a read locks nothing
+            if self._db.pause_next and self._db.pause_on in what:
+                self._db.pause_next = False
                 self._db.holding.set()
                 assert self._db.release.wait(WAIT_S), "never released"
             return result
@@ -89,17 +93,21 @@ def storage(db: TierDb, kind: type[PostgresDb] = PostgresDb) -> PostgresDb:
     return kind(pg_conninfo(database_from_url(db.url)))
 
 
-def seed_node(db: TierDb) -> tuple[int, int]:
-    """A node with eight GPUs and its agent's token; returns (site id, node id)."""
+def seed_node(db: TierDb, names: tuple[str, ...] = (NODE,)) -> tuple[int, int]:
+    """Nodes with eight GPUs each and their agents' tokens (token hash: the node's name);
+    returns the site's id and the first node's."""
     site = Site.objects.using(db.alias).create(slug="locks", name="Locks")
     hall = Hall.objects.using(db.alias).create(site=site, name="A")
     rack = Rack.objects.using(db.alias).create(hall=hall, name="A01", power_budget_kw=80)
-    node = Node.objects.using(db.alias).create(name=NODE, rack=rack)
-    GPU.objects.using(db.alias).bulk_create(GPU(node=node, index=i) for i in range(GPUS))
-    SourceToken.objects.using(db.alias).create(
-        source=SOURCE, kind="node", site=site, token_hash="hash"
-    )
-    return site.id, node.id
+    ids = []
+    for name in names:
+        node = Node.objects.using(db.alias).create(name=name, rack=rack)
+        GPU.objects.using(db.alias).bulk_create(GPU(node=node, index=i) for i in range(GPUS))
+        SourceToken.objects.using(db.alias).create(
+            source=f"node:{name}", kind="node", site=site, token_hash=name
+        )
+        ids.append(node.id)
+    return site.id, ids[0]
 
 
 def waits_on_a_lock(db: TierDb) -> bool:
@@ -132,27 +140,41 @@ def interleave(
     lock; then both go on. Returns what each returned (or raised)."""
     first.pause_next = True
     one, first_out = run_in_thread(first_work)
+    two: threading.Thread | None = None
+    second_out: list[Any] = []
     try:
         assert first.holding.wait(WAIT_S), "the first writer never wrote"
         two, second_out = run_in_thread(second_work)
         wait_until(lambda: waits_on_a_lock(db) or not two.is_alive(), WAIT_S, "a lock wait")
     finally:
         first.release.set()
-    one.join(WAIT_S)
-    two.join(WAIT_S)
+        one.join(WAIT_S)
+        if two is not None:
+            two.join(WAIT_S)
     assert first_out and second_out, "a writer is still running"
     return first_out[0], second_out[0]
 
 
-def pipeline(db: Any, site_id: int) -> IngestPipeline:
+def pipeline(db: Any, site_id: int, nodes: tuple[str, ...] = (NODE,)) -> IngestPipeline:
+    """An ingest child's pipeline with a connection from each node (ids from 1)."""
     writer = IngestPipeline(db, save_interval_s=3600.0)
-    writer.hello(1, SOURCE, site_id, "hash")
+    for conn_id, name in enumerate(nodes, start=1):
+        writer.hello(conn_id, f"node:{name}", site_id, name)
     return writer
 
 
 def frame(seq: int, ts: float, temp_c: int) -> list[tuple[int, bytes]]:
     batch = gpu_batch(NODE, seq, ts=ts, gpus=GPUS, temp_gpu_c=temp_c)
     return [(1, json.dumps(batch).encode())]
+
+
+def described(node: str, conn_id: int, seq: int, ts: float) -> tuple[int, bytes]:
+    """A batch of `node` that carries its node and GPU info (inventory statements: the
+    node's row, then its GPU's)."""
+    batch = gpu_batch(node, seq, ts=ts, gpus=GPUS)
+    batch["node_info"] = {"hostname": node, "seq": seq}
+    batch["gpu_info"] = [{"gpu": 0, "model": "NVIDIA H200"}]
+    return conn_id, json.dumps(batch).encode()
 
 
 def test_a_save_in_one_child_and_a_commit_in_the_other_of_one_node_both_succeed(
@@ -181,6 +203,32 @@ def test_a_save_in_one_child_and_a_commit_in_the_other_of_one_node_both_succeed(
     assert pg.execute("SELECT last_seq FROM fleet_sourcetoken") == [(3,)]
     for writer in (a, b):
         writer.db.close()
+
+
+def test_two_children_committing_rounds_of_the_same_nodes_in_opposite_orders_both_commit(
+    pg: TierDb,
+) -> None:
+    """Batches arrive in any order; each round's inventory statements (here node info)
+    lock their rows in source order."""
+    nodes = ("gpu-lock-01", "gpu-lock-02")
+    site_id, _ = seed_node(pg, nodes)
+    first, second = storage(pg, PausingDb), storage(pg)
+    assert isinstance(first, PausingDb)
+    first.pause_on = "fleet_node"
+    a, b = pipeline(first, site_id, nodes), pipeline(second, site_id, nodes)
+    now = time.time()
+    a_round = [described(nodes[1], 2, 1, now - 2), described(nodes[0], 1, 1, now - 2)]
+    b_round = [described(nodes[0], 1, 2, now - 1), described(nodes[1], 2, 2, now - 1)]
+
+    answered_a, answered_b = interleave(
+        pg, first, lambda: a.process(a_round, now), lambda: b.process(b_round, now)
+    )
+
+    for answered in (answered_a, answered_b):
+        assert isinstance(answered, list) and [r.code for r in answered] == [OK, OK], answered
+    assert (first.deadlocks, second.deadlocks) == (0, 0)
+    for db in (first, second):
+        db.close()
 
 
 def _shapes(node_id: int, now: float) -> tuple[LatestDelta, LatestDelta]:
