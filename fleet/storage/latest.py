@@ -114,9 +114,8 @@ class LatestDelta:
             pending.append((ts, sample))
 
     def shaped_rows(self, kind: str) -> dict[tuple[str, ...], list[Row]]:
-        """One row per entity (newest value per field), grouped by the fields it carries:
-        each group is merged by one statement that binds and compares only those fields
-        (most entities share one shape)."""
+        """One row per entity (newest value per field), grouped by the fields it carries
+        (most entities share one shape; `merge_rows` makes the groups one statement's)."""
         out: dict[tuple[str, ...], list[Row]] = {}
         for key, pending in self.kinds.get(kind, {}).items():
             if len(pending) == 1:  # the usual case at 1 Hz: every field has the sample's time
@@ -210,9 +209,10 @@ def merge_latest(tx: Tx, delta: LatestDelta) -> None:
     """Merge a delta into the latest-state tables (inside the caller's transaction).
 
     Lock order: kinds in catalogue order, one statement per kind, its rows in key order
-    (`Upsert` sorts them). Two writers merging overlapping entities — HTTP batches of one
-    node spread over two server processes by the proxy, a node that reconnected to the
-    other one — then wait for each other instead of deadlocking."""
+    (PostgreSQL's upsert sorts them; SQLite has one writer at a time). Two writers merging
+    overlapping entities — HTTP batches of one node spread over two server processes by
+    the proxy, a node that reconnected to the other one — then wait for each other instead
+    of deadlocking."""
     for kind in METRICS:
         if delta.kinds.get(kind):
             fields, rows = delta.merge_rows(kind)
