@@ -1,13 +1,14 @@
 """Two writers of samples on one PostgreSQL database lock the rows they share in one order,
 so they wait for each other and never deadlock. Two ingest children hold the same node's
 rows whenever a proxy spreads its HTTP batches over two server processes (or the node
-reconnects to the other one); a deadlock would cost a second's wait and a 503 for every
-batch of the victim's round (CI saw one: tests/fleet/test_nginx_two_servers.py).
+reconnects to the other one); a deadlock costs the victim's round a second's wait and a
+rerun, or a 503 for each of its batches (CI saw one: tests/fleet/test_nginx_two_servers.py).
 
-Each test stops one writer right after its first write statement — holding that
-statement's row locks — until the other writer waits on a lock, then lets it go on: with
-the rows locked in different orders that is a deadlock every time. PostgreSQL only (SQLite
-has one writer at a time)."""
+The lock-order tests stop one writer right after a write statement — holding what its
+transaction has locked — until the other writer waits on a lock, then let it go on: with
+the rows locked in different orders that is a deadlock every time, which the tests see in
+the writers' `deadlocks` counts. The last test is of the backstop, the rerun of a deadlock's
+victim. PostgreSQL only (SQLite has one writer at a time)."""
 
 from __future__ import annotations
 
