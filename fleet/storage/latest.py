@@ -115,7 +115,7 @@ class LatestDelta:
 
     def shaped_rows(self, kind: str) -> dict[tuple[str, ...], list[Row]]:
         """One row per entity (newest value per field), grouped by the fields it carries
-        (most entities share one shape; `merge_rows` makes the groups one statement's)."""
+        (most entities share one shape)."""
         out: dict[tuple[str, ...], list[Row]] = {}
         for key, pending in self.kinds.get(kind, {}).items():
             if len(pending) == 1:  # the usual case at 1 Hz: every field has the sample's time
@@ -139,46 +139,8 @@ class LatestDelta:
             out.setdefault(fields, []).append(row)
         return out
 
-    def merge_rows(self, kind: str) -> tuple[tuple[str, ...], list[Row]]:
-        """Every entity of `kind` as the rows of one merge statement: their shape when they
-        share one, else the union of their shapes' fields, with NULL for a field an entity
-        lacks (never taken: the merge takes a field only where its time is not NULL).
-        One statement, not one per shape: its rows are locked in one key order, where
-        statements per shape lock an entity early in one writer and late in another."""
-        shapes = self.shaped_rows(kind)
-        if len(shapes) == 1:
-            return next(iter(shapes.items()))
-        union = tuple(n for n in _NAMES[kind] if any(n in fields for fields in shapes))
-        nkey = len(ENTITY_COLUMNS[kind])
-        rows: list[Row] = []
-        for fields, group in shapes.items():
-            rows += _widened(group, nkey, fields, union)
-        return union, rows
-
     def changed(self) -> dict[str, list[Key]]:
         return {kind: list(table) for kind, table in self.kinds.items() if table}
-
-
-def _widened(
-    rows: list[Row], nkey: int, fields: tuple[str, ...], union: tuple[str, ...]
-) -> list[Row]:
-    """Rows of `merge_columns(kind, fields)` as rows of `merge_columns(kind, union)`."""
-    if fields == union:
-        return rows
-    at = {name: i for i, name in enumerate(fields)}
-    picks = [at.get(name) for name in union]
-    first_ts = nkey + 1 + len(fields)
-    out: list[Row] = []
-    for row in rows:
-        values, times = row[nkey + 1 : first_ts], row[first_ts:]
-        out.append(
-            (
-                *row[: nkey + 1],
-                *(None if i is None else values[i] for i in picks),
-                *(None if i is None else times[i] for i in picks),
-            )
-        )
-    return out
 
 
 _BY_TIME = operator.itemgetter(0)
@@ -208,15 +170,19 @@ def _shape(kind: str, keys: tuple[str, ...]) -> tuple[tuple[str, ...], Any]:
 def merge_latest(tx: Tx, delta: LatestDelta) -> None:
     """Merge a delta into the latest-state tables (inside the caller's transaction).
 
-    Lock order: kinds in catalogue order, one statement per kind, its rows in key order
-    (PostgreSQL's upsert sorts them; SQLite has one writer at a time). Two writers merging
-    overlapping entities — HTTP batches of one node spread over two server processes by
-    the proxy, a node that reconnected to the other one — then wait for each other instead
-    of deadlocking."""
+    Lock order: kinds in catalogue order, each kind's entities in key order whatever
+    fields each carries (`Tx.upsert_shapes`: on PostgreSQL one statement over the union of
+    the shapes' fields, a field an entity lacks NULL and so never taken). Two writers
+    merging overlapping entities — HTTP batches of one node spread over two server
+    processes by the proxy, a node that reconnected to the other one — then wait for each
+    other instead of deadlocking."""
     for kind in METRICS:
-        if delta.kinds.get(kind):
-            fields, rows = delta.merge_rows(kind)
-            tx.upsert(merge_statement(kind, fields), rows)
+        if not delta.kinds.get(kind):
+            continue
+        shapes = delta.shaped_rows(kind)
+        union = tuple(n for n in _NAMES[kind] if any(n in fields for fields in shapes))
+        parts = [(merge_statement(kind, fields), rows) for fields, rows in shapes.items()]
+        tx.upsert_shapes(merge_statement(kind, union), parts)
 
 
 @dataclass(frozen=True, slots=True)

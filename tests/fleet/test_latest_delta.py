@@ -48,17 +48,3 @@ def test_entities_of_one_shape_share_one_statement() -> None:
     shapes = delta.shaped_rows("gpu")
     assert sorted(len(rows) for rows in shapes.values()) == [1, 8]
     assert len(delta) == 9 and delta.changed()["gpu"]
-
-
-def test_entities_of_several_shapes_are_merged_by_one_statement_lacking_fields_bound_null() -> None:
-    delta = LatestDelta()
-    delta.add("gpu", (2, 0), {"ts": 1.0, "gpu": 0, "temp_gpu_c": 50}, 9.0)
-    delta.add("gpu", (1, 0), {"ts": 2.0, "gpu": 0, "power_w": 9.0, "temp_gpu_c": 51}, 9.0)
-    fields, rows = delta.merge_rows("gpu")
-    assert set(fields) == {"temp_gpu_c", "power_w"}
-    records = {
-        (row[0], row[1]): dict(zip(merge_columns("gpu", fields), row, strict=True)) for row in rows
-    }
-    assert records[(2, 0)]["power_w"] is None and records[(2, 0)]["power_w_ts"] is None
-    assert (records[(2, 0)]["temp_gpu_c"], records[(2, 0)]["temp_gpu_c_ts"]) == (50, 1.0)
-    assert (records[(1, 0)]["power_w"], records[(1, 0)]["power_w_ts"]) == (9.0, 2.0)

@@ -4,14 +4,15 @@ rows whenever a proxy spreads its HTTP batches over two server processes (or the
 reconnects to the other one); a deadlock costs the victim's round a second's wait and a
 rerun, or a 503 for each of its batches (CI saw one: tests/fleet/test_nginx_two_servers.py).
 
-The lock-order tests stop one writer right after a write statement — holding what its
-transaction has locked — until the other writer waits on a lock, then let it go on: with
+The lock-order tests stop one writer right after a statement that writes — holding what
+its transaction has locked — until the other writer waits on a lock, then let it go on: with
 the rows locked in different orders that is a deadlock every time, which the tests see in
 the writers' `deadlocks` counts. The last test is of the backstop, the rerun of a deadlock's
 victim. PostgreSQL only (SQLite has one writer at a time)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -24,7 +25,7 @@ import pytest
 
 from fleet.ingest.pipeline import OK, IngestPipeline
 from fleet.models import GPU, Hall, Node, Rack, Site, SourceToken
-from fleet.storage.db import PostgresDb, T, Tx, pg_conninfo
+from fleet.storage.db import PostgresDb, pg_conninfo
 from fleet.storage.latest import LatestDelta
 from fleet.storage.samples import SampleWrite, write_samples
 from fleetwatch.env import database_from_url
@@ -49,9 +50,9 @@ def pg(
 
 
 class PausingDb(PostgresDb):
-    """A storage connection that, once `pause_next` is set, stops after the next write
-    statement (that names `pause_on`, when set), holding what its transaction has locked,
-    until `release` is set."""
+    """A storage connection that, once `pause_next` is set, stops right after its next
+    statement that writes (and names `pause_on`, when set), holding what its transaction
+    has locked, until `release` is set."""
 
     def __init__(self, conninfo: str) -> None:
         super().__init__(conninfo)
@@ -60,33 +61,49 @@ class PausingDb(PostgresDb):
         self.holding = threading.Event()
         self.release = threading.Event()
 
-    def transaction(self, work: Callable[[Tx], T]) -> T:
-        if not self.pause_next:
-            return super().transaction(work)
-        return super().transaction(lambda tx: work(_PauseAfterFirstWrite(tx, self)))
+    def _connection(self) -> Any:
+        return _PausingConnection(super()._connection(), self)
+
+    def after(self, sql: str) -> None:
+        if not self.pause_next or not sql.lstrip().startswith(WRITES):
+            return
+        if self.pause_on in sql:
+            self.pause_next = False
+            self.holding.set()
+            assert self.release.wait(WAIT_S), "never released"
 
 
-class _PauseAfterFirstWrite:
-    def __init__(self, tx: Tx, db: PausingDb) -> None:
-        self._tx, self._db = tx, db
+WRITES = ("INSERT", "UPDATE", "DELETE")  # a COPY into a temp stage locks nothing shared
+
+
+class _PausingConnection:
+    def __init__(self, conn: Any, db: PausingDb) -> None:
+        self._conn, self._db = conn, db
 
     def __getattr__(self, name: str) -> Any:
-        found = getattr(self._tx, name)
-        if name not in ("upsert", "execute", "execute_many", "insert_raw"):
-            return found
+        return getattr(self._conn, name)
 
-        def then_pause(*args: Any) -> Any:
-            result = found(*args)
-            what = args[0] if isinstance(args[0], str) else getattr(args[0], "table", "")
-            if what.startswith("SELECT"):
-                return result  # a read locks nothing
-            if self._db.pause_next and self._db.pause_on in what:
-                self._db.pause_next = False
-                self._db.holding.set()
-                assert self._db.release.wait(WAIT_S), "never released"
-            return result
+    @contextlib.contextmanager
+    def cursor(self) -> Iterator[Any]:
+        with self._conn.cursor() as cur:
+            yield _PausingCursor(cur, self._db)
 
-        return then_pause
+
+class _PausingCursor:
+    def __init__(self, cur: Any, db: PausingDb) -> None:
+        self._cur, self._db = cur, db
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._cur, name)
+
+    def execute(self, sql: Any, *args: Any, **kwargs: Any) -> Any:
+        result = self._cur.execute(sql, *args, **kwargs)
+        self._db.after(str(sql))
+        return result
+
+    def executemany(self, sql: Any, *args: Any, **kwargs: Any) -> None:
+        self._cur.executemany(sql, *args, **kwargs)
+        self._db.after(str(sql))
 
 
 def storage(db: TierDb, kind: type[PostgresDb] = PostgresDb) -> PostgresDb:
@@ -274,6 +291,9 @@ def test_two_writers_merging_the_same_latest_state_in_different_orders_both_comm
 
     assert results == ({}, {})
     assert (one.deadlocks, two.deadlocks) == (0, 0)
+    # a field a writer's entity did not carry kept its value (bound as nothing, never NULL)
+    power = pg.execute("SELECT power_w FROM fw_gpu_latest WHERE node_id = %s", [node_id])
+    assert len(power) == GPUS and None not in {p for (p,) in power}, power
     for db in (seeding, one, two):
         db.close()
 

@@ -62,6 +62,12 @@ class DjangoDb:
         conflict = f"ON CONFLICT ({','.join(spec.keys)}) DO UPDATE SET {spec.set_clause}"
         self._insert_many(spec.table, spec.columns, rows, conflict)
 
+    def upsert_shapes(self, spec: Upsert, shapes: Sequence[tuple[Upsert, list[Row]]]) -> None:
+        # SQLite only (PostgreSQL goes through the ingest writer's own Tx): one writer at a
+        # time, so each shape binds only its own columns.
+        for shape, rows in shapes:
+            self.upsert(shape, rows)
+
     def execute(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
         with connections[self.using].cursor() as cur:
             cur.execute(sql, params)
