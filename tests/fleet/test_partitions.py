@@ -8,7 +8,6 @@ import itertools
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -31,8 +30,8 @@ from fleet.storage.retention import apply_retention, kept_s
 from fleet.storage.rollups import rollup
 from fleet.storage.samples import SampleWrite, write_samples
 from fleetwatch.env import database_from_url
-from tests.support import services
-from tests.support.databases import TierDb, fresh_db
+from tests.support import databases, services
+from tests.support.databases import TierDb
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.services
@@ -40,12 +39,7 @@ pytestmark = pytest.mark.services
 HOUR = 3600
 
 
-@pytest.fixture
-def pg(
-    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, django_db_blocker: Any
-) -> Iterator[TierDb]:
-    with fresh_db("services", tmp_path, tmp_path_factory, django_db_blocker) as db:
-        yield db
+pg = databases.fresh_postgres_db  # a PostgreSQL database of the test's own
 
 
 @pytest.fixture

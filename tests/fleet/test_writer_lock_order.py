@@ -17,7 +17,6 @@ import json
 import threading
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -29,8 +28,9 @@ from fleet.storage.db import PostgresDb, pg_conninfo
 from fleet.storage.latest import LatestDelta
 from fleet.storage.samples import SampleWrite, write_samples
 from fleetwatch.env import database_from_url
+from tests.support import databases
 from tests.support.agent import gpu_batch
-from tests.support.databases import TierDb, fresh_db
+from tests.support.databases import TierDb
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.services
@@ -41,12 +41,7 @@ GPUS = 8
 WAIT_S = 15.0
 
 
-@pytest.fixture
-def pg(
-    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, django_db_blocker: Any
-) -> Iterator[TierDb]:
-    with fresh_db("services", tmp_path, tmp_path_factory, django_db_blocker) as db:
-        yield db
+pg = databases.fresh_postgres_db  # a PostgreSQL database of the test's own
 
 
 class PausingDb(PostgresDb):

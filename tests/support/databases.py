@@ -199,6 +199,16 @@ def fresh_tier_db(
 
 
 @pytest.fixture
+def fresh_postgres_db(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, django_db_blocker: Any
+) -> Iterator[TierDb]:
+    """A fresh migrated PostgreSQL database for one test, whatever the test's tier (for
+    modules of PostgreSQL-only behaviour, marked `services`)."""
+    with fresh_db("services", tmp_path, tmp_path_factory, django_db_blocker) as fresh:
+        yield fresh
+
+
+@pytest.fixture
 def fresh_db_at_test_clock(
     tier: str, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, django_db_blocker: Any
 ) -> Iterator[TierDb]:
