@@ -25,6 +25,7 @@ import pytest
 from fleet.ingest.pipeline import OK, IngestPipeline
 from fleet.models import GPU, Hall, Node, Rack, Site, SourceToken
 from fleet.storage.db import PostgresDb, pg_conninfo
+from fleet.storage.dialect import failure_kind
 from fleet.storage.latest import LatestDelta
 from fleet.storage.samples import SampleWrite, write_samples
 from fleetwatch.env import database_from_url
@@ -339,4 +340,28 @@ def test_a_writer_chosen_as_a_deadlocks_victim_runs_its_transaction_again(pg: Ti
     )
     assert row == [(77,)]
     assert pg.execute("SELECT last_seq FROM fleet_sourcetoken") == [(7,)]
+    writer.close()
+
+
+def test_a_transaction_that_deadlocks_twice_is_given_up_as_a_retry_storing_nothing(
+    pg: TierDb,
+) -> None:
+    """The backstop runs a victim again once only: a second deadlock propagates, classified
+    as transient (the round is answered 503 and its agents resend), and nothing is stored."""
+    seed_node(pg)
+    writer = storage(pg)
+    runs: list[int] = []
+
+    def deadlocking(tx: Any) -> None:
+        runs.append(1)
+        tx.execute("UPDATE fleet_sourcetoken SET last_seq = %s WHERE source = %s", (9, SOURCE))
+        raise psycopg.errors.DeadlockDetected("deadlock detected")
+
+    with pytest.raises(psycopg.errors.DeadlockDetected) as failed:
+        writer.transaction(deadlocking)
+
+    assert len(runs) == 2 and writer.deadlocks == 1
+    assert failure_kind(failed.value) == "retry"
+    assert pg.execute("SELECT last_seq FROM fleet_sourcetoken") == [(None,)]
+    assert writer.query("SELECT 1") == [(1,)]  # the connection is usable afterwards
     writer.close()
